@@ -1,0 +1,46 @@
+"""The root ``runstore`` group and its global options."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from runstore.cli._db import db
+from runstore.cli._settings import FORMATS, Settings
+from runstore.layers import DEFAULT_DB_PATH
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--db",
+    "db_path",
+    envvar="RUNSTORE_DB",
+    default=DEFAULT_DB_PATH,
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="SQLite database file (env RUNSTORE_DB).",
+)
+@click.option("--format", "output_format", type=FORMATS, default="text", show_default=True,
+              help="Output format of every command.")
+@click.version_option(package_name="runstore")
+@click.pass_context
+def cli(ctx: click.Context, db_path: str, output_format: str) -> None:
+    """runstore: the records of your runs, in SQLite.
+
+    \b
+    Example:
+      runstore db migrate
+      runstore --format json db status
+    """
+    ctx.obj = Settings(db_path=os.fspath(db_path), output_format=output_format)
+
+
+cli.add_command(db)
+
+
+def main() -> None:
+    """Run the ``runstore`` command line."""
+    cli(prog_name="runstore")

@@ -1,0 +1,99 @@
+"""Live and in-memory layers, and the container they are built into.
+
+``sqlite(path)`` is the live layer: one migrated SQLite database and every service on it.
+``in_memory()`` provides the same services from memory, for tests and for hosts that keep
+nothing. ``build(layer)`` turns either into a container::
+
+    from runstore.layers import build, sqlite
+    from runstore.services import Clock
+
+    with build(sqlite(".runstore/runstore.db")) as container:
+        clock = container.get(Clock)
+
+A container and its services belong to the thread that built it (an SQLite connection may
+not cross threads); build one per thread.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from returns.result import Failure
+
+from runstore.exceptions import DatabaseOpenError
+from runstore.layers._layer import Container, Layer, build, merge, provide
+from runstore.layers._memory_database import InMemoryDatabase
+from runstore.layers._open import open_database
+from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
+from runstore.layers._unit_of_work import TxDict, UnitOfWork
+from runstore.services.clock import Clock, SystemClock
+
+__all__ = [
+    "ConnectionSettings",
+    "Container",
+    "InMemoryDatabase",
+    "Layer",
+    "SqliteDatabase",
+    "TxDict",
+    "UnitOfWork",
+    "build",
+    "connect",
+    "in_memory",
+    "in_memory_database",
+    "merge",
+    "open_database",
+    "provide",
+    "sqlite",
+    "sqlite_database",
+    "system_clock",
+]
+
+DEFAULT_DB_PATH = os.path.join(".runstore", "runstore.db")
+
+
+def sqlite_database(
+    path: str | os.PathLike[str], settings: ConnectionSettings | None = None
+) -> Layer:
+    """A layer providing one migrated :class:`SqliteDatabase`, closed with the container.
+
+    Building it raises :class:`~runstore.exceptions.DatabaseOpenError` carrying the typed
+    reason (see :func:`open_database`) when the database cannot be opened or migrated.
+    """
+
+    def factory(_: Container) -> Iterator[SqliteDatabase]:
+        opened = open_database(path, settings)
+        if isinstance(opened, Failure):
+            raise DatabaseOpenError(opened.failure())
+        db = opened.unwrap()
+        try:
+            yield db
+        finally:
+            db.close()
+
+    return Layer.service(SqliteDatabase, factory)
+
+
+def in_memory_database() -> Layer:
+    """A layer providing a fresh :class:`InMemoryDatabase` (the in-memory unit of work)."""
+    return Layer.service(InMemoryDatabase, lambda _c: InMemoryDatabase())
+
+
+def system_clock() -> Layer:
+    """A layer providing the wall clock as :class:`~runstore.services.Clock`."""
+    return Layer.value(Clock, SystemClock())  # type: ignore[type-abstract]
+
+
+def sqlite(
+    path: str | os.PathLike[str] = DEFAULT_DB_PATH, settings: ConnectionSettings | None = None
+) -> Layer:
+    """The live layer: every runstore service on one SQLite database at ``path``.
+
+    ``path`` is a file (created with its folder) or ``:memory:``. Requires nothing.
+    """
+    return merge(sqlite_database(path, settings), system_clock())
+
+
+def in_memory() -> Layer:
+    """The in-memory layer: every runstore service, kept in memory. Requires nothing."""
+    return merge(in_memory_database(), system_clock())

@@ -1,0 +1,198 @@
+"""Error values shared by every service.
+
+These are plain ``attrs`` frozen classes, not exceptions, so two failures compare by value:
+``Failure(NotFound("run", "7")) == Failure(NotFound("run", "7"))``. Each service names its own
+union of them as a ``TypeAlias``. Nothing here refers to a database driver: the live SQLite
+layer maps driver errors onto ``Busy`` and ``StorageFailure`` in one place, and a later live
+layer for another database maps its own errors onto the same values.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import attrs
+
+__all__ = [
+    "HalfAppliedMigration",
+    "MigrationDrift",
+    "MigrationError",
+    "OpenError",
+    "UnknownMigration",
+    "Busy",
+    "Conflict",
+    "IllegalTransition",
+    "InvalidInput",
+    "NotFound",
+    "StorageFailure",
+    "StorageFailureKind",
+]
+
+
+@attrs.frozen
+class NotFound:
+    """No ``entity`` exists under ``key`` (both as text, e.g. ``NotFound("run", "12")``)."""
+
+    entity: str
+    key: str
+
+    def __str__(self) -> str:
+        return f"{self.entity} {self.key!r} not found"
+
+
+@attrs.frozen
+class Conflict:
+    """A write would contradict what is stored.
+
+    ``expected`` is what the caller assumed and ``actual`` what the store holds (both as text,
+    empty when not applicable); ``reason`` says which rule was hit.
+    """
+
+    entity: str
+    key: str
+    reason: str
+    expected: str = ""
+    actual: str = ""
+
+    def __str__(self) -> str:
+        detail = f" (expected {self.expected!r}, actual {self.actual!r})" if self.expected or self.actual else ""
+        return f"conflict on {self.entity} {self.key!r}: {self.reason}{detail}"
+
+
+@attrs.frozen
+class IllegalTransition:
+    """``entity`` ``key`` cannot move from status ``from_status`` to ``to_status``."""
+
+    entity: str
+    key: str
+    from_status: str
+    to_status: str
+
+    def __str__(self) -> str:
+        return (
+            f"{self.entity} {self.key!r} cannot move from {self.from_status!r} "
+            f"to {self.to_status!r}"
+        )
+
+
+@attrs.frozen
+class InvalidInput:
+    """Argument ``field`` was rejected for ``reason``; nothing was written."""
+
+    field: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"invalid {self.field}: {self.reason}"
+
+
+@attrs.frozen
+class Busy:
+    """Another connection held the write lock for the whole retry budget.
+
+    ``operation`` names the unit of work; ``waited_ms`` is how long it waited in total (ms).
+    Nothing was written; the same call may be retried later.
+    """
+
+    operation: str
+    waited_ms: int
+
+    def __str__(self) -> str:
+        return f"database busy: {self.operation} gave up after {self.waited_ms} ms"
+
+
+class StorageFailureKind(StrEnum):
+    """What went wrong in the storage engine, independent of the engine.
+
+    The SQLite layer derives the kind from SQLite's extended result codes
+    (https://sqlite.org/rescode.html), never from message text.
+    """
+
+    UNIQUE = "unique"
+    PRIMARY_KEY = "primary_key"
+    FOREIGN_KEY = "foreign_key"
+    NOT_NULL = "not_null"
+    CHECK = "check"
+    CONSTRAINT = "constraint"
+    LOCKED = "locked"
+    FULL = "full"
+    IO = "io"
+    CORRUPT = "corrupt"
+    READ_ONLY = "read_only"
+    CANT_OPEN = "cant_open"
+    NOT_A_DATABASE = "not_a_database"
+    INTERRUPTED = "interrupted"
+    OTHER = "other"
+
+
+@attrs.frozen
+class StorageFailure:
+    """The storage engine refused or failed an operation.
+
+    ``operation`` names the unit of work, ``table`` the table involved when known (else ""),
+    ``kind`` the portable classification, ``code`` the engine's own (extended) result code,
+    ``message`` the engine's text, for people only.
+    """
+
+    operation: str
+    kind: StorageFailureKind
+    code: int
+    message: str
+    table: str = ""
+
+    def __str__(self) -> str:
+        where = f" on {self.table}" if self.table else ""
+        return f"storage failure ({self.kind}) in {self.operation}{where}: {self.message}"
+
+
+@attrs.frozen
+class UnknownMigration:
+    """The database carries migrations this code does not know (written by a newer runstore).
+
+    ``ids`` lists them; the database is left untouched.
+    """
+
+    ids: tuple[int, ...]
+
+    def __str__(self) -> str:
+        listed = ", ".join(f"{i:04d}" for i in self.ids)
+        return f"database has migrations this runstore does not know: {listed} (upgrade runstore)"
+
+
+@attrs.frozen
+class MigrationDrift:
+    """An applied migration's checksum differs from the shipped file's (it was edited).
+
+    ``expected`` is the shipped checksum, ``actual`` the journalled one (sha256, hex).
+    """
+
+    id: int
+    name: str
+    expected: str
+    actual: str
+
+    def __str__(self) -> str:
+        return (
+            f"migration {self.id:04d} {self.name} differs from the one applied "
+            f"(checksum {self.actual[:12]}, expected {self.expected[:12]})"
+        )
+
+
+@attrs.frozen
+class HalfAppliedMigration:
+    """Migration ``id`` is partly present: a journal row never marked finished, or objects it
+    creates exist although the journal does not list it. ``detail`` says which."""
+
+    id: int
+    name: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"migration {self.id:04d} {self.name} is half-applied: {self.detail}"
+
+
+MigrationError = UnknownMigration | MigrationDrift | HalfAppliedMigration
+"""Why a database was refused before any data was touched."""
+
+OpenError = StorageFailure | Busy | MigrationError
+"""Why a live layer could not open its database."""
