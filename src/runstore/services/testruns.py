@@ -1,0 +1,669 @@
+"""Test-run records: what a test runner produced, and the questions asked of it afterwards.
+
+Terms are pytest's: a *node id* (``tests/test_a.py::TestX::test_y[param]``, stored verbatim),
+the *phases* ``setup``, ``call`` and ``teardown`` of each item, and the outcomes
+``passed failed skipped xfailed xpassed error``. ``DataStore`` writes, ``DataReader`` reads.
+
+Times at rest are integer epoch milliseconds UTC; durations are float milliseconds.
+
+Outcome of an item, from its phases (the first rule that matches wins), following how pytest
+itself reports (``pytest -rA`` and ``--junitxml``):
+
+1. setup ``failed`` -> ``error``;
+2. any phase ``skipped`` before the call ran (setup skip, ``skip`` marker) -> ``skipped``, or
+   ``xfailed`` when that phase is ``xfailed`` (an ``xfail(run=False)`` marker);
+3. call ``failed`` -> ``failed`` (a strict xpass is reported by pytest as a failed call);
+4. teardown ``failed`` -> ``error`` (the passing call is still stored in its phase row);
+5. call ``xfailed`` / ``xpassed`` / ``skipped`` -> that outcome;
+6. otherwise ``passed``.
+
+Failing outcomes are ``failed`` and ``error``; *executed* outcomes (the ones history keeps)
+are every outcome except ``skipped`` and ``xfailed``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from enum import StrEnum
+from typing import NewType, Protocol, TypeAlias, runtime_checkable
+
+import attrs
+from returns.result import Result
+
+from runstore.services.errors import (
+    Busy,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    StorageFailure,
+)
+from runstore.services.pagination import Page
+
+__all__ = [
+    "DEFAULT_HISTORY_WINDOW",
+    "FAILING_OUTCOMES",
+    "MAX_CAPTURE_CHARS",
+    "MAX_FRAMES",
+    "MAX_MESSAGE_CHARS",
+    "MAX_TEXT_CHARS",
+    "Classification",
+    "CollectionError",
+    "CoverageReport",
+    "CoverageTrendPoint",
+    "DataReader",
+    "DataReaderError",
+    "DataStore",
+    "DataStoreError",
+    "Environment",
+    "ErrorInfo",
+    "FailureRecord",
+    "FileCoverage",
+    "FlakyTest",
+    "HistoryEntry",
+    "Outcome",
+    "Phase",
+    "PhaseResult",
+    "PruneRunsResult",
+    "RunComparison",
+    "RunId",
+    "RunRetentionPolicy",
+    "RunStart",
+    "RunStatus",
+    "RunSummary",
+    "StackFrame",
+    "SubtestResult",
+    "TestClassification",
+    "TestRecord",
+    "TestResult",
+    "derive_outcome",
+]
+
+RunId = NewType("RunId", int)
+"""Identifies one run (one project in one invocation)."""
+
+DEFAULT_HISTORY_WINDOW = 10
+"""History keeps the newest 10 executed outcomes per (project, node id) (seed 000)."""
+
+MAX_MESSAGE_CHARS = 16_384
+"""Longest stored exception message (characters); longer ones are cut and marked truncated."""
+
+MAX_TEXT_CHARS = 65_536
+"""Longest stored full error text (the long representation), in characters."""
+
+MAX_CAPTURE_CHARS = 65_536
+"""Longest stored captured output per stream (stdout, stderr, log), in characters."""
+
+MAX_FRAMES = 100
+"""Most stack frames stored per error; deeper stacks keep the innermost ``MAX_FRAMES``."""
+
+
+class RunStatus(StrEnum):
+    """Where a run stands. ``running`` until finished; the rest are final."""
+
+    RUNNING = "running"
+    PASSED = "passed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    ABORTED = "aborted"
+
+
+class Outcome(StrEnum):
+    """The outcome of one test item (pytest's names)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    XFAILED = "xfailed"
+    XPASSED = "xpassed"
+    ERROR = "error"
+
+
+FAILING_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ERROR})
+
+
+class Phase(StrEnum):
+    """The phase a result or an error belongs to; ``collect`` is for collection errors."""
+
+    COLLECT = "collect"
+    SETUP = "setup"
+    CALL = "call"
+    TEARDOWN = "teardown"
+
+
+class Classification(StrEnum):
+    """How a test's outcome in a run relates to its history window.
+
+    - ``new_failure``: failing now; no failing outcome in the previous window entries.
+    - ``persistent_failure``: failing now, and every previous window entry failed.
+    - ``flaky``: the window (previous entries and now) mixes failing and passing outcomes and
+      neither rule above or ``recovered`` applies.
+    - ``recovered``: passing now, the previous entry failed, and the entries before it passed
+      (or there are none).
+    - ``stable``: passing now and every previous window entry passed (or there are none);
+      also any item that did not execute (skipped, xfailed).
+    """
+
+    NEW_FAILURE = "new_failure"
+    PERSISTENT_FAILURE = "persistent_failure"
+    FLAKY = "flaky"
+    RECOVERED = "recovered"
+    STABLE = "stable"
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Environment:
+    """Where a run ran. Versions are as the tools print them; ``command_line`` is argv."""
+
+    python_version: str = ""
+    pytest_version: str = ""
+    platform: str = ""
+    git_commit: str | None = None
+    git_branch: str | None = None
+    command_line: tuple[str, ...] = ()
+    host: str = ""
+    pid: int | None = None
+
+
+@attrs.frozen
+class RunStart:
+    """What ``begin_run`` needs: the project, the invocation it belongs to, when it started.
+
+    ``started_at`` must be timezone-aware (a naive datetime is ``InvalidInput``).
+    ``invocation_id`` is shared by every project run of one invocation.
+    """
+
+    project: str
+    invocation_id: str
+    started_at: datetime
+    environment: Environment = Environment()
+
+
+@attrs.frozen
+class StackFrame:
+    """One frame of a traceback: ``path`` and 1-based ``line``, ``function`` name, and whether
+    the frame is in the project's own code (not the standard library or site-packages)."""
+
+    path: str
+    line: int | None
+    function: str
+    is_project: bool
+
+
+@attrs.frozen
+class ErrorInfo:
+    """An error as the runner reported it.
+
+    ``message`` is the exception's message, ``text`` the full report text; both are stored
+    bounded (``MAX_MESSAGE_CHARS``, ``MAX_TEXT_CHARS``) with a truncated flag. ``frames``
+    are outermost first (bounded by ``MAX_FRAMES``); ``cause`` is the exception this one was
+    raised from (``__cause__`` or ``__context__``), forming the cause chain.
+    """
+
+    phase: Phase
+    exception_type: str
+    message: str
+    text: str = ""
+    frames: tuple[StackFrame, ...] = ()
+    cause: ErrorInfo | None = None
+
+
+@attrs.frozen
+class PhaseResult:
+    """One phase of one item: its outcome (``passed failed skipped xfailed xpassed``) and
+    duration (ms, finite and >= 0)."""
+
+    phase: Phase
+    outcome: Outcome
+    duration_ms: float
+    skip_reason: str | None = None
+
+
+@attrs.frozen
+class SubtestResult:
+    """One subtest of an item (pytest 9 ``subtests`` / unittest ``subTest``): its description,
+    outcome, duration (ms) and error when it failed."""
+
+    description: str
+    outcome: Outcome
+    duration_ms: float
+    error: ErrorInfo | None = None
+
+
+@attrs.frozen
+class TestResult:
+    """Everything recorded about one test item in one run.
+
+    ``nodeid`` is stored verbatim. ``module_path`` is the file path relative to the rootdir,
+    ``name`` the item name without parameters (``TestX::test_y``), ``parametrize_id`` the
+    text inside the brackets (``None`` when unparametrized), ``line`` 1-based. The outcome is
+    derived from ``phases`` by :func:`derive_outcome`. ``attempts`` are earlier rerun attempts
+    of this item (oldest first, each itself a ``TestResult`` without attempts). Captured
+    output is bounded by ``MAX_CAPTURE_CHARS`` per stream with a truncated flag.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    module_path: str
+    name: str
+    phases: tuple[PhaseResult, ...]
+    parametrize_id: str | None = None
+    line: int | None = None
+    markers: tuple[str, ...] = ()
+    errors: tuple[ErrorInfo, ...] = ()
+    stdout: str = ""
+    stderr: str = ""
+    log: str = ""
+    attempts: tuple[TestResult, ...] = ()
+    subtests: tuple[SubtestResult, ...] = ()
+
+    @property
+    def outcome(self) -> Outcome:
+        """The item's outcome, by the module's documented precedence."""
+        return derive_outcome(self.phases)
+
+    @property
+    def duration_ms(self) -> float:
+        """Total duration of the phases (ms)."""
+        return sum(p.duration_ms for p in self.phases)
+
+
+@attrs.frozen
+class CollectionError:
+    """A module (or other collector) that failed to collect: its node id and the error."""
+
+    nodeid: str
+    module_path: str
+    error: ErrorInfo
+
+
+@attrs.frozen
+class FileCoverage:
+    """Coverage of one file in one run.
+
+    Counts are of statements and branches as coverage.py reports them; ``missing_lines``
+    are 1-based line numbers never executed. Percentages are derived, never stored as input.
+    """
+
+    path: str
+    statements: int
+    missing_statements: int
+    branches: int = 0
+    partial_branches: int = 0
+    missing_branches: int = 0
+    missing_lines: tuple[int, ...] = ()
+
+    @property
+    def percent_covered(self) -> float:
+        """Covered share of statements and branches, 0-100 (coverage.py's formula)."""
+        total = self.statements + self.branches
+        if total == 0:
+            return 100.0
+        covered = (self.statements - self.missing_statements) + (
+            self.branches - self.missing_branches
+        )
+        return 100.0 * covered / total
+
+
+@attrs.frozen
+class RunRetentionPolicy:
+    """Keep the newest ``keep_runs`` runs of each project (``keep_runs >= 1``); with
+    ``max_age_days`` (> 0) also drop runs that started more than that many days ago."""
+
+    keep_runs: int
+    max_age_days: float | None = None
+
+
+# -- outputs ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PruneRunsResult:
+    """What ``prune_runs`` removed: runs deleted (their cascaded rows are not counted) and
+    ``files`` rows garbage-collected because nothing referenced them any more."""
+
+    pruned_runs: int
+    pruned_files: int
+
+
+@attrs.frozen
+class RunSummary:
+    """One run with counts computed from its stored test rows (never taken from input).
+
+    ``counts`` maps every ``Outcome`` value to a number of items; ``collection_errors`` counts
+    collectors that failed. ``finished_at_ms`` is None while running.
+    """
+
+    id: RunId
+    project: str
+    invocation_id: str
+    status: RunStatus
+    started_at_ms: int
+    finished_at_ms: int | None
+    counts: dict[str, int]
+    collection_errors: int
+    environment: Environment
+
+    @property
+    def total(self) -> int:
+        """Number of recorded items."""
+        return sum(self.counts.values())
+
+
+@attrs.frozen
+class TestRecord:
+    """A stored test item of one run, without its payload (errors, output)."""
+
+    __test__ = False
+
+    run_id: RunId
+    nodeid: str
+    module_path: str
+    name: str
+    parametrize_id: str | None
+    line: int | None
+    markers: tuple[str, ...]
+    outcome: Outcome
+    duration_ms: float
+    phases: tuple[PhaseResult, ...]
+    attempts: int
+    skip_reason: str | None = None
+
+
+@attrs.frozen
+class FailureRecord:
+    """A failing item (or collection error) of one run with its errors.
+
+    ``phase`` is the phase of the first error; ``message`` its (bounded) message;
+    ``message_truncated`` / ``text_truncated`` say whether storage cut them. ``signature`` is
+    the stable failure-signature hash of the first error (hex).
+    """
+
+    nodeid: str
+    outcome: Outcome
+    phase: Phase
+    exception_type: str
+    message: str
+    message_truncated: bool
+    text: str
+    text_truncated: bool
+    frames: tuple[StackFrame, ...]
+    causes: tuple[ErrorInfo, ...]
+    signature: str
+    is_new: bool
+
+
+@attrs.frozen
+class TestClassification:
+    """How one item of a run is classified, and the window it was judged on (newest first)."""
+
+    __test__ = False
+
+    nodeid: str
+    outcome: Outcome
+    classification: Classification
+    window: tuple[Outcome, ...]
+
+
+@attrs.frozen
+class FlakyTest:
+    """A test whose history window mixes failing and passing outcomes.
+
+    ``flips`` counts changes between failing and passing in the window (newest first).
+    """
+
+    nodeid: str
+    flips: int
+    failures: int
+    passes: int
+    window: tuple[Outcome, ...]
+    last_run_id: RunId | None
+
+
+@attrs.frozen
+class HistoryEntry:
+    """One executed outcome of one test. ``run_id`` is None once that run was pruned."""
+
+    run_id: RunId | None
+    outcome: Outcome
+    duration_ms: float
+    recorded_at_ms: int
+
+
+@attrs.frozen
+class CoverageReport:
+    """The coverage of a run: per-file rows (sorted by path) and totals over them.
+
+    ``source_run_id`` is the run whose rows are shown: the run itself, or a sibling run of the
+    same invocation that stored the invocation's coverage (seed 000).
+    """
+
+    run_id: RunId
+    source_run_id: RunId
+    files: tuple[FileCoverage, ...]
+
+    @property
+    def percent_covered(self) -> float:
+        """Total covered share of statements and branches, 0-100."""
+        statements = sum(f.statements for f in self.files)
+        branches = sum(f.branches for f in self.files)
+        total = statements + branches
+        if total == 0:
+            return 100.0
+        missing = sum(f.missing_statements + f.missing_branches for f in self.files)
+        return 100.0 * (total - missing) / total
+
+
+@attrs.frozen
+class CoverageTrendPoint:
+    """Total coverage (percent, 0-100) of one run of a project."""
+
+    run_id: RunId
+    started_at_ms: int
+    percent_covered: float
+
+
+@attrs.frozen
+class RunComparison:
+    """How run ``b`` differs from run ``a``, as sorted node ids."""
+
+    run_a: RunId
+    run_b: RunId
+    newly_failing: tuple[str, ...]
+    fixed: tuple[str, ...]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+DataStoreError: TypeAlias = NotFound | IllegalTransition | InvalidInput | Busy | StorageFailure
+"""Every failure a ``DataStore`` method returns."""
+
+DataReaderError: TypeAlias = NotFound | InvalidInput | Busy | StorageFailure
+"""Every failure a ``DataReader`` method returns."""
+
+
+def derive_outcome(phases: Sequence[PhaseResult]) -> Outcome:
+    """Derive an item's outcome from its phases by the precedence in the module docstring."""
+    by_phase = {p.phase: p.outcome for p in phases}
+    setup = by_phase.get(Phase.SETUP)
+    call = by_phase.get(Phase.CALL)
+    teardown = by_phase.get(Phase.TEARDOWN)
+    if setup in (Outcome.FAILED, Outcome.ERROR):
+        return Outcome.ERROR
+    if call is None and setup in (Outcome.SKIPPED, Outcome.XFAILED):
+        return setup
+    if call in (Outcome.FAILED, Outcome.ERROR):
+        return Outcome.FAILED
+    if teardown in (Outcome.FAILED, Outcome.ERROR):
+        return Outcome.ERROR
+    if call in (Outcome.XFAILED, Outcome.XPASSED, Outcome.SKIPPED):
+        return call
+    return Outcome.PASSED
+
+
+# -- services ---------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class DataStore(Protocol):
+    """Writes test-run records. Every method is one unit of work: all or nothing."""
+
+    def begin_run(self, start: RunStart) -> Result[RunId, DataStoreError]:
+        """Create a ``running`` run for ``start.project`` and return its id.
+
+        Failures: ``InvalidInput`` for an empty project or invocation id, a naive
+        ``started_at``, or text that cannot be stored (lone surrogates are replaced, never
+        rejected, in free text; identifiers must be valid); ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def record_results(
+        self, run_id: RunId, results: Sequence[TestResult]
+    ) -> Result[int, DataStoreError]:
+        """Store one batch of item results of a running run; return how many items were stored.
+
+        A node id already stored in this run is replaced by the new result (a rerun of the
+        same item). Failures: ``NotFound("run", id)``; ``IllegalTransition`` when the run
+        is no longer ``running``; ``InvalidInput`` for an empty node id, a non-finite or
+        negative duration, or an item without phases (nothing of the batch is stored);
+        ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def record_collection_errors(
+        self, run_id: RunId, errors: Sequence[CollectionError]
+    ) -> Result[int, DataStoreError]:
+        """Store collection errors of a running run (one per collector node id; a repeat
+        replaces the earlier one); return how many were stored. Failures as ``record_results``."""
+        ...
+
+    def finish_run(
+        self, run_id: RunId, status: RunStatus, finished_at: datetime
+    ) -> Result[RunSummary, DataStoreError]:
+        """Move a ``running`` run to a final status and return its summary.
+
+        ``passed``/``failed`` runs update the history window of every executed item (then
+        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement) and the
+        failure signatures; ``interrupted``/``aborted`` runs update neither.
+        Failures: ``NotFound``; ``IllegalTransition(from, to)`` when the run is not
+        ``running`` or ``status`` is ``running``; ``InvalidInput`` for a naive datetime;
+        ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def abort_stale_runs(
+        self, project: str, *, older_than: datetime
+    ) -> Result[tuple[RunId, ...], DataStoreError]:
+        """Mark ``aborted`` every ``running`` run of ``project`` last written before ``older_than``.
+
+        Returns the ids it aborted (ascending). Failures: ``InvalidInput`` (naive datetime),
+        ``Busy``, ``StorageFailure``.
+        """
+        ...
+
+    def write_coverage(
+        self, run_id: RunId, files: Sequence[FileCoverage]
+    ) -> Result[int, DataStoreError]:
+        """Store per-file coverage of a run (replacing any it had); return the number of files.
+
+        Failures: ``NotFound``; ``InvalidInput`` for negative counts, missing greater than
+        total, or a duplicate path; ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        """Apply a retention policy in one unit of work (seed 000 semantics).
+
+        Keeps the newest ``keep_runs`` runs per project by (start desc, id desc) and, with
+        ``max_age_days``, drops older runs; never a ``running`` run. Coverage rows of a doomed
+        run move to the lowest surviving run of its invocation unless a survivor already has
+        coverage. History rows and failure signatures survive (history with a NULL run).
+        Then every ``files`` row nothing references is removed.
+        Failures: ``InvalidInput`` (``keep_runs < 1``, ``max_age_days <= 0``), ``Busy``,
+        ``StorageFailure``.
+        """
+        ...
+
+
+@runtime_checkable
+class DataReader(Protocol):
+    """Answers questions about stored test runs. Reads never change anything."""
+
+    def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
+        """The newest run of ``project`` by (start desc, id desc); ``NotFound`` when none."""
+        ...
+
+    def get_run(self, run_id: RunId) -> Result[RunSummary, DataReaderError]:
+        """One run with its counts; ``NotFound("run", id)`` when missing."""
+        ...
+
+    def list_runs(
+        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[RunSummary], DataReaderError]:
+        """Runs of ``project`` (every project when None), newest first, per the pagination
+        contract of ``runstore.services.pagination``."""
+        ...
+
+    def projects(self) -> Result[tuple[str, ...], DataReaderError]:
+        """Every project with at least one run, sorted."""
+        ...
+
+    def tests(
+        self, run_id: RunId, *, outcomes: frozenset[Outcome] | None = None
+    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
+        """Items of a run (only ``outcomes`` when given), sorted by node id; ``NotFound``."""
+        ...
+
+    def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
+        """Failing items and collection errors of a run with errors, frames and signatures,
+        sorted by node id; ``NotFound`` when the run is missing."""
+        ...
+
+    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """Classify every item of a run against its history window (see ``Classification``),
+        sorted by node id; ``NotFound`` when the run is missing."""
+        ...
+
+    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
+        """Tests of ``project`` whose history window mixes failing and passing outcomes,
+        most flips first, then by node id."""
+        ...
+
+    def history(
+        self, project: str, nodeid: str
+    ) -> Result[tuple[HistoryEntry, ...], DataReaderError]:
+        """The history window of one test, newest first; ``NotFound("test", nodeid)`` when
+        the project has never recorded it."""
+        ...
+
+    def find_tests(
+        self, project: str, fragment: str, *, limit: int = 20
+    ) -> Result[tuple[str, ...], DataReaderError]:
+        """Node ids of ``project`` containing ``fragment`` (exact match first), sorted."""
+        ...
+
+    def slowest(
+        self, run_id: RunId, *, limit: int = 10
+    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
+        """The ``limit`` slowest items of a run, slowest first (ties by node id)."""
+        ...
+
+    def coverage(self, run_id: RunId) -> Result[CoverageReport, DataReaderError]:
+        """Coverage of a run, read from a sibling run of its invocation when that one holds
+        the invocation's rows; ``NotFound("coverage", id)`` when no run of it has any."""
+        ...
+
+    def coverage_trend(
+        self, project: str, *, limit: int = 50
+    ) -> Result[tuple[CoverageTrendPoint, ...], DataReaderError]:
+        """Total coverage of the newest ``limit`` runs of ``project`` that have coverage,
+        oldest first."""
+        ...
+
+    def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
+        """What changed from ``run_a`` to ``run_b``; ``NotFound`` when either is missing."""
+        ...
