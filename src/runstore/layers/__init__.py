@@ -22,6 +22,10 @@ from collections.abc import Iterator
 from returns.result import Failure
 
 from runstore.exceptions import DatabaseOpenError
+from runstore.layers._action_runs_memory import InMemoryActionRunStorage, in_memory_execution_ledger
+from runstore.layers._action_runs_sqlite import SqliteActionRunStorage, sqlite_execution_ledger
+from runstore.layers._executions_memory import InMemoryExecutionStorage
+from runstore.layers._executions_sqlite import SqliteExecutionStorage
 from runstore.layers._layer import Container, Layer, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._open import open_database
@@ -32,20 +36,26 @@ from runstore.services.clock import Clock, SystemClock
 __all__ = [
     "ConnectionSettings",
     "Container",
+    "InMemoryActionRunStorage",
     "InMemoryDatabase",
+    "InMemoryExecutionStorage",
     "Layer",
+    "SqliteActionRunStorage",
     "SqliteDatabase",
+    "SqliteExecutionStorage",
     "TxDict",
     "UnitOfWork",
     "build",
     "connect",
     "in_memory",
     "in_memory_database",
+    "in_memory_execution_ledger",
     "merge",
     "open_database",
     "provide",
     "sqlite",
     "sqlite_database",
+    "sqlite_execution_ledger",
     "system_clock",
 ]
 
@@ -91,9 +101,17 @@ def sqlite(
 
     ``path`` is a file (created with its folder) or ``:memory:``. Requires nothing.
     """
-    return merge(sqlite_database(path, settings), system_clock())
+    return merge(
+        sqlite_database(path, settings),
+        system_clock(),
+        sqlite_execution_ledger(),
+    )
 
 
 def in_memory() -> Layer:
     """The in-memory layer: every runstore service, kept in memory. Requires nothing."""
-    return merge(in_memory_database(), system_clock())
+    return merge(
+        in_memory_database(),
+        system_clock(),
+        in_memory_execution_ledger(),
+    )
