@@ -3,4 +3,38 @@ seeded test layers."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from runstore.testing._testruns_contract import (
+    DataReaderContract,
+    DataStoreContract,
+    LayerFactory,
+    RunRecordsMachine,
+    collection_errors,
+    contract_state_machine,
+    environments,
+    error_infos,
+    file_coverages,
+    free_text,
+    huge_text,
+    item_results,
+    node_ids,
+    phases_for,
+    stack_frames,
+)
+
+__all__: list[str] = [
+    "DataReaderContract",
+    "DataStoreContract",
+    "LayerFactory",
+    "RunRecordsMachine",
+    "collection_errors",
+    "contract_state_machine",
+    "environments",
+    "error_infos",
+    "file_coverages",
+    "free_text",
+    "huge_text",
+    "item_results",
+    "node_ids",
+    "phases_for",
+    "stack_frames",
+]

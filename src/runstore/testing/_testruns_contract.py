@@ -1,0 +1,1484 @@
+"""The contract every ``DataStore`` / ``DataReader`` layer must meet, shipped for third parties.
+
+Three parts:
+
+- **Strategies** (``node_ids``, ``error_infos``, ``item_results``, ...) that generate the awkward
+  inputs a real test runner produces: node ids with ``::``, brackets, spaces, any Unicode and
+  NUL; messages with lone surrogates or far beyond ``MAX_MESSAGE_CHARS``; deep cause chains.
+- **The state machine** (:func:`contract_state_machine`): a hypothesis ``RuleBasedStateMachine``
+  that drives the layer under test beside the in-memory layer (the model) with the same calls
+  and compares the whole ``Result`` of every call, and after every step the whole result of
+  every reader query. Run ids are opaque: the machine maps the layer's ids onto the model's
+  (and checks they are never reused and grow with creation order) instead of demanding equal
+  numbers.
+- **Contract base classes** (:class:`DataStoreContract`, :class:`DataReaderContract`): pytest
+  classes with example tests of the documented semantics, parametrized by a factory fixture.
+  A test module subclasses them and says how to make the layer::
+
+      class TestSqliteDataStore(DataStoreContract):
+          def make_layer(self) -> Layer:
+              return sqlite(":memory:")
+
+  or overrides the ``layer_factory`` fixture when the factory needs other fixtures
+  (``tmp_path`` for a file database). The factory is called once per test and once per
+  hypothesis example, and must return a layer providing ``DataStore`` and ``DataReader`` on a
+  fresh, empty store. The contract provides its own ``Clock`` (a ``FixedClock``) on top.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+from returns.result import Failure, Result, Success
+
+from runstore.layers import Container, Layer, build, in_memory, merge
+from runstore.services.clock import Clock, FixedClock
+from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
+from runstore.services.pagination import MAX_PAGE_SIZE, Page
+from runstore.services.testruns import (
+    DEFAULT_HISTORY_WINDOW,
+    MAX_CAPTURE_CHARS,
+    MAX_FRAMES,
+    MAX_MESSAGE_CHARS,
+    MAX_TEXT_CHARS,
+    Classification,
+    CollectionError,
+    DataReader,
+    DataStore,
+    Environment,
+    ErrorInfo,
+    FileCoverage,
+    Outcome,
+    Phase,
+    PhaseResult,
+    PruneRunsResult,
+    RunId,
+    RunRetentionPolicy,
+    RunStart,
+    RunStatus,
+    StackFrame,
+    SubtestResult,
+    TestResult,
+)
+
+__all__ = [
+    "DAY_MS",
+    "T0_MS",
+    "DataReaderContract",
+    "DataStoreContract",
+    "LayerFactory",
+    "RunRecordsMachine",
+    "collection_errors",
+    "contract_state_machine",
+    "environments",
+    "error_infos",
+    "file_coverages",
+    "free_text",
+    "huge_text",
+    "item_results",
+    "node_ids",
+    "phases_for",
+    "stack_frames",
+    "utc",
+]
+
+T = TypeVar("T")
+
+LayerFactory = Callable[[], Layer]
+"""Makes a layer providing ``DataStore`` and ``DataReader`` on a fresh, empty store."""
+
+T0_MS = 1_700_000_000_000
+"""Where the contract's clock starts (epoch ms, 2023-11-14T22:13:20Z)."""
+
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+
+def utc(ms: int) -> datetime:
+    """Return the aware UTC datetime of epoch milliseconds ``ms``."""
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+# -- strategies --------------------------------------------------------------------------------
+
+_ODD_PIECES = (
+    "::", "[", "]", " ", "/", "-", ".", "_", "%", "*", "?", "\\", "'", '"', "\t",
+    "ß", "é", "e\u0301", "ǅ", "İ", "😀", "👩‍👩‍👧", "中文", "\u200b", "\u202e", "\ufeff",
+    "\x00", "A", "a", "test", "Test", "::()", "[1-2]", "[a b]",
+)
+
+
+def _pieces(min_size: int = 1, max_size: int = 4) -> st.SearchStrategy[str]:
+    piece = st.one_of(st.sampled_from(_ODD_PIECES), st.text(min_size=1, max_size=3))
+    return st.lists(piece, min_size=min_size, max_size=max_size).map("".join)
+
+
+def node_ids() -> st.SearchStrategy[str]:
+    """Pytest-like node ids, stored verbatim: ``path::Class::name[param]`` built from odd
+    pieces (``::`` inside names, brackets, spaces, combining marks, emoji, bidi controls, NUL,
+    ``%`` and ``_`` that a careless LIKE would treat as wildcards), plus plain text.
+    Never empty and never with lone surrogates (those make an invalid identifier)."""
+    structured = st.builds(
+        lambda path, names, param: path + "".join("::" + n for n in names)
+        + ("" if param is None else f"[{param}]"),
+        _pieces(),
+        st.lists(_pieces(), min_size=0, max_size=2),
+        st.none() | _pieces(max_size=3),
+    )
+    return st.one_of(structured, st.text(min_size=1, max_size=20))
+
+
+def free_text(max_size: int = 30) -> st.SearchStrategy[str]:
+    """Free text (messages, output): any Unicode including NUL and lone surrogates."""
+    surrogate = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+    return st.one_of(
+        st.text(max_size=max_size),
+        st.lists(st.one_of(st.sampled_from(_ODD_PIECES), surrogate), max_size=6).map("".join),
+    )
+
+
+def huge_text(limit: int) -> st.SearchStrategy[str]:
+    """Text right around ``limit`` characters (just under, at, and beyond it), built cheaply."""
+    return st.builds(
+        lambda unit, n: (unit * n)[: max(n, 0)],
+        st.sampled_from(["x", "é", "😀", "ab\n"]),
+        st.integers(limit - 2, limit + 40),
+    )
+
+
+def _messages() -> st.SearchStrategy[str]:
+    numbered = st.builds(
+        lambda a, b, addr: f"assert {a} == {b} at 0x{addr:x} in '/tmp/t{a}.py'",
+        st.integers(0, 10_000), st.integers(0, 10_000), st.integers(0, 2**48),
+    )
+    return st.one_of(
+        st.sampled_from(["", "assert False", "boom", "expected 1 got 2"]),
+        numbered,
+        free_text(),
+        huge_text(MAX_MESSAGE_CHARS),
+    )
+
+
+def stack_frames() -> st.SearchStrategy[StackFrame]:
+    """Stack frames from a small pool of paths (so files repeat across runs)."""
+    return st.builds(
+        StackFrame,
+        path=st.sampled_from(["src/app/a.py", "src/app/b.py", "tests/test_x.py", "/usr/lib/x.py"])
+        | _pieces(max_size=2),
+        line=st.none() | st.integers(1, 10_000),
+        function=st.sampled_from(["f", "<module>", "test_it", "__call__"]) | _pieces(max_size=2),
+        is_project=st.booleans(),
+    )
+
+
+def error_infos(
+    phase: Phase | None = None, *, max_causes: int = 2, max_frames: int = 4
+) -> st.SearchStrategy[ErrorInfo]:
+    """Errors with frames (outermost first) and a cause chain of up to ``max_causes``."""
+    one = st.builds(
+        ErrorInfo,
+        phase=st.just(phase) if phase is not None else st.sampled_from(list(Phase)),
+        exception_type=st.sampled_from(
+            ["AssertionError", "ValueError", "pkg.mod.Error", "KeyError", "Ünïcode.Err"]
+        ),
+        message=_messages(),
+        text=st.one_of(free_text(), huge_text(MAX_TEXT_CHARS)),
+        frames=st.one_of(
+            st.lists(stack_frames(), max_size=max_frames).map(tuple),
+            st.builds(
+                lambda f, n: (f,) * n, stack_frames(), st.integers(MAX_FRAMES - 1, MAX_FRAMES + 3)
+            ),
+        ),
+    )
+
+    def chain(errors: list[ErrorInfo]) -> ErrorInfo:
+        cause: ErrorInfo | None = None
+        for error in reversed(errors):
+            cause = attrs.evolve(error, cause=cause)
+        assert cause is not None
+        return cause
+
+    return st.lists(one, min_size=1, max_size=1 + max_causes).map(chain)
+
+
+def _durations() -> st.SearchStrategy[float]:
+    # Multiples of 1/8 ms: sums of a few are exact in binary floating point, so a layer that
+    # adds durations in another order still gets the same total.
+    return st.integers(0, 8 * 100_000).map(lambda k: k / 8)
+
+
+def phases_for(outcome: Outcome) -> st.SearchStrategy[tuple[PhaseResult, ...]]:
+    """Phases (setup, call, teardown) from which ``derive_outcome`` gives ``outcome``."""
+    d = _durations()
+
+    def p(phase: Phase, o: Outcome, reason: str | None = None) -> st.SearchStrategy[PhaseResult]:
+        return st.builds(PhaseResult, st.just(phase), st.just(o), d, st.just(reason))
+
+    ok_setup, ok_call, ok_down = (
+        p(Phase.SETUP, Outcome.PASSED), p(Phase.CALL, Outcome.PASSED),
+        p(Phase.TEARDOWN, Outcome.PASSED),
+    )
+    options: dict[Outcome, list[st.SearchStrategy[tuple[PhaseResult, ...]]]] = {
+        Outcome.PASSED: [st.tuples(ok_setup, ok_call, ok_down), st.tuples(ok_call)],
+        Outcome.FAILED: [st.tuples(ok_setup, p(Phase.CALL, Outcome.FAILED), ok_down)],
+        Outcome.ERROR: [
+            st.tuples(p(Phase.SETUP, Outcome.FAILED), ok_down),
+            st.tuples(ok_setup, ok_call, p(Phase.TEARDOWN, Outcome.FAILED)),
+        ],
+        Outcome.SKIPPED: [
+            st.tuples(p(Phase.SETUP, Outcome.SKIPPED, "skip marker"), ok_down),
+            st.tuples(ok_setup, p(Phase.CALL, Outcome.SKIPPED, "skipped inside"), ok_down),
+        ],
+        Outcome.XFAILED: [
+            st.tuples(ok_setup, p(Phase.CALL, Outcome.XFAILED, "known bug"), ok_down),
+            st.tuples(p(Phase.SETUP, Outcome.XFAILED, "run=False"), ok_down),
+        ],
+        Outcome.XPASSED: [st.tuples(ok_setup, p(Phase.CALL, Outcome.XPASSED), ok_down)],
+    }
+    return st.one_of(options[outcome])
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0] or nodeid
+
+
+def item_results(
+    nodeid: st.SearchStrategy[str] | None = None,
+    outcome: st.SearchStrategy[Outcome] | None = None,
+    *,
+    attempts: bool = True,
+) -> st.SearchStrategy[TestResult]:
+    """Valid test results: phases consistent with the outcome, errors on failing phases,
+    bounded-or-huge captured output, rerun attempts and subtests now and then."""
+    node = nodeid if nodeid is not None else node_ids()
+    outcomes = outcome if outcome is not None else st.sampled_from(list(Outcome))
+
+    @st.composite
+    def build_one(draw: st.DrawFn) -> TestResult:
+        nid = draw(node)
+        out = draw(outcomes)
+        phases = draw(phases_for(out))
+        failing = [ph for ph in phases if ph.outcome == Outcome.FAILED]
+        errors = tuple(draw(error_infos(ph.phase)) for ph in failing)
+        name = nid.split("::", 1)[1] if "::" in nid else nid
+        param = draw(st.none() | _pieces(max_size=2))
+        earlier: tuple[TestResult, ...] = ()
+        if attempts and draw(st.integers(0, 5)) == 0:
+            earlier = tuple(
+                draw(st.lists(item_results(st.just(nid), attempts=False), max_size=2))
+            )
+        subtests = tuple(
+            draw(
+                st.lists(
+                    st.builds(
+                        SubtestResult,
+                        description=_pieces(max_size=2),
+                        outcome=st.sampled_from([Outcome.PASSED, Outcome.FAILED]),
+                        duration_ms=_durations(),
+                        error=st.none() | error_infos(Phase.CALL, max_causes=0),
+                    ),
+                    max_size=2,
+                )
+            )
+        ) if draw(st.integers(0, 5)) == 0 else ()
+        output = st.one_of(st.just(""), free_text(), huge_text(MAX_CAPTURE_CHARS))
+        return TestResult(
+            nodeid=nid,
+            module_path=_module_of(nid),
+            name=name,
+            phases=phases,
+            parametrize_id=param,
+            line=draw(st.none() | st.integers(1, 5_000)),
+            markers=tuple(
+                draw(st.lists(st.sampled_from(["slow", "db", "ünï", "a b", "x[1]"]), unique=True))
+            ),
+            errors=errors,
+            stdout=draw(output),
+            stderr=draw(st.sampled_from(["", "warning\n"])),
+            log=draw(st.sampled_from(["", "INFO x\n"])),
+            attempts=earlier,
+            subtests=subtests,
+        )
+
+    return build_one()
+
+
+def collection_errors(nodeid: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[
+    CollectionError
+]:
+    """Collection errors of modules (phase ``collect``)."""
+    node = nodeid if nodeid is not None else st.sampled_from(
+        ["tests/test_broken.py", "tests/sub dir/test_ü.py", "tests/test_[x].py"]
+    )
+    return st.builds(
+        lambda nid, err: CollectionError(nid, _module_of(nid), err),
+        node,
+        error_infos(Phase.COLLECT, max_causes=1),
+    )
+
+
+def file_coverages(paths: Sequence[str] = ("src/app/a.py", "src/app/b.py", "src/ü x.py")) -> (
+    st.SearchStrategy[tuple[FileCoverage, ...]]
+):
+    """Valid coverage of distinct files from ``paths``."""
+
+    @st.composite
+    def one(draw: st.DrawFn, path: str) -> FileCoverage:
+        statements = draw(st.integers(0, 500))
+        branches = draw(st.integers(0, 100))
+        missing_lines = tuple(sorted(draw(st.sets(st.integers(1, 2_000), max_size=5))))
+        return FileCoverage(
+            path=path,
+            statements=statements,
+            missing_statements=draw(st.integers(0, statements)),
+            branches=branches,
+            partial_branches=draw(st.integers(0, branches)),
+            missing_branches=draw(st.integers(0, branches)),
+            missing_lines=missing_lines,
+        )
+
+    return st.lists(st.sampled_from(list(paths)), unique=True, max_size=len(paths)).flatmap(
+        lambda chosen: st.tuples(*(one(p) for p in chosen))
+    )
+
+
+def environments() -> st.SearchStrategy[Environment]:
+    """Environments, with and without git information."""
+    return st.builds(
+        Environment,
+        python_version=st.sampled_from(["3.11.9", "3.13.0", ""]),
+        pytest_version=st.sampled_from(["8.3.4", "9.0.0"]),
+        platform=st.sampled_from(["linux", "darwin", "win32"]),
+        git_commit=st.none() | st.sampled_from(["0" * 40, "abc123"]),
+        git_branch=st.none() | st.sampled_from(["main", "feature/ü x"]),
+        command_line=st.lists(_pieces(max_size=2), max_size=3).map(tuple),
+        host=st.sampled_from(["", "ci-1"]),
+        pid=st.none() | st.integers(1, 2**22),
+    )
+
+
+# -- comparing results across layers --------------------------------------------------------------
+
+_RUN_ID_FIELDS = frozenset({"id", "run_id", "run_a", "run_b", "source_run_id", "last_run_id"})
+_RUN_KEYED_ENTITIES = frozenset({"run", "coverage", "test_run", "runs"})
+
+
+def _translate(value: Any, ids: dict[int, int]) -> Any:
+    """Rewrite every run id inside ``value`` (a Result, record, tuple) through ``ids``.
+
+    Ids missing from ``ids`` are left as they are (unknown ids are passed to both layers
+    unchanged).
+    """
+    if isinstance(value, Success):
+        return Success(_translate(value.unwrap(), ids))
+    if isinstance(value, Failure):
+        return Failure(_translate(value.failure(), ids))
+    if isinstance(value, NotFound | IllegalTransition):
+        if value.entity in _RUN_KEYED_ENTITIES and value.key.isdigit():
+            return attrs.evolve(value, key=str(ids.get(int(value.key), int(value.key))))
+        return value
+    if isinstance(value, Page):
+        return Page(_translate(value.items, ids), value.has_more, None)
+    if isinstance(value, tuple):
+        return tuple(_translate(v, ids) for v in value)
+    if attrs.has(type(value)):
+        changes = {}
+        for field in attrs.fields(type(value)):
+            current = getattr(value, field.name)
+            if field.name in _RUN_ID_FIELDS and isinstance(current, int):
+                changes[field.name] = ids.get(current, current)
+            elif isinstance(current, tuple) and current and attrs.has(type(current[0])):
+                changes[field.name] = _translate(current, ids)
+        return attrs.evolve(value, **changes) if changes else value
+    return value
+
+
+def _page_shape(result: Result[Any, Any]) -> Result[Any, Any]:
+    """A page result with its opaque cursor reduced to whether there is one."""
+    if isinstance(result, Success) and isinstance(result.unwrap(), Page):
+        page = result.unwrap()
+        return Success(Page(page.items, page.has_more, None if page.next_cursor is None else "+"))
+    return result
+
+
+# -- the state machine ----------------------------------------------------------------------------
+
+PROJECTS = ("alpha", "bêta")
+INVOCATIONS = ("inv-1", "inv-2", "inv-3")
+UNKNOWN_RUN = RunId(987_654_321)
+
+
+def _open(stack: ExitStack, factory: LayerFactory, clock: FixedClock) -> Container:
+    clock_layer = Layer.value(Clock, clock)  # type: ignore[type-abstract]
+    return stack.enter_context(build(merge(factory(), clock_layer)))
+
+
+class RunRecordsMachine(RuleBasedStateMachine):
+    """Drives the layer under test beside the model with the same calls; see the module doc.
+
+    Use :func:`contract_state_machine` to bind a layer factory; ``model_factory`` defaults to
+    the in-memory layer.
+    """
+
+    __test__ = False
+
+    layer_factory: ClassVar[LayerFactory]
+    model_factory: ClassVar[LayerFactory] = staticmethod(in_memory)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stack = ExitStack()
+        self.clock = FixedClock(T0_MS)
+        try:
+            sut = _open(self._stack, type(self).layer_factory, self.clock)
+            model = _open(self._stack, type(self).model_factory, self.clock)
+        except BaseException:
+            self._stack.close()
+            raise
+        self.store: DataStore = sut.get(DataStore)
+        self.reader: DataReader = sut.get(DataReader)
+        self.model_store: DataStore = model.get(DataStore)
+        self.model_reader: DataReader = model.get(DataReader)
+        self.ids: dict[int, int] = {}  # layer's run id -> model's run id
+        self.runs: list[RunId] = []  # model ids, creation order
+        self.nodeids: list[str] = ["tests/test_a.py::test_one"]
+        self.max_sut_id = -1
+
+    def teardown(self) -> None:
+        self._stack.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _sut_id(self, model_id: RunId) -> RunId:
+        for sut, model in self.ids.items():
+            if model == model_id:
+                return RunId(sut)
+        return model_id
+
+    def _same(self, what: str, sut: Result[Any, Any], model: Result[Any, Any]) -> Any:
+        translated = _page_shape(_translate(sut, self.ids))
+        expected = _page_shape(model)
+        assert translated == expected, (
+            f"{what}: the layer returned\n  {translated!r}\nbut the model returned\n  {expected!r}"
+        )
+        return model
+
+    def _pick(self, pick: int) -> RunId:
+        if not self.runs or pick % 11 == 10:
+            return UNKNOWN_RUN
+        return self.runs[pick % len(self.runs)]
+
+    # -- rules -----------------------------------------------------------------------------------
+
+    @initialize(nodeids=st.lists(node_ids(), min_size=2, max_size=6, unique=True))
+    def choose_nodeids(self, nodeids: list[str]) -> None:
+        self.nodeids = nodeids
+
+    @rule(
+        project=st.sampled_from(PROJECTS),
+        invocation=st.sampled_from(INVOCATIONS),
+        offset=st.sampled_from([0, 0, 1, -HOUR_MS, -2 * DAY_MS, -10 * DAY_MS]),
+        environment=environments(),
+    )
+    def begin_run(
+        self, project: str, invocation: str, offset: int, environment: Environment
+    ) -> None:
+        start = RunStart(project, invocation, utc(self.clock.now + offset), environment)
+        sut = self.store.begin_run(start)
+        model = self.model_store.begin_run(start)
+        if isinstance(sut, Success) and isinstance(model, Success):
+            sut_id, model_id = int(sut.unwrap()), int(model.unwrap())
+            assert sut_id not in self.ids, f"run id {sut_id} was handed out twice"
+            assert sut_id > self.max_sut_id, (
+                f"run id {sut_id} is not greater than the earlier {self.max_sut_id}; "
+                "ties in start time are broken by id, so ids must grow with creation"
+            )
+            self.max_sut_id = sut_id
+            self.ids[sut_id] = model_id
+            self.runs.append(RunId(model_id))
+            return
+        self._same("begin_run", sut, model)
+
+    @rule(
+        which=st.sampled_from(["naive", "empty project", "empty invocation"]),
+    )
+    def begin_run_invalid(self, which: str) -> None:
+        started = utc(self.clock.now)
+        start = {
+            "naive": RunStart("alpha", "inv-1", started.replace(tzinfo=None)),
+            "empty project": RunStart("", "inv-1", started),
+            "empty invocation": RunStart("alpha", "", started),
+        }[which]
+        sut = self.store.begin_run(start)
+        assert isinstance(sut, Failure), sut
+        assert isinstance(sut.failure(), InvalidInput), sut
+        self._same(f"begin_run ({which})", sut, self.model_store.begin_run(start))
+
+    @rule(pick=st.integers(0, 1_000), data=st.data(), poison=st.sampled_from([None] * 6 + [
+        "nan", "negative", "no phases", "empty nodeid", "inf",
+    ]))
+    def record_results(self, pick: int, data: st.DataObject, poison: str | None) -> None:
+        run = self._pick(pick)
+        batch = data.draw(
+            st.lists(item_results(st.sampled_from(self.nodeids)), min_size=0, max_size=4),
+            label="batch",
+        )
+        if poison is not None:
+            victim = data.draw(item_results(st.sampled_from(self.nodeids)), label="victim")
+            phases = victim.phases
+            bad = {
+                "nan": lambda: attrs.evolve(
+                    victim, phases=(attrs.evolve(phases[0], duration_ms=math.nan), *phases[1:])
+                ),
+                "inf": lambda: attrs.evolve(
+                    victim, phases=(attrs.evolve(phases[0], duration_ms=math.inf), *phases[1:])
+                ),
+                "negative": lambda: attrs.evolve(
+                    victim, phases=(attrs.evolve(phases[0], duration_ms=-1.0), *phases[1:])
+                ),
+                "no phases": lambda: attrs.evolve(victim, phases=()),
+                "empty nodeid": lambda: attrs.evolve(victim, nodeid=""),
+            }[poison]()
+            at = data.draw(st.integers(0, len(batch)), label="position")
+            batch = [*batch[:at], bad, *batch[at:]]
+        sut = self.store.record_results(self._sut_id(run), batch)
+        model = self.model_store.record_results(run, batch)
+        self._same(f"record_results(run {run}, {len(batch)} items)", sut, model)
+
+    @rule(pick=st.integers(0, 1_000), errors=st.lists(collection_errors(), max_size=2))
+    def record_collection_errors(self, pick: int, errors: list[CollectionError]) -> None:
+        run = self._pick(pick)
+        sut = self.store.record_collection_errors(self._sut_id(run), errors)
+        model = self.model_store.record_collection_errors(run, errors)
+        self._same("record_collection_errors", sut, model)
+
+    @rule(
+        pick=st.integers(0, 1_000),
+        status=st.sampled_from(
+            [RunStatus.PASSED, RunStatus.FAILED, RunStatus.FAILED, RunStatus.INTERRUPTED,
+             RunStatus.ABORTED, RunStatus.RUNNING]
+        ),
+        naive=st.sampled_from([False] * 9 + [True]),
+    )
+    def finish_run(self, pick: int, status: RunStatus, naive: bool) -> None:
+        run = self._pick(pick)
+        finished = utc(self.clock.now)
+        if naive:
+            finished = finished.replace(tzinfo=None)
+        sut = self.store.finish_run(self._sut_id(run), status, finished)
+        model = self.model_store.finish_run(run, status, finished)
+        self._same(f"finish_run(run {run}, {status})", sut, model)
+
+    @rule(project=st.sampled_from(PROJECTS), offset=st.sampled_from([0, HOUR_MS, DAY_MS, -1]))
+    def abort_stale_runs(self, project: str, offset: int) -> None:
+        older_than = utc(self.clock.now - offset)
+        sut = self.store.abort_stale_runs(project, older_than=older_than)
+        model = self.model_store.abort_stale_runs(project, older_than=older_than)
+        self._same("abort_stale_runs", sut, model)
+
+    @rule(pick=st.integers(0, 1_000), files=file_coverages())
+    def write_coverage(self, pick: int, files: tuple[FileCoverage, ...]) -> None:
+        run = self._pick(pick)
+        sut = self.store.write_coverage(self._sut_id(run), files)
+        model = self.model_store.write_coverage(run, files)
+        self._same("write_coverage", sut, model)
+
+    @rule(
+        keep_runs=st.integers(0, 4),
+        max_age_days=st.sampled_from([None, None, None, 1.0, 0.5, 3, 0, -1.0]),
+    )
+    def prune_runs(self, keep_runs: int, max_age_days: float | None) -> None:
+        policy = RunRetentionPolicy(keep_runs, max_age_days)
+        sut = self.store.prune_runs(policy)
+        model = self.model_store.prune_runs(policy)
+        self._same(f"prune_runs({policy})", sut, model)
+
+    def whole_run_arguments(self) -> st.SearchStrategy[dict[str, Any]]:
+        """Arguments of :meth:`whole_run`: a run begun, given one batch and finished."""
+        return st.fixed_dictionaries(
+            {
+                "project": st.sampled_from(PROJECTS),
+                "invocation": st.sampled_from(INVOCATIONS),
+                "offset": st.sampled_from([0, 0, 1, -HOUR_MS, -2 * DAY_MS]),
+                "batch": st.lists(item_results(st.sampled_from(self.nodeids)), max_size=4),
+                "status": st.sampled_from(
+                    [RunStatus.PASSED, RunStatus.FAILED, RunStatus.INTERRUPTED]
+                ),
+            }
+        )
+
+    def whole_run(
+        self,
+        project: str,
+        invocation: str,
+        offset: int,
+        batch: list[TestResult],
+        status: RunStatus,
+    ) -> None:
+        """Begin a run, record one batch, finish it, comparing every step."""
+        before = len(self.runs)
+        self.begin_run(project, invocation, offset, Environment())
+        if len(self.runs) == before:
+            return
+        run = self.runs[-1]
+        self._same(
+            f"record_results(run {run}, {len(batch)} items)",
+            self.store.record_results(self._sut_id(run), batch),
+            self.model_store.record_results(run, batch),
+        )
+        finished = utc(self.clock.now)
+        self._same(
+            f"finish_run(run {run}, {status})",
+            self.store.finish_run(self._sut_id(run), status, finished),
+            self.model_store.finish_run(run, status, finished),
+        )
+        self.clock.advance(1_000)
+
+    @rule(data=st.data())
+    def record_whole_run(self, data: st.DataObject) -> None:
+        self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+
+    @rule(ms=st.sampled_from([1, 1_000, HOUR_MS, DAY_MS, 3 * DAY_MS]))
+    def advance_clock(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    # -- invariants ------------------------------------------------------------------------------
+
+    @invariant()
+    def readers_agree(self) -> None:
+        r, m = self.reader, self.model_reader
+        self._same("projects()", r.projects(), m.projects())
+        self._same("list_runs(None)", r.list_runs(None, limit=MAX_PAGE_SIZE),
+                   m.list_runs(None, limit=MAX_PAGE_SIZE))
+        for project in (*PROJECTS, "never-seen"):
+            self._same(f"latest_run({project!r})", r.latest_run(project), m.latest_run(project))
+            self._walk_pages(project)
+            self._same(f"flaky_tests({project!r})", r.flaky_tests(project),
+                       m.flaky_tests(project))
+            self._same(f"coverage_trend({project!r})", r.coverage_trend(project),
+                       m.coverage_trend(project, limit=50))
+            self._same(f"coverage_trend({project!r}, limit=2)",
+                       r.coverage_trend(project, limit=2), m.coverage_trend(project, limit=2))
+            for nodeid in self.nodeids:
+                self._same(f"history({project!r}, {nodeid!r})", r.history(project, nodeid),
+                           m.history(project, nodeid))
+            for fragment in {self.nodeids[0], self.nodeids[0][:3], "::", "%", "_", "T", "t"}:
+                self._same(f"find_tests({project!r}, {fragment!r})",
+                           r.find_tests(project, fragment), m.find_tests(project, fragment))
+        for run in (*self.runs, UNKNOWN_RUN):
+            s = self._sut_id(run)
+            self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
+            self._same(f"tests({run})", r.tests(s), m.tests(run))
+            failing = frozenset({Outcome.FAILED, Outcome.ERROR})
+            self._same(f"tests({run}, failing)", r.tests(s, outcomes=failing),
+                       m.tests(run, outcomes=failing))
+            self._same(f"failures({run})", r.failures(s), m.failures(run))
+            self._same(f"classify({run})", r.classify(s), m.classify(run))
+            self._same(f"slowest({run}, 2)", r.slowest(s, limit=2), m.slowest(run, limit=2))
+            self._same(f"coverage({run})", r.coverage(s), m.coverage(run))
+        if len(self.runs) >= 2:
+            a, b = self.runs[-2], self.runs[-1]
+            self._same(f"compare({a}, {b})", r.compare(self._sut_id(a), self._sut_id(b)),
+                       m.compare(a, b))
+
+    def _walk_pages(self, project: str) -> None:
+        r_cursor: str | None = None
+        m_cursor: str | None = None
+        for page_no in itertools.count():
+            sut = self.reader.list_runs(project, limit=2, cursor=r_cursor)
+            model = self.model_reader.list_runs(project, limit=2, cursor=m_cursor)
+            self._same(f"list_runs({project!r}, limit=2) page {page_no}", sut, model)
+            if not isinstance(model, Success) or not model.unwrap().has_more:
+                return
+            r_cursor = sut.unwrap().next_cursor
+            m_cursor = model.unwrap().next_cursor
+
+    @invariant()
+    def counts_come_from_stored_rows(self) -> None:
+        for run in self.runs:
+            summary = self.reader.get_run(self._sut_id(run))
+            tests = self.reader.tests(self._sut_id(run))
+            if isinstance(summary, Failure) or isinstance(tests, Failure):
+                continue
+            stored = Counter(t.outcome.value for t in tests.unwrap())
+            counts = summary.unwrap().counts
+            assert set(counts) == {o.value for o in Outcome}, counts
+            assert {k: v for k, v in counts.items() if v} == dict(stored), (
+                f"counts of run {run} {counts} differ from its stored rows {dict(stored)}"
+            )
+
+    @invariant()
+    def history_is_bounded(self) -> None:
+        for project in PROJECTS:
+            for nodeid in self.nodeids:
+                entries = self.reader.history(project, nodeid)
+                if isinstance(entries, Success):
+                    assert len(entries.unwrap()) <= DEFAULT_HISTORY_WINDOW
+
+
+def contract_state_machine(
+    layer_factory: LayerFactory, model_factory: LayerFactory = in_memory
+) -> type[RunRecordsMachine]:
+    """Return a :class:`RunRecordsMachine` subclass bound to ``layer_factory`` (the layer under
+    test) and ``model_factory`` (the reference, the in-memory layer by default).
+
+    Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``.
+    """
+
+    class BoundMachine(RunRecordsMachine):
+        pass
+
+    BoundMachine.layer_factory = staticmethod(layer_factory)
+    BoundMachine.model_factory = staticmethod(model_factory)
+    return BoundMachine
+
+
+# -- example-based contract -----------------------------------------------------------------------
+
+
+def make_item(
+    nodeid: str,
+    outcome: Outcome = Outcome.PASSED,
+    *,
+    duration_ms: float = 1.0,
+    message: str = "assert 1 == 2",
+    exception_type: str = "AssertionError",
+    frames: tuple[StackFrame, ...] = (),
+    module_path: str | None = None,
+) -> TestResult:
+    """A plain item of ``outcome`` whose call phase took ``duration_ms`` (failing ones carry
+    one error with ``message``)."""
+    phase_outcome = {Outcome.ERROR: Outcome.FAILED}.get(outcome, outcome)
+    error_phase = Phase.SETUP if outcome == Outcome.ERROR else Phase.CALL
+    phases = (
+        (PhaseResult(Phase.SETUP, Outcome.FAILED, duration_ms),)
+        if outcome == Outcome.ERROR
+        else (PhaseResult(Phase.CALL, phase_outcome, duration_ms),)
+    )
+    errors = (
+        (ErrorInfo(error_phase, exception_type, message, f"E   {message}", frames),)
+        if outcome in (Outcome.FAILED, Outcome.ERROR)
+        else ()
+    )
+    return TestResult(
+        nodeid=nodeid,
+        module_path=module_path or _module_of(nodeid),
+        name=nodeid.split("::", 1)[-1],
+        phases=phases,
+        errors=errors,
+    )
+
+
+class _Contract:
+    """Fixtures shared by the two contract classes."""
+
+    def make_layer(self) -> Layer:
+        """Return a layer providing ``DataStore`` and ``DataReader`` on a fresh, empty store.
+
+        Override this, or the ``layer_factory`` fixture when the factory needs fixtures.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define make_layer()")
+
+    @pytest.fixture
+    def layer_factory(self) -> LayerFactory:
+        """The factory under test (``make_layer`` unless a subclass overrides this fixture)."""
+        return self.make_layer
+
+    @pytest.fixture
+    def clock(self) -> FixedClock:
+        """The clock every service of the layer reads (starts at ``T0_MS``)."""
+        return FixedClock(T0_MS)
+
+    @pytest.fixture
+    def container(self, layer_factory: LayerFactory, clock: FixedClock) -> Iterator[Container]:
+        """The built layer under test, with the contract's clock."""
+        with ExitStack() as stack:
+            yield _open(stack, layer_factory, clock)
+
+    @pytest.fixture
+    def store(self, container: Container) -> DataStore:
+        store: DataStore = container.get(DataStore)
+        return store
+
+    @pytest.fixture
+    def reader(self, container: Container) -> DataReader:
+        reader: DataReader = container.get(DataReader)
+        return reader
+
+    # helpers -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def begin(
+        store: DataStore,
+        project: str = "alpha",
+        at_ms: int = T0_MS,
+        invocation: str = "inv-1",
+    ) -> RunId:
+        """Begin a run and return its id (fails the test on a Failure)."""
+        return _ok(store.begin_run(RunStart(project, invocation, utc(at_ms))))
+
+    @classmethod
+    def whole_run(
+        cls,
+        store: DataStore,
+        items: Sequence[TestResult],
+        *,
+        project: str = "alpha",
+        at_ms: int = T0_MS,
+        status: RunStatus | None = None,
+        invocation: str = "inv-1",
+    ) -> RunId:
+        """Begin, record ``items`` and finish a run (``failed`` when any item fails)."""
+        run = cls.begin(store, project, at_ms, invocation)
+        _ok(store.record_results(run, items))
+        if status is None:
+            failing = any(i.outcome in (Outcome.FAILED, Outcome.ERROR) for i in items)
+            status = RunStatus.FAILED if failing else RunStatus.PASSED
+        _ok(store.finish_run(run, status, utc(at_ms + 1_000)))
+        return run
+
+
+def _ok(result: Result[T, Any]) -> T:
+    assert isinstance(result, Success), f"expected Success, got {result!r}"
+    value: T = result.unwrap()
+    return value
+
+
+def _err(result: Result[Any, Any], kind: type[T]) -> T:
+    assert isinstance(result, Failure), f"expected Failure({kind.__name__}), got {result!r}"
+    error = result.failure()
+    assert isinstance(error, kind), f"expected {kind.__name__}, got {error!r}"
+    return error
+
+
+def _snapshot(reader: DataReader) -> Any:
+    """Everything a reader shows about every run, for "nothing was written" checks."""
+    page = _ok(reader.list_runs(None, limit=MAX_PAGE_SIZE))
+    return (
+        _ok(reader.projects()),
+        page,
+        tuple(
+            (reader.tests(s.id), reader.failures(s.id), reader.coverage(s.id))
+            for s in page.items
+        ),
+    )
+
+
+_BAD_ITEMS: dict[str, Callable[[TestResult], TestResult]] = {
+    "nan duration": lambda r: attrs.evolve(
+        r, phases=(attrs.evolve(r.phases[0], duration_ms=math.nan),)
+    ),
+    "infinite duration": lambda r: attrs.evolve(
+        r, phases=(attrs.evolve(r.phases[0], duration_ms=math.inf),)
+    ),
+    "negative duration": lambda r: attrs.evolve(
+        r, phases=(attrs.evolve(r.phases[0], duration_ms=-0.5),)
+    ),
+    "no phases": lambda r: attrs.evolve(r, phases=()),
+    "empty node id": lambda r: attrs.evolve(r, nodeid=""),
+    "surrogate in node id": lambda r: attrs.evolve(r, nodeid="tests/t.py::test_\ud800"),
+}
+
+
+class DataStoreContract(_Contract):
+    """What every ``DataStore`` layer must do; subclass and define ``make_layer``.
+
+    Includes the state machine (:meth:`test_state_machine_agrees_with_the_model`), run with
+    the loaded hypothesis profile unless ``state_machine_settings`` is set.
+    """
+
+    state_machine_settings: ClassVar[settings | None] = None
+
+    def test_state_machine_agrees_with_the_model(self, layer_factory: LayerFactory) -> None:
+        machine = contract_state_machine(layer_factory)
+        run_state_machine_as_test(machine, settings=self.state_machine_settings)
+
+    # begin_run -----------------------------------------------------------------------------------
+
+    def test_begin_run_starts_a_running_run(self, store: DataStore, reader: DataReader) -> None:
+        env = Environment("3.12.1", "9.0.0", "linux", "abc", "main", ("pytest", "-x"), "h", 7)
+        start_ms = T0_MS + 123
+        run = _ok(store.begin_run(RunStart("alpha", "inv-1", utc(start_ms), env)))
+        summary = _ok(reader.get_run(run))
+        assert (summary.id, summary.project, summary.invocation_id) == (run, "alpha", "inv-1")
+        assert summary.status == RunStatus.RUNNING
+        assert (summary.started_at_ms, summary.finished_at_ms) == (start_ms, None)
+        assert summary.counts == {o.value: 0 for o in Outcome}
+        assert summary.collection_errors == 0
+        assert summary.environment == env
+        assert _ok(reader.projects()) == ("alpha",)
+
+    def test_begin_run_reads_aware_datetimes_in_any_zone(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        from datetime import timezone
+
+        started = datetime(2024, 3, 1, 12, 0, 0, 250_000, tzinfo=timezone(timedelta(hours=5.5)))
+        run = _ok(store.begin_run(RunStart("alpha", "inv-1", started)))
+        assert _ok(reader.get_run(run)).started_at_ms == int(started.timestamp() * 1000)
+
+    @pytest.mark.parametrize(
+        "start",
+        [
+            RunStart("alpha", "inv-1", datetime(2024, 1, 1)),
+            RunStart("", "inv-1", utc(T0_MS)),
+            RunStart("alpha", "", utc(T0_MS)),
+            RunStart("al\ud800pha", "inv-1", utc(T0_MS)),
+        ],
+        ids=["naive", "empty project", "empty invocation", "surrogate in project"],
+    )
+    def test_begin_run_refuses_bad_input(
+        self, store: DataStore, reader: DataReader, start: RunStart
+    ) -> None:
+        _err(store.begin_run(start), InvalidInput)
+        assert _ok(reader.projects()) == ()
+
+    def test_run_ids_grow_and_are_never_reused(self, store: DataStore) -> None:
+        first = self.whole_run(store, [make_item("t.py::a")], at_ms=T0_MS)
+        newest_id = self.whole_run(store, [make_item("t.py::a")], at_ms=T0_MS - DAY_MS)
+        assert first < newest_id
+        assert _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1))).pruned_runs == 1
+        assert self.begin(store) > newest_id  # the highest id was pruned; it is not reused
+
+    # record_results ------------------------------------------------------------------------------
+
+    def test_counts_come_from_the_stored_rows(self, store: DataStore, reader: DataReader) -> None:
+        run = self.begin(store)
+        batch = [
+            make_item("t.py::a"),
+            make_item("t.py::b", Outcome.FAILED),
+            make_item("t.py::c", Outcome.SKIPPED),
+        ]
+        assert _ok(store.record_results(run, batch)) == 3
+        assert _ok(store.record_results(run, [make_item("t.py::b")])) == 1  # a rerun passed
+        counts = _ok(reader.get_run(run)).counts
+        assert counts == {**{o.value: 0 for o in Outcome}, "passed": 2, "skipped": 1}
+        assert [t.nodeid for t in _ok(reader.tests(run))] == ["t.py::a", "t.py::b", "t.py::c"]
+        assert _ok(reader.failures(run)) == ()
+
+    @pytest.mark.parametrize("bad", sorted(_BAD_ITEMS))
+    def test_a_bad_item_rejects_the_whole_batch(
+        self, store: DataStore, reader: DataReader, bad: str
+    ) -> None:
+        run = self.begin(store)
+        _ok(store.record_results(run, [make_item("t.py::kept")]))
+        before = _snapshot(reader)
+        batch = [make_item("t.py::a"), _BAD_ITEMS[bad](make_item("t.py::b")), make_item("t.py::c")]
+        _err(store.record_results(run, batch), InvalidInput)
+        assert _snapshot(reader) == before
+        assert _ok(store.record_results(run, [make_item("t.py::a")])) == 1  # next write works
+
+    def test_record_results_needs_a_running_run(self, store: DataStore) -> None:
+        assert _err(store.record_results(UNKNOWN_RUN, [make_item("t.py::a")]), NotFound) == (
+            NotFound("run", str(UNKNOWN_RUN))
+        )
+        run = self.whole_run(store, [make_item("t.py::a")])
+        _err(store.record_results(run, [make_item("t.py::b")]), IllegalTransition)
+        _err(store.record_collection_errors(run, []), IllegalTransition)
+
+    @settings(max_examples=15)
+    @given(item=item_results())
+    def test_items_round_trip(self, layer_factory: LayerFactory, item: TestResult) -> None:
+        with ExitStack() as stack:
+            c = _open(stack, layer_factory, FixedClock(T0_MS))
+            store: DataStore = c.get(DataStore)
+            reader: DataReader = c.get(DataReader)
+            run = self.begin(store)
+            _ok(store.record_results(run, [item]))
+            (record,) = _ok(reader.tests(run))
+            assert record.nodeid == item.nodeid
+            assert (record.module_path, record.name) == (item.module_path, item.name)
+            assert (record.parametrize_id, record.line) == (item.parametrize_id, item.line)
+            assert sorted(record.markers) == sorted(item.markers)
+            assert record.outcome == item.outcome
+            assert record.phases == item.phases
+            assert record.duration_ms == item.duration_ms
+            assert record.attempts == len(item.attempts)
+            failures = _ok(reader.failures(run))
+            assert [f.nodeid for f in failures] == (
+                [item.nodeid] if item.outcome in (Outcome.FAILED, Outcome.ERROR) else []
+            )
+            assert _ok(reader.find_tests("alpha", item.nodeid))[:1] == (item.nodeid,)
+
+    def test_messages_texts_and_frames_are_bounded(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        frames = tuple(StackFrame(f"src/m{i}.py", i + 1, f"f{i}", True) for i in range(150))
+        run = self.begin(store)
+        long_item = attrs.evolve(
+            make_item("t.py::long", Outcome.FAILED),
+            errors=(
+                ErrorInfo(Phase.CALL, "E", "m" * (MAX_MESSAGE_CHARS + 5),
+                          "t" * (MAX_TEXT_CHARS + 1), frames),
+            ),
+        )
+        exact_item = attrs.evolve(
+            make_item("t.py::exact", Outcome.FAILED),
+            errors=(ErrorInfo(Phase.CALL, "E", "é" * MAX_MESSAGE_CHARS, "t" * MAX_TEXT_CHARS),),
+        )
+        _ok(store.record_results(run, [long_item, exact_item]))
+        exact, long = _ok(reader.failures(run))
+        assert (long.message, long.message_truncated) == ("m" * MAX_MESSAGE_CHARS, True)
+        assert (len(long.text), long.text_truncated) == (MAX_TEXT_CHARS, True)
+        assert long.frames == frames[-MAX_FRAMES:]
+        assert (exact.message, exact.message_truncated) == ("é" * MAX_MESSAGE_CHARS, False)
+        assert (exact.text_truncated, len(exact.text)) == (False, MAX_TEXT_CHARS)
+
+    def test_lone_surrogates_in_free_text_are_replaced(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        item = make_item("t.py::s", Outcome.FAILED, message="a\ud800b\udfffc")
+        _ok(store.record_results(run, [item]))
+        (failure,) = _ok(reader.failures(run))
+        failure.message.encode("utf-8")  # storable: no lone surrogate survives
+        assert failure.message.startswith("a")
+        assert failure.message.endswith("c")
+        assert len(failure.message) == 5
+
+    def test_error_details_and_cause_chain_are_kept(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        frames = (
+            StackFrame("tests/t.py", 3, "test_x", True),
+            StackFrame("/usr/x.py", 9, "g", False),
+        )
+        root = ErrorInfo(Phase.CALL, "OSError", "disk", "", ())
+        error = ErrorInfo(Phase.CALL, "ValueError", "bad", "E bad", frames, root)
+        run = self.begin(store)
+        _ok(store.record_results(run, [attrs.evolve(make_item("t.py::x", Outcome.FAILED),
+                                                    errors=(error,))]))
+        (failure,) = _ok(reader.failures(run))
+        assert (failure.nodeid, failure.outcome, failure.phase) == ("t.py::x", Outcome.FAILED,
+                                                                    Phase.CALL)
+        assert (failure.exception_type, failure.message, failure.text) == ("ValueError", "bad",
+                                                                           "E bad")
+        assert failure.frames == frames
+        assert [c.exception_type for c in failure.causes] == ["OSError"]
+        assert failure.signature
+        assert all(ch in "0123456789abcdef" for ch in failure.signature)
+
+    def test_collection_errors_count_and_show_as_failures(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        error = ErrorInfo(Phase.COLLECT, "ImportError", "no module x")
+        ce = CollectionError("tests/test_broken.py", "tests/test_broken.py", error)
+        assert _ok(store.record_collection_errors(run, [ce, ce])) >= 1
+        summary = _ok(reader.get_run(run))
+        assert summary.collection_errors == 1
+        (failure,) = _ok(reader.failures(run))
+        assert (failure.nodeid, failure.phase, failure.exception_type) == (
+            "tests/test_broken.py", Phase.COLLECT, "ImportError"
+        )
+
+    # finish_run ----------------------------------------------------------------------------------
+
+    def test_finish_run_moves_a_running_run_once(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        _ok(store.record_results(run, [make_item("t.py::a", Outcome.FAILED)]))
+        _err(store.finish_run(run, RunStatus.RUNNING, utc(T0_MS)), IllegalTransition)
+        _err(store.finish_run(run, RunStatus.FAILED, datetime(2024, 1, 1)), InvalidInput)
+        assert _ok(reader.get_run(run)).status == RunStatus.RUNNING
+        summary = _ok(store.finish_run(run, RunStatus.FAILED, utc(T0_MS + 5_000)))
+        assert summary == _ok(reader.get_run(run))
+        assert (summary.status, summary.finished_at_ms) == (RunStatus.FAILED, T0_MS + 5_000)
+        again = _err(store.finish_run(run, RunStatus.PASSED, utc(T0_MS)), IllegalTransition)
+        assert (again.from_status, again.to_status) == ("failed", "passed")
+        _err(store.finish_run(UNKNOWN_RUN, RunStatus.PASSED, utc(T0_MS)), NotFound)
+
+    def test_history_keeps_the_newest_window_of_executed_outcomes(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        runs = []
+        for i in range(DEFAULT_HISTORY_WINDOW + 3):
+            outcome = Outcome.FAILED if i % 3 == 0 else Outcome.PASSED
+            runs.append(self.whole_run(store, [make_item("t.py::a", outcome, duration_ms=i),
+                                               make_item("t.py::s", Outcome.SKIPPED)],
+                                       at_ms=T0_MS + i * HOUR_MS))
+        entries = _ok(reader.history("alpha", "t.py::a"))
+        assert [e.run_id for e in entries] == runs[::-1][:DEFAULT_HISTORY_WINDOW]
+        assert [e.duration_ms for e in entries] == [
+            float(i) for i in range(len(runs) - 1, len(runs) - 1 - DEFAULT_HISTORY_WINDOW, -1)
+        ]
+        assert entries[0].outcome == Outcome.PASSED
+        assert entries[1].outcome == Outcome.FAILED
+        _err(reader.history("alpha", "t.py::s"), NotFound)  # skipped never executed
+        _err(reader.history("beta", "t.py::a"), NotFound)
+
+    @pytest.mark.parametrize("status", [RunStatus.INTERRUPTED, RunStatus.ABORTED])
+    def test_unfinished_runs_leave_history_alone(
+        self, store: DataStore, reader: DataReader, status: RunStatus
+    ) -> None:
+        done = self.whole_run(store, [make_item("t.py::a")])
+        self.whole_run(store, [make_item("t.py::a", Outcome.FAILED)], status=status,
+                       at_ms=T0_MS + 1)
+        assert [e.run_id for e in _ok(reader.history("alpha", "t.py::a"))] == [done]
+
+    # abort_stale_runs ----------------------------------------------------------------------------
+
+    def test_abort_stale_runs_marks_runs_written_before_the_cutoff(
+        self, store: DataStore, reader: DataReader, clock: FixedClock
+    ) -> None:
+        stale = self.begin(store)
+        busy = self.begin(store)
+        other_project = self.begin(store, "beta")
+        finished = self.whole_run(store, [make_item("t.py::a")])
+        clock.advance(2 * HOUR_MS)
+        _ok(store.record_results(busy, [make_item("t.py::a")]))  # written recently
+        fresh = self.begin(store, at_ms=clock.now)
+        cutoff = utc(clock.now - HOUR_MS)
+        _err(store.abort_stale_runs("alpha", older_than=datetime(2024, 1, 1)), InvalidInput)
+        assert _ok(store.abort_stale_runs("alpha", older_than=cutoff)) == (stale,)
+        status = {r: _ok(reader.get_run(r)).status for r in (stale, busy, other_project,
+                                                              finished, fresh)}
+        assert status == {stale: RunStatus.ABORTED, busy: RunStatus.RUNNING,
+                          other_project: RunStatus.RUNNING, finished: RunStatus.PASSED,
+                          fresh: RunStatus.RUNNING}
+        _err(store.record_results(stale, [make_item("t.py::b")]), IllegalTransition)
+        assert _ok(store.abort_stale_runs("alpha", older_than=cutoff)) == ()
+
+    # write_coverage ------------------------------------------------------------------------------
+
+    def test_write_coverage_replaces_and_validates(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        first = (FileCoverage("src/b.py", 10, 2, 4, 1, 1, (3, 4)), FileCoverage("src/a.py", 5, 0))
+        assert _ok(store.write_coverage(run, first)) == 2
+        report = _ok(reader.coverage(run))
+        assert (report.run_id, report.source_run_id) == (run, run)
+        assert report.files == tuple(sorted(first, key=lambda f: f.path))
+        for bad in (
+            (FileCoverage("src/a.py", -1, 0),),
+            (FileCoverage("src/a.py", 3, 4),),
+            (FileCoverage("src/a.py", 3, 0, 2, 0, 3),),
+            (FileCoverage("src/a.py", 3, 0), FileCoverage("src/a.py", 4, 0)),
+        ):
+            _err(store.write_coverage(run, bad), InvalidInput)
+        assert _ok(reader.coverage(run)).files == report.files
+        assert _ok(store.write_coverage(run, (FileCoverage("src/c.py", 1, 1),))) == 1
+        assert [f.path for f in _ok(reader.coverage(run)).files] == ["src/c.py"]
+        _err(store.write_coverage(UNKNOWN_RUN, first), NotFound)
+
+    # prune_runs ----------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "policy",
+        [RunRetentionPolicy(0), RunRetentionPolicy(-1), RunRetentionPolicy(1, 0),
+         RunRetentionPolicy(1, -2.0), RunRetentionPolicy(1, math.nan)],
+        ids=["keep 0", "keep -1", "age 0", "age -2", "age nan"],
+    )
+    def test_prune_refuses_bad_policies(
+        self, store: DataStore, reader: DataReader, policy: RunRetentionPolicy
+    ) -> None:
+        self.whole_run(store, [make_item("t.py::a")])
+        self.whole_run(store, [make_item("t.py::a")], at_ms=T0_MS + 1)
+        before = _snapshot(reader)
+        _err(store.prune_runs(policy), InvalidInput)
+        assert _snapshot(reader) == before
+
+    def test_prune_keeps_the_newest_runs_per_project(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        old = self.whole_run(store, [make_item("tests/test_old.py::t", Outcome.FAILED,
+                                               frames=(StackFrame("src/old.py", 1, "f", True),))],
+                             at_ms=T0_MS)
+        _ok(store.write_coverage(old, (FileCoverage("src/old_cov.py", 1, 0),)))
+        tie_low = self.whole_run(store, [make_item("tests/test_a.py::t")], at_ms=T0_MS + 10)
+        tie_high = self.whole_run(store, [make_item("tests/test_a.py::t")], at_ms=T0_MS + 10)
+        running = self.begin(store, at_ms=T0_MS - DAY_MS)
+        beta = self.whole_run(store, [make_item("tests/test_a.py::t")], project="beta",
+                              at_ms=T0_MS - 5 * DAY_MS)
+        result = _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1)))
+        assert result == PruneRunsResult(pruned_runs=2, pruned_files=3)
+        alive = {s.id for s in _ok(reader.list_runs(None, limit=MAX_PAGE_SIZE)).items}
+        assert alive == {tie_high, running, beta}
+        for gone in (old, tie_low):
+            assert _err(reader.get_run(gone), NotFound) == NotFound("run", str(gone))
+        history = _ok(reader.history("alpha", "tests/test_a.py::t"))
+        assert [e.run_id for e in history] == [tie_high, None]
+        assert [e.run_id for e in _ok(reader.history("alpha", "tests/test_old.py::t"))] == [None]
+        assert _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1))) == PruneRunsResult(0, 0)
+
+    def test_prune_by_age_keeps_running_runs(
+        self, store: DataStore, reader: DataReader, clock: FixedClock
+    ) -> None:
+        ancient = self.whole_run(store, [make_item("t.py::a")], at_ms=clock.now - 3 * DAY_MS)
+        running = self.begin(store, at_ms=clock.now - 3 * DAY_MS)
+        recent = self.whole_run(store, [make_item("t.py::a")], at_ms=clock.now - DAY_MS // 2)
+        result = _ok(store.prune_runs(RunRetentionPolicy(keep_runs=10, max_age_days=1)))
+        assert result.pruned_runs == 1
+        alive = {s.id for s in _ok(reader.list_runs(None, limit=MAX_PAGE_SIZE)).items}
+        assert alive == {running, recent}
+        _err(reader.get_run(ancient), NotFound)
+
+    def test_prune_moves_coverage_to_a_surviving_sibling(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        files = (FileCoverage("src/a.py", 10, 1),)
+        holder = self.whole_run(store, [make_item("t.py::a")], project="alpha", invocation="i1")
+        _ok(store.write_coverage(holder, files))
+        sibling = self.whole_run(store, [make_item("t.py::a")], project="beta", invocation="i1",
+                                 at_ms=T0_MS + 5)
+        report = _ok(reader.coverage(sibling))
+        assert (report.run_id, report.source_run_id, report.files) == (sibling, holder, files)
+        self.whole_run(store, [make_item("t.py::a")], project="alpha", invocation="i2",
+                       at_ms=T0_MS + 10)
+        assert _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1))) == PruneRunsResult(1, 0)
+        moved = _ok(reader.coverage(sibling))
+        assert (moved.run_id, moved.source_run_id, moved.files) == (sibling, sibling, files)
+
+
+class DataReaderContract(_Contract):
+    """What every ``DataReader`` layer must answer; subclass and define ``make_layer``.
+
+    The reader is exercised through the ``DataStore`` of the same layer.
+    """
+
+    # runs ----------------------------------------------------------------------------------------
+
+    def test_latest_run_is_newest_by_start_then_id(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        _err(reader.latest_run("alpha"), NotFound)
+        self.begin(store, at_ms=T0_MS + 10)
+        tie_low = self.begin(store, at_ms=T0_MS + 20)
+        tie_high = self.begin(store, at_ms=T0_MS + 20)
+        self.begin(store, at_ms=T0_MS)  # created last, started earliest
+        self.begin(store, "beta", at_ms=T0_MS + 99)
+        assert tie_low < tie_high
+        assert _ok(reader.latest_run("alpha")).id == tie_high
+        assert _ok(reader.projects()) == ("alpha", "beta")
+        assert _err(reader.get_run(UNKNOWN_RUN), NotFound) == NotFound("run", str(UNKNOWN_RUN))
+
+    @pytest.mark.parametrize("limit", [0, -1, MAX_PAGE_SIZE + 1])
+    def test_list_runs_refuses_bad_limits(self, reader: DataReader, limit: int) -> None:
+        assert _err(reader.list_runs(None, limit=limit), InvalidInput).field == "limit"
+
+    def test_list_runs_refuses_foreign_cursors(self, store: DataStore, reader: DataReader) -> None:
+        self.begin(store)
+        for cursor in ("garbage", "", "-1", "\x00", "9" * 400):
+            _err(reader.list_runs("alpha", limit=1, cursor=cursor), InvalidInput)
+
+    def test_list_runs_pages_newest_first_without_overlap(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        runs = [self.begin(store, at_ms=T0_MS + (i % 3) * 10) for i in range(7)]
+        self.begin(store, "beta")
+        expected = sorted(runs, key=lambda r: (_ok(reader.get_run(r)).started_at_ms, r),
+                          reverse=True)
+        first = _ok(reader.list_runs("alpha", limit=3))
+        assert [s.id for s in first.items] == expected[:3]
+        assert first.has_more
+        assert first.next_cursor is not None
+        self.begin(store, at_ms=T0_MS + 1_000)  # a newer run arrives between pages
+        second = _ok(reader.list_runs("alpha", limit=3, cursor=first.next_cursor))
+        assert [s.id for s in second.items] == expected[3:6]
+        third = _ok(reader.list_runs("alpha", limit=3, cursor=second.next_cursor))
+        assert [s.id for s in third.items] == expected[6:]
+        assert (third.has_more, third.next_cursor) == (False, None)
+        exact = _ok(reader.list_runs("beta", limit=1))
+        assert (len(exact.items), exact.has_more, exact.next_cursor) == (1, False, None)
+        assert len(_ok(reader.list_runs(None, limit=MAX_PAGE_SIZE)).items) == 9
+        assert _ok(reader.list_runs("nobody")) == Page((), False, None)
+
+    # tests, failures, slowest ---------------------------------------------------------------------
+
+    def test_tests_are_sorted_and_filtered(self, store: DataStore, reader: DataReader) -> None:
+        run = self.begin(store)
+        _ok(store.record_results(run, [make_item("t.py::b", Outcome.FAILED), make_item("t.py::a"),
+                                       make_item("t.py::c", Outcome.ERROR),
+                                       make_item("t.py::d", Outcome.XFAILED)]))
+        assert [t.nodeid for t in _ok(reader.tests(run))] == ["t.py::a", "t.py::b", "t.py::c",
+                                                              "t.py::d"]
+        failing = _ok(reader.tests(run, outcomes=frozenset({Outcome.FAILED, Outcome.ERROR})))
+        assert [(t.nodeid, t.outcome) for t in failing] == [
+            ("t.py::b", Outcome.FAILED), ("t.py::c", Outcome.ERROR)
+        ]
+        assert _ok(reader.tests(run, outcomes=frozenset())) == ()
+        _err(reader.tests(UNKNOWN_RUN), NotFound)
+        _err(reader.failures(UNKNOWN_RUN), NotFound)
+
+    def test_slowest_orders_by_duration_then_node_id(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        _ok(store.record_results(run, [make_item("t.py::a", duration_ms=5.0),
+                                       make_item("t.py::b", duration_ms=9.5),
+                                       make_item("t.py::c", duration_ms=5.0),
+                                       make_item("t.py::d", duration_ms=0.25)]))
+        assert [t.nodeid for t in _ok(reader.slowest(run, limit=3))] == [
+            "t.py::b", "t.py::a", "t.py::c"
+        ]
+        assert len(_ok(reader.slowest(run))) == 4
+        _err(reader.slowest(run, limit=0), InvalidInput)
+        _err(reader.slowest(run, limit=-3), InvalidInput)
+        _err(reader.slowest(UNKNOWN_RUN), NotFound)
+
+    def test_signatures_ignore_volatile_details(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        frame = (StackFrame("src/app.py", 10, "f", True),)
+        run = self.begin(store)
+        _ok(store.record_results(run, [
+            make_item("t.py::a", Outcome.FAILED, message="expected 3 got 4 at 0x7f01",
+                      frames=frame),
+            make_item("t.py::b", Outcome.FAILED, message="expected 5 got 90 at 0x7aa2",
+                      frames=frame),
+            make_item("t.py::c", Outcome.FAILED, message="expected 3 got 4", exception_type="E",
+                      frames=frame),
+        ]))
+        a, b, c = _ok(reader.failures(run))
+        assert a.signature == b.signature
+        assert a.signature != c.signature
+
+    def test_find_tests_matches_literally_exact_first(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        ids = ["t.py::test_a", "t.py::test_a[x]", "t.py::Test_A", "t.py::test%b", "u.py::a_b"]
+        self.whole_run(store, [make_item(n) for n in ids])
+        assert _ok(reader.find_tests("alpha", "t.py::test_a[x]")) == ("t.py::test_a[x]",)
+        assert _ok(reader.find_tests("alpha", "t.py::test_a")) == ("t.py::test_a",
+                                                                    "t.py::test_a[x]")
+        assert _ok(reader.find_tests("alpha", "%")) == ("t.py::test%b",)
+        assert _ok(reader.find_tests("alpha", "a_b")) == ("u.py::a_b",)
+        assert _ok(reader.find_tests("alpha", "Test_A")) == ("t.py::Test_A",)
+        assert len(_ok(reader.find_tests("alpha", "::", limit=2))) == 2
+        assert _ok(reader.find_tests("beta", "t")) == ()
+        _err(reader.find_tests("alpha", "t", limit=0), InvalidInput)
+
+    # classification and flakiness -----------------------------------------------------------------
+
+    def _history_of(self, store: DataStore, outcomes: str, nodeid: str = "t.py::x") -> RunId:
+        """Finish one run per letter of ``outcomes`` (P passed, F failed, S skipped), oldest
+        first; return the last run."""
+        letters = {"P": Outcome.PASSED, "F": Outcome.FAILED, "S": Outcome.SKIPPED}
+        run = UNKNOWN_RUN
+        for i, letter in enumerate(outcomes):
+            run = self.whole_run(store, [make_item(nodeid, letters[letter])],
+                                 at_ms=T0_MS + i * HOUR_MS)
+        return run
+
+    @pytest.mark.parametrize(
+        ("outcomes", "expected"),
+        [
+            ("F", Classification.NEW_FAILURE),
+            ("PPF", Classification.NEW_FAILURE),
+            ("FF", Classification.PERSISTENT_FAILURE),
+            ("FFF", Classification.PERSISTENT_FAILURE),
+            ("FP", Classification.RECOVERED),
+            ("PPFP", Classification.RECOVERED),
+            ("FPF", Classification.FLAKY),
+            ("PFFP", Classification.FLAKY),
+            ("FPP", Classification.FLAKY),
+            ("P", Classification.STABLE),
+            ("PPP", Classification.STABLE),
+            ("FPS", Classification.STABLE),
+        ],
+    )
+    def test_classify(
+        self, store: DataStore, reader: DataReader, outcomes: str, expected: Classification
+    ) -> None:
+        run = self._history_of(store, outcomes)
+        (item,) = _ok(reader.classify(run))
+        assert (item.nodeid, item.classification) == ("t.py::x", expected)
+        assert item.outcome == _ok(reader.tests(run))[0].outcome
+
+    def test_classify_judges_only_the_newest_window(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self._history_of(store, "F" + "P" * DEFAULT_HISTORY_WINDOW)
+        (item,) = _ok(reader.classify(run))
+        assert item.classification == Classification.STABLE
+        assert len(item.window) <= DEFAULT_HISTORY_WINDOW
+        _err(reader.classify(UNKNOWN_RUN), NotFound)
+
+    def test_flaky_tests_count_flips(self, store: DataStore, reader: DataReader) -> None:
+        pattern = [("t.py::a", "PFPF"), ("t.py::b", "FFPP"), ("t.py::c", "PPPP"),
+                   ("t.py::d", "FFFF"), ("t.py::e", "PFFF")]
+        last = UNKNOWN_RUN
+        for i in range(4):
+            items = [make_item(n, Outcome.PASSED if p[i] == "P" else Outcome.FAILED)
+                     for n, p in pattern]
+            last = self.whole_run(store, items, at_ms=T0_MS + i * HOUR_MS)
+        flaky = _ok(reader.flaky_tests("alpha"))
+        assert [(f.nodeid, f.flips, f.failures, f.passes) for f in flaky] == [
+            ("t.py::a", 3, 2, 2), ("t.py::b", 1, 2, 2), ("t.py::e", 1, 3, 1)
+        ]
+        assert flaky[0].window == (Outcome.FAILED, Outcome.PASSED, Outcome.FAILED, Outcome.PASSED)
+        assert all(f.last_run_id == last for f in flaky)
+        assert _ok(reader.flaky_tests("beta")) == ()
+
+    # coverage -------------------------------------------------------------------------------------
+
+    def test_coverage_reads_the_sibling_that_holds_it(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        a = self.begin(store, "alpha", invocation="i1")
+        b = self.begin(store, "beta", invocation="i1")
+        c = self.begin(store, "gamma", invocation="i2")
+        _err(reader.coverage(b), NotFound)
+        files = (FileCoverage("src/z.py", 4, 1, 2, 1, 1, (7,)), FileCoverage("src/a.py", 2, 0))
+        _ok(store.write_coverage(b, files))
+        for run in (a, b):
+            report = _ok(reader.coverage(run))
+            assert (report.run_id, report.source_run_id) == (run, b)
+            assert report.files == tuple(sorted(files, key=lambda f: f.path))
+        assert report.percent_covered == 100.0 * (6 + 2 - 1 - 1) / (6 + 2)
+        assert _err(reader.coverage(c), NotFound) == NotFound("coverage", str(c))
+        _err(reader.coverage(UNKNOWN_RUN), NotFound)
+
+    def test_coverage_trend_is_oldest_first_of_the_newest(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        runs = []
+        for i in range(5):
+            run = self.begin(store, at_ms=T0_MS + i * HOUR_MS, invocation=f"i{i}")
+            if i != 2:
+                _ok(store.write_coverage(run, (FileCoverage("src/a.py", 10, 10 - 2 * i),)))
+                runs.append((run, T0_MS + i * HOUR_MS, 20.0 * i))
+        trend = _ok(reader.coverage_trend("alpha", limit=3))
+        assert [(p.run_id, p.started_at_ms, p.percent_covered) for p in trend] == runs[-3:]
+        assert len(_ok(reader.coverage_trend("alpha"))) == 4
+        assert _ok(reader.coverage_trend("beta")) == ()
+        _err(reader.coverage_trend("alpha", limit=0), InvalidInput)
+
+    # compare --------------------------------------------------------------------------------------
+
+    def test_compare_two_runs(self, store: DataStore, reader: DataReader) -> None:
+        a = self.whole_run(store, [make_item("t.py::keep"), make_item("t.py::gone"),
+                                   make_item("t.py::fixed", Outcome.FAILED),
+                                   make_item("t.py::breaks")])
+        b = self.whole_run(store, [make_item("t.py::keep"), make_item("t.py::new"),
+                                   make_item("t.py::fixed"),
+                                   make_item("t.py::breaks", Outcome.ERROR),
+                                   make_item("t.py::new_bad", Outcome.FAILED)],
+                           at_ms=T0_MS + 1)
+        diff = _ok(reader.compare(a, b))
+        assert (diff.run_a, diff.run_b) == (a, b)
+        assert diff.newly_failing == ("t.py::breaks", "t.py::new_bad")
+        assert diff.fixed == ("t.py::fixed",)
+        assert diff.added == ("t.py::new", "t.py::new_bad")
+        assert diff.removed == ("t.py::gone",)
+        _err(reader.compare(a, UNKNOWN_RUN), NotFound)
+        _err(reader.compare(UNKNOWN_RUN, b), NotFound)
