@@ -4,6 +4,8 @@ seeded test layers."""
 from __future__ import annotations
 
 from runstore.testing._testruns_contract import (
+    DAY_MS,
+    T0_MS,
     DataReaderContract,
     DataStoreContract,
     LayerFactory,
@@ -16,12 +18,16 @@ from runstore.testing._testruns_contract import (
     free_text,
     huge_text,
     item_results,
+    make_item,
     node_ids,
     phases_for,
     stack_frames,
+    utc,
 )
 
 __all__: list[str] = [
+    "DAY_MS",
+    "T0_MS",
     "DataReaderContract",
     "DataStoreContract",
     "LayerFactory",
@@ -34,7 +40,9 @@ __all__: list[str] = [
     "free_text",
     "huge_text",
     "item_results",
+    "make_item",
     "node_ids",
     "phases_for",
     "stack_frames",
+    "utc",
 ]

@@ -93,6 +93,7 @@ __all__ = [
     "free_text",
     "huge_text",
     "item_results",
+    "make_item",
     "node_ids",
     "phases_for",
     "stack_frames",
