@@ -29,6 +29,8 @@ from runstore.layers._executions_sqlite import SqliteExecutionStorage
 from runstore.layers._layer import Container, Layer, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._open import open_database
+from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
+from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
 from runstore.services.clock import Clock, SystemClock
@@ -39,10 +41,12 @@ __all__ = [
     "InMemoryActionRunStorage",
     "InMemoryDatabase",
     "InMemoryExecutionStorage",
+    "InMemorySessionRepository",
     "Layer",
     "SqliteActionRunStorage",
     "SqliteDatabase",
     "SqliteExecutionStorage",
+    "SqliteSessionRepository",
     "TxDict",
     "UnitOfWork",
     "build",
@@ -105,6 +109,7 @@ def sqlite(
         sqlite_database(path, settings),
         system_clock(),
         sqlite_execution_ledger(),
+        sqlite_sessions(),
     )
 
 
@@ -114,4 +119,5 @@ def in_memory() -> Layer:
         in_memory_database(),
         system_clock(),
         in_memory_execution_ledger(),
+        in_memory_sessions(),
     )
