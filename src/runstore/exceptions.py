@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConnectionUsedAfterFork",
+    "ContainerClosed",
     "DatabaseOpenError",
     "MissingServices",
     "RunstoreError",
@@ -43,6 +44,10 @@ class DatabaseOpenError(RunstoreError):
         super().__init__(str(error))
 
 
+class ContainerClosed(RunstoreError):
+    """A service was asked of a container after its ``build`` block exited (and closed it)."""
+
+
 class ConnectionUsedAfterFork(RunstoreError):
     """A database connection opened in one process was used in a forked child.
 
@@ -51,4 +56,9 @@ class ConnectionUsedAfterFork(RunstoreError):
 
 
 class TransactionMisuse(RunstoreError):
-    """A unit of work was used in a way that cannot be correct (for example from another thread)."""
+    """A unit of work was used in a way that cannot be correct.
+
+    For example: from a thread other than the one that opened it, a ``transact`` inside a
+    ``read``, a ``read`` that changed rows, a unit function that returned something other
+    than a ``Result`` or ran COMMIT/ROLLBACK itself. The unit has been rolled back.
+    """

@@ -27,13 +27,35 @@ class InMemoryDatabase(UnitOfWork):
     def transact(
         self, operation: str, fn: Callable[[], Result[T, E]]
     ) -> Result[T, E | Busy | StorageFailure]:
-        """Run ``fn`` as a unit of work (see ``SqliteDatabase.transact``); never ``Busy``."""
-        del operation
+        """Run ``fn`` as a unit of work, with the semantics of ``SqliteDatabase.transact``.
+
+        ``Success`` keeps every mirror change (handing them to the enclosing unit when
+        nested); ``Failure`` undoes the changes ``fn`` made and is returned; an exception
+        undoes them and propagates. Never returns ``Busy`` or ``StorageFailure`` itself
+        (``fn`` may).
+
+        Raises :class:`~runstore.exceptions.TransactionMisuse` inside :meth:`read`, from a
+        foreign thread, or when ``fn`` returns something other than a Result.
+        """
+        self._check_thread()
+        self._check_can_write(operation)
         return self.run(fn)
 
     def read(
         self, operation: str, fn: Callable[[], Result[T, E]]
     ) -> Result[T, E | Busy | StorageFailure]:
-        """Run read-only ``fn``; the in-memory state is always consistent between units."""
+        """Run read-only ``fn`` as a unit, with the semantics of ``SqliteDatabase.read``.
+
+        The in-memory state is consistent between units, so this only marks the unit as a
+        read (a ``transact`` inside it raises ``TransactionMisuse``) and, like ``transact``,
+        keeps mirror changes (warmed caches) on ``Success`` and undoes them otherwise.
+        """
         del operation
-        return fn()
+        self._check_thread()
+        if not self._frames:
+            self._reading = True
+        try:
+            return self.run(fn)
+        finally:
+            if not self._frames:
+                self._reading = False

@@ -9,6 +9,7 @@ typed values through :func:`runstore.layers._sqlite_errors.from_apsw`.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -19,9 +20,9 @@ import apsw.bestpractice
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.exceptions import ConnectionUsedAfterFork
-from runstore.layers._sqlite_errors import from_apsw, is_busy
-from runstore.layers._unit_of_work import UnitOfWork
+from runstore.exceptions import ConnectionUsedAfterFork, TransactionMisuse
+from runstore.layers._sqlite_errors import from_apsw, is_busy, is_programmer_error
+from runstore.layers._unit_of_work import UnitOfWork, _not_a_result
 from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 
 __all__ = ["ConnectionSettings", "SqliteDatabase", "connect"]
@@ -30,6 +31,9 @@ T = TypeVar("T")
 E = TypeVar("E")
 
 SqlValue = int | float | str | bytes | None
+"""A value SQLite stores: INTEGER, REAL, TEXT, BLOB or NULL."""
+Params = Sequence[SqlValue] | dict[str, SqlValue]
+"""Statement parameters: positional (``?``) or named (``:name``)."""
 Row = tuple[Any, ...]
 
 
@@ -37,17 +41,20 @@ Row = tuple[Any, ...]
 class ConnectionSettings:
     """How a connection waits and how durable its commits are.
 
-    - ``busy_timeout_ms``: how long SQLite itself waits for a lock in one attempt (ms).
-    - ``busy_budget_ms``: the total time a unit of work may spend retrying a busy database
-      before it returns ``Busy`` (ms).
+    - ``busy_timeout_ms``: how long SQLite itself waits for a lock in one attempt (ms,
+      >= 0; default 5 000). SQLite's busy handler sleeps and retries inside this window.
+    - ``busy_budget_ms``: the total time one outermost unit of work may spend on a busy
+      database, all attempts included, before it returns ``Busy`` (ms, >= 0; default
+      15 000, so about three attempts of the default timeout). A unit always gets at least
+      one attempt.
     - ``synchronous``: ``NORMAL`` by default. In WAL mode NORMAL never corrupts the database;
       a power loss may drop the last commits, an application crash loses nothing
       (https://sqlite.org/pragma.html#pragma_synchronous). Use ``FULL`` for power-loss
       durability at the cost of one fsync per commit.
     """
 
-    busy_timeout_ms: int = 5_000
-    busy_budget_ms: int = 15_000
+    busy_timeout_ms: int = attrs.field(default=5_000, validator=attrs.validators.ge(0))
+    busy_budget_ms: int = attrs.field(default=15_000, validator=attrs.validators.ge(0))
     synchronous: str = attrs.field(default="NORMAL")
 
     @synchronous.validator
@@ -57,7 +64,11 @@ class ConnectionSettings:
 
 
 class _TransactionLost(Exception):
-    """SQLite rolled the whole transaction back under a savepoint (e.g. on SQLITE_FULL)."""
+    """SQLite rolled the whole transaction back under a savepoint (e.g. on SQLITE_FULL).
+
+    Raised out of the nested unit and out of any statement run afterwards, so the enclosing
+    units unwind to the outermost one, which returns ``error``.
+    """
 
     def __init__(self, error: Busy | StorageFailure) -> None:
         self.error = error
@@ -71,6 +82,19 @@ class _Retry:
 _RETRY = _Retry()
 
 
+class _Forks:
+    """How many times this process is a fork child of the process that imported runstore."""
+
+    generation = 0
+
+
+def _after_fork_in_child() -> None:
+    _Forks.generation += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _is_memory(path: str | os.PathLike[str]) -> bool:
     return str(path) == ":memory:" or str(path) == ""
 
@@ -81,20 +105,34 @@ def connect(
     *,
     read_only: bool = False,
 ) -> Result[apsw.Connection, StorageFailure | Busy]:
-    """Open one configured apsw connection to ``path`` (a file, created with its folder, or ``:memory:``).
+    """Open one configured apsw connection to ``path`` (a file or ``:memory:``).
 
-    Settings applied, from ``apsw.bestpractice`` where it has them: WAL journal, foreign
-    keys on (and asserted), double-quoted strings refused, recursive triggers, the busy
-    timeout of ``settings``, and ``synchronous``. A fresh file also gets
-    ``auto_vacuum=INCREMENTAL`` (runstore databases are pruned). ``read_only`` opens an
+    A file is created, with its folder, when missing. Settings applied, from
+    ``apsw.bestpractice`` where it has them: WAL journal, foreign keys on (and asserted),
+    double-quoted string literals refused, recursive triggers, the busy timeout of
+    ``settings`` and ``synchronous``. A fresh file also gets ``auto_vacuum=INCREMENTAL``
+    (runstore databases are pruned). ``PRAGMA optimize`` on close is left out: it may write,
+    and closing must not change a database that was only read. ``read_only`` opens an
     existing file without changing it (no WAL switch, no creation).
 
-    Returns ``StorageFailure`` (``cant_open``, ``not_a_database``, ...) when the file
-    cannot be opened or configured, or ``Busy`` when another process holds it too long; the
-    connection is closed again in either case.
+    Returns ``StorageFailure`` when the file cannot be opened or configured (kind
+    ``cant_open`` for a missing folder, a directory or a missing file opened read-only,
+    ``not_a_database`` for a file that is not SQLite, ``corrupt``, ``io``, ...), or ``Busy``
+    when another process holds it past the busy timeout. The connection is closed again in
+    either case.
     """
-    settings = settings or ConnectionSettings()
-    target = ":memory:" if _is_memory(path) else str(path)
+    return _connect(path, settings or ConnectionSettings(), read_only=read_only, prepare=True)
+
+
+def _connect(
+    path: str | os.PathLike[str],
+    settings: ConnectionSettings,
+    *,
+    read_only: bool,
+    prepare: bool,
+) -> Result[apsw.Connection, StorageFailure | Busy]:
+    """Open and configure the connection; ``prepare`` also sets the file up (WAL, vacuum)."""
+    target = ":memory:" if _is_memory(path) else os.fspath(path)
     if target != ":memory:" and not read_only:
         try:
             Path(target).parent.mkdir(parents=True, exist_ok=True)
@@ -107,30 +145,42 @@ def connect(
                     message=f"cannot create folder for {target}: {exc}",
                 )
             )
-    flags = apsw.SQLITE_OPEN_READONLY if read_only else (
-        apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    flags = (
+        apsw.SQLITE_OPEN_READONLY
+        if read_only
+        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
     )
     try:
         connection = apsw.Connection(target, flags=flags)
     except apsw.Error as exc:
         return Failure(from_apsw(exc, operation="open"))
     try:
-        _configure(connection, settings, read_only=read_only)
+        _configure_connection(connection, settings)
+        if prepare and not read_only:
+            _prepare_file(connection, settings)
     except apsw.Error as exc:
         connection.close()
         return Failure(from_apsw(exc, operation="open", waited_ms=settings.busy_timeout_ms))
     return Success(connection)
 
 
-def _configure(connection: apsw.Connection, settings: ConnectionSettings, *, read_only: bool) -> None:
+def _configure_connection(connection: apsw.Connection, settings: ConnectionSettings) -> None:
+    """Per-connection settings; none of them writes to the file."""
     apsw.bestpractice.connection_busy_timeout(connection, settings.busy_timeout_ms)
     apsw.bestpractice.connection_enable_foreign_keys(connection)
     if connection.pragma("foreign_keys") != 1:
         raise apsw.MisuseError("foreign keys could not be enabled")
     apsw.bestpractice.connection_dqs(connection)
     apsw.bestpractice.connection_recursive_triggers(connection)
-    if read_only:
-        return
+    connection.pragma("synchronous", settings.synchronous.upper())
+
+
+def _prepare_file(connection: apsw.Connection, settings: ConnectionSettings) -> None:
+    """Settings stored in the file: auto_vacuum for a fresh one, then the WAL journal.
+
+    Switching to WAL rewrites the file header, so :func:`open_database` does this only
+    after the migration check has accepted the database.
+    """
     fresh = connection.execute("SELECT count(*) FROM sqlite_schema").fetchall()[0][0] == 0
     if fresh:
         connection.pragma("auto_vacuum", "INCREMENTAL")
@@ -140,48 +190,66 @@ def _configure(connection: apsw.Connection, settings: ConnectionSettings, *, rea
     while True:
         try:
             apsw.bestpractice.connection_wal(connection)
-            break
+            return
         except apsw.BusyError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.01)
-    connection.pragma("synchronous", settings.synchronous.upper())
 
 
 class SqliteDatabase(UnitOfWork):
     """One apsw connection and the units of work that run on it.
 
-    Belongs to the thread and process that opened it: use from another process after
-    ``fork()`` raises :class:`~runstore.exceptions.ConnectionUsedAfterFork`.
+    Belongs to the thread and the process that opened it. Use from another thread raises
+    :class:`~runstore.exceptions.TransactionMisuse`; use in a child after ``fork()``
+    raises :class:`~runstore.exceptions.ConnectionUsedAfterFork` (open a new one there).
+
+    Services run every statement inside :meth:`transact` (writes) or :meth:`read`
+    (reads), which turn driver errors into typed failures; :meth:`execute` and friends
+    raise apsw exceptions as they come.
     """
 
     def __init__(
-        self, connection: apsw.Connection, settings: ConnectionSettings | None = None, *, path: str = ":memory:"
+        self,
+        connection: apsw.Connection,
+        settings: ConnectionSettings | None = None,
+        *,
+        path: str = ":memory:",
     ) -> None:
         super().__init__()
         self._connection = connection
         self._settings = settings or ConnectionSettings()
         self._pid = os.getpid()
+        self._generation = _Forks.generation
+        self._lost: Busy | StorageFailure | None = None
+        self._operation = ""
         self.path = path
 
     @classmethod
     def open(
         cls, path: str | os.PathLike[str], settings: ConnectionSettings | None = None
     ) -> Result[SqliteDatabase, StorageFailure | Busy]:
-        """Open ``path`` with :func:`connect` (no migrations; see ``open_migrated``)."""
+        """Open ``path`` with :func:`connect` (no migrations; see :func:`open_database`).
+
+        Returns the failures of :func:`connect`.
+        """
         settings = settings or ConnectionSettings()
         return connect(path, settings).map(
-            lambda connection: cls(connection, settings, path=str(path))
+            lambda connection: cls(connection, settings, path=os.fspath(path))
         )
 
     @classmethod
     def open_read_only(
         cls, path: str | os.PathLike[str], settings: ConnectionSettings | None = None
     ) -> Result[SqliteDatabase, StorageFailure | Busy]:
-        """Open an existing ``path`` read-only: nothing about the file is changed."""
+        """Open an existing ``path`` read-only: nothing about the file is changed.
+
+        Returns ``StorageFailure`` (``cant_open`` for a missing file, ...) or ``Busy``. A
+        write through the connection fails with kind ``read_only``.
+        """
         settings = settings or ConnectionSettings()
         return connect(path, settings, read_only=True).map(
-            lambda connection: cls(connection, settings, path=str(path))
+            lambda connection: cls(connection, settings, path=os.fspath(path))
         )
 
     @property
@@ -192,14 +260,18 @@ class SqliteDatabase(UnitOfWork):
     @property
     def connection(self) -> apsw.Connection:
         """The raw apsw connection, for layer code and tests; never hand it to services' callers."""
-        self._check_pid()
+        self._check_fork()
         return self._connection
 
     def close(self) -> None:
-        """Close the connection; open units are rolled back first. Idempotent."""
-        if os.getpid() != self._pid:
+        """Close the connection; open units are rolled back first. Idempotent.
+
+        In a forked child this does nothing: the connection belongs to the parent.
+        """
+        if self._generation != _Forks.generation:
             return
         self._rollback_all()
+        self._lost = None
         try:
             if not self._connection.getautocommit():
                 self._connection.execute("ROLLBACK")
@@ -207,36 +279,67 @@ class SqliteDatabase(UnitOfWork):
             pass
         self._connection.close()
 
-    def _check_pid(self) -> None:
-        if os.getpid() != self._pid:
+    def _check_fork(self) -> None:
+        if self._generation != _Forks.generation:
             raise ConnectionUsedAfterFork(
                 f"connection to {self.path} was opened in process {self._pid}, "
                 f"used in {os.getpid()}"
             )
 
+    def _check_usable(self) -> None:
+        self._check_fork()
+        self._check_thread()
+        if self._lost is not None:
+            raise _TransactionLost(self._lost)
+
+    def _note_error(self, exc: apsw.Error) -> None:
+        """Remember that SQLite rolled back the whole open transaction while raising ``exc``."""
+        if self._frames and self._lost is None and self._connection.getautocommit():
+            self._lost = from_apsw(exc, operation=self._operation)
+
     # -- statements (materialized results only) ------------------------------------------------
 
-    def execute(self, sql: str, params: Sequence[SqlValue] | dict[str, SqlValue] = ()) -> list[Row]:
-        """Run one statement and return all its rows (RETURNING rows included)."""
-        self._check_pid()
-        return self._connection.execute(sql, params).fetchall()
+    def execute(self, sql: str, params: Params = ()) -> list[Row]:
+        """Run ``sql`` (one or more statements) and return all rows (RETURNING rows included).
 
-    def one(self, sql: str, params: Sequence[SqlValue] | dict[str, SqlValue] = ()) -> Row | None:
+        Raises the apsw exception of a failing statement; inside :meth:`transact` or
+        :meth:`read` the unit turns it into a typed failure. After SQLite has rolled back
+        the whole transaction under a savepoint, every further statement in that unit is
+        refused, so nothing runs outside the transaction by accident.
+        """
+        if (
+            self._generation != _Forks.generation
+            or self._lost is not None
+            or threading.get_ident() != self._thread
+        ):
+            self._check_usable()
+        try:
+            return self._connection.execute(sql, params).fetchall()
+        except apsw.Error as exc:
+            self._note_error(exc)
+            raise
+
+    def one(self, sql: str, params: Params = ()) -> Row | None:
         """Run one statement and return its first row, or None; the cursor is drained."""
         rows = self.execute(sql, params)
         return rows[0] if rows else None
 
-    def scalar(self, sql: str, params: Sequence[SqlValue] | dict[str, SqlValue] = ()) -> Any:
+    def scalar(self, sql: str, params: Params = ()) -> Any:
         """Run one statement and return the first column of its first row, or None."""
         row = self.one(sql, params)
         return None if row is None else row[0]
 
-    def executemany(
-        self, sql: str, rows: Iterable[Sequence[SqlValue] | dict[str, SqlValue]]
-    ) -> None:
-        """Run one statement for each parameter row (one prepared statement, no per-row commit)."""
-        self._check_pid()
-        self._connection.executemany(sql, rows).fetchall()
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Run one statement once per parameter row (one prepared statement, no commits).
+
+        RETURNING rows are drained and dropped. Raises like :meth:`execute`.
+        """
+        self._check_usable()
+        try:
+            self._connection.executemany(sql, rows).fetchall()
+        except apsw.Error as exc:
+            self._note_error(exc)
+            raise
 
     # -- units of work -------------------------------------------------------------------------
 
@@ -245,60 +348,141 @@ class SqliteDatabase(UnitOfWork):
     ) -> Result[T, E | Busy | StorageFailure]:
         """Run ``fn`` as a unit of work: ``BEGIN IMMEDIATE`` outermost, a SAVEPOINT when nested.
 
-        ``operation`` names the unit in errors. ``Success`` commits (or releases the
-        savepoint) and keeps every mirror change; ``Failure`` rolls back and is returned; an
-        apsw exception rolls back and becomes ``Busy`` or ``StorageFailure``; any other
-        exception rolls back and propagates (a programmer error).
+        ``operation`` names the unit in errors. ``fn`` returns a ``Result``:
 
-        When the outermost unit meets SQLITE_BUSY (taking the write lock, during ``fn`` or at
-        COMMIT) it rolls back and runs ``fn`` again, until ``settings.busy_budget_ms`` is
-        spent; then it returns ``Busy(operation, waited_ms)``. ``fn`` must therefore be
-        safe to run again, which it is when it only writes through this unit.
+        - ``Success``: COMMIT (or RELEASE the savepoint); mirror changes stand, and
+          :meth:`on_commit` callbacks run once the outermost unit has committed.
+        - ``Failure``: ROLLBACK (or ROLLBACK TO the savepoint), undo the mirror changes,
+          return the Failure unchanged.
+        - An apsw exception (a statement, or COMMIT, failed): roll back, undo, and return
+          ``StorageFailure`` (constraint kinds, ``full``, ``io``, ``corrupt``, ``read_only``,
+          ...) or ``Busy``, as classified by ``from_apsw``. When SQLite rolled back the
+          whole transaction under a savepoint (SQLITE_FULL, SQLITE_IOERR, ...), the whole
+          outermost unit returns that failure.
+        - Any other exception, and apsw's misuse errors (wrong bindings, closed
+          connection): roll back, undo, re-raise (a programmer error).
+
+        Busy: when the outermost unit meets SQLITE_BUSY (taking the write lock, inside
+        ``fn`` or at COMMIT) after SQLite's own wait of ``settings.busy_timeout_ms``, it
+        rolls back and runs ``fn`` again after a short pause (5 ms doubling to 100 ms),
+        until ``settings.busy_budget_ms`` has passed since the first attempt; then it returns
+        ``Busy(operation, waited_ms)`` with nothing written. ``fn`` must therefore be safe
+        to run again, which it is when all its effects go through this unit (statements,
+        mirrors, ``on_commit``). A nested unit never retries: its ``Busy`` is a value.
+
+        If COMMIT itself fails with an I/O error the outcome may be unknown to the caller;
+        write units so that running them again is harmless (idempotent).
+
+        Raises :class:`~runstore.exceptions.TransactionMisuse` when called inside
+        :meth:`read`, from a foreign thread, when ``fn`` returns something other than a
+        Result, or when ``fn`` ended the transaction itself (COMMIT/ROLLBACK);
+        :class:`~runstore.exceptions.ConnectionUsedAfterFork` in a forked child.
         """
-        self._check_pid()
-        if self.in_unit:
+        self._check_usable()
+        self._check_can_write(operation)
+        if self._frames:
             return self._savepoint(operation, fn)
+        return self._retrying(operation, lambda: self._outermost(operation, fn, "BEGIN IMMEDIATE"))
+
+    def read(
+        self, operation: str, fn: Callable[[], Result[T, E]]
+    ) -> Result[T, E | Busy | StorageFailure]:
+        """Run read-only ``fn`` on one consistent snapshot.
+
+        Outermost, ``fn`` runs in a deferred transaction (``BEGIN``): every statement sees
+        the same committed state, and writers of other connections are not blocked (WAL).
+        The transaction is always rolled back at the end. Inside :meth:`transact`, ``fn``
+        runs in a savepoint of that transaction and sees its uncommitted writes.
+
+        Returns what ``fn`` returns; an apsw exception becomes ``StorageFailure`` or, once
+        the busy budget is spent, ``Busy`` (reads retry like writes). Mirror changes made
+        by ``fn`` (warmed caches) stand when it returns ``Success`` and are undone
+        otherwise. Other exceptions propagate.
+
+        Raises :class:`~runstore.exceptions.TransactionMisuse` when ``fn`` changes any row
+        (the change is rolled back) or opens a :meth:`transact`, and for the thread and
+        result checks of :meth:`transact`.
+        """
+        self._check_usable()
+        connection = self._connection
+        before = connection.total_changes()
+        if self._frames:
+            reading = self._reading
+            self._reading = True
+            try:
+                result = self._savepoint(operation, fn)
+            finally:
+                self._reading = reading
+        else:
+            result = self._retrying(operation, lambda: self._outermost(operation, fn, "BEGIN"))
+        if connection.total_changes() != before:
+            raise TransactionMisuse(
+                f"read({operation!r}) changed rows; writes belong in transact()"
+            )
+        return result
+
+    def _retrying(
+        self,
+        operation: str,
+        attempt: Callable[[], Result[T, E | Busy | StorageFailure] | _Retry],
+    ) -> Result[T, E | Busy | StorageFailure]:
+        """Run ``attempt`` until it is not busy or the busy budget is spent."""
+        budget_ms = self._settings.busy_budget_ms
         started = time.monotonic()
-        attempt = 0
+        pause = 0.005
         while True:
-            outcome = self._outermost(operation, fn, started)
+            outcome = attempt()
             if not isinstance(outcome, _Retry):
                 return outcome
             waited_ms = int((time.monotonic() - started) * 1000)
-            if waited_ms >= self._settings.busy_budget_ms:
+            remaining_ms = budget_ms - waited_ms
+            if remaining_ms <= 0:
                 return Failure(Busy(operation=operation, waited_ms=waited_ms))
-            attempt += 1
-            time.sleep(min(0.005 * 2**attempt, 0.1))
+            time.sleep(min(pause, remaining_ms / 1000))
+            pause = min(pause * 2, 0.1)
 
     def _outermost(
-        self, operation: str, fn: Callable[[], Result[T, E]], started: float
+        self, operation: str, fn: Callable[[], Result[T, E]], begin: str
     ) -> Result[T, E | Busy | StorageFailure] | _Retry:
         connection = self._connection
         try:
-            connection.execute("BEGIN IMMEDIATE")
+            connection.execute(begin)
         except apsw.Error as exc:
-            if is_busy(exc):
-                return _RETRY
-            return Failure(from_apsw(exc, operation=operation))
+            if is_programmer_error(exc):
+                raise
+            return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
         self._push()
+        self._reading = begin == "BEGIN"
+        self._operation = operation
         try:
             result = fn()
-        except _TransactionLost as lost:
+        except BaseException as exc:
+            lost = self._lost
             self._abort()
-            return _RETRY if isinstance(lost.error, Busy) else Failure(lost.error)
-        except apsw.Error as exc:
+            outcome = _outcome_of_exception(exc, lost, operation)
+            if outcome is None:
+                raise
+            return outcome
+        lost = self._lost
+        if lost is None and connection.getautocommit():
             self._abort()
-            return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
-        except BaseException:
+            raise TransactionMisuse(
+                f"{operation!r} ended its transaction itself; let the unit of work commit"
+            )
+        if lost is not None:
             self._abort()
-            raise
-        if isinstance(result, Failure):
+            return _RETRY if isinstance(lost, Busy) else Failure(lost)
+        if not isinstance(result, Success):
             self._abort()
-            return result
+            if isinstance(result, Failure):
+                return result
+            raise _not_a_result(result)
         try:
-            connection.execute("COMMIT")
+            connection.execute("ROLLBACK" if self._reading else "COMMIT")
         except apsw.Error as exc:
             self._abort()
+            if is_programmer_error(exc):
+                raise
             return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
         self._pop_commit()
         return result
@@ -309,37 +493,47 @@ class SqliteDatabase(UnitOfWork):
             if not self._connection.getautocommit():
                 self._connection.execute("ROLLBACK")
         finally:
+            self._lost = None
             self._pop_rollback()
 
     def _savepoint(
         self, operation: str, fn: Callable[[], Result[T, E]]
     ) -> Result[T, E | Busy | StorageFailure]:
         connection = self._connection
-        name = f"runstore_sp{self.depth}"
+        name = f"runstore_sp{len(self._frames)}"
         connection.execute(f"SAVEPOINT {name}")
         self._push()
         try:
             result = fn()
-        except _TransactionLost:
-            self._pop_rollback()
-            raise
         except apsw.Error as exc:
-            error = from_apsw(exc, operation=operation)
-            if connection.getautocommit():
-                # SQLite already rolled back the whole transaction: no savepoint is left.
+            self._note_error(exc)
+            if self._lost is not None:
                 self._pop_rollback()
-                raise _TransactionLost(error) from exc
+                raise _TransactionLost(self._lost) from exc
             self._rollback_to(name)
-            return Failure(error)
+            if is_programmer_error(exc):
+                raise
+            return Failure(from_apsw(exc, operation=operation))
         except BaseException:
-            if connection.getautocommit():
-                self._pop_rollback()
+            if self._lost is not None or connection.getautocommit():
+                self._pop_rollback()  # SQLite already rolled back: no savepoint is left
             else:
                 self._rollback_to(name)
             raise
-        if isinstance(result, Failure):
+        if self._lost is not None:
+            self._pop_rollback()
+            raise _TransactionLost(self._lost)
+        if connection.getautocommit():
+            self._pop_rollback()
+            raise TransactionMisuse(
+                f"{operation!r} ended the enclosing transaction itself; "
+                "let the unit of work commit"
+            )
+        if not isinstance(result, Success):
             self._rollback_to(name)
-            return result
+            if isinstance(result, Failure):
+                return result
+            raise _not_a_result(result)
         connection.execute(f"RELEASE {name}")
         self._pop_commit()
         return result
@@ -350,26 +544,16 @@ class SqliteDatabase(UnitOfWork):
         finally:
             self._pop_rollback()
 
-    def read(
-        self, operation: str, fn: Callable[[], Result[T, E]]
-    ) -> Result[T, E | Busy | StorageFailure]:
-        """Run read-only ``fn`` on one consistent snapshot (a deferred transaction).
 
-        Inside an open unit of work ``fn`` runs in it and sees its uncommitted writes. An
-        apsw exception becomes ``Busy`` or ``StorageFailure``; others propagate. Mirrors
-        changed by ``fn`` are kept (reads may warm caches of committed rows).
-        """
-        self._check_pid()
-        if self.in_unit:
-            return self._savepoint(operation, fn)
-        connection = self._connection
-        try:
-            connection.execute("BEGIN")
-            try:
-                result = fn()
-            finally:
-                if not connection.getautocommit():
-                    connection.execute("COMMIT")
-        except apsw.Error as exc:
-            return Failure(from_apsw(exc, operation=operation))
-        return result
+def _outcome_of_exception(
+    exc: BaseException, lost: Busy | StorageFailure | None, operation: str
+) -> Failure[Busy | StorageFailure] | _Retry | None:
+    """What the outermost unit returns for ``exc`` after rolling back; None to re-raise."""
+    if isinstance(exc, _TransactionLost):
+        error = lost or exc.error
+        return _RETRY if isinstance(error, Busy) else Failure(error)
+    if not isinstance(exc, apsw.Error) or is_programmer_error(exc):
+        return None
+    if lost is not None:
+        return _RETRY if isinstance(lost, Busy) else Failure(lost)
+    return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
