@@ -10,22 +10,23 @@ layer for another database maps its own errors onto the same values.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeAlias
 
 import attrs
 
 __all__ = [
-    "HalfAppliedMigration",
-    "MigrationDrift",
-    "MigrationError",
-    "OpenError",
-    "UnknownMigration",
     "Busy",
     "Conflict",
+    "HalfAppliedMigration",
     "IllegalTransition",
     "InvalidInput",
+    "MigrationDrift",
+    "MigrationError",
     "NotFound",
+    "OpenError",
     "StorageFailure",
     "StorageFailureKind",
+    "UnknownMigration",
 ]
 
 
@@ -55,7 +56,9 @@ class Conflict:
     actual: str = ""
 
     def __str__(self) -> str:
-        detail = f" (expected {self.expected!r}, actual {self.actual!r})" if self.expected or self.actual else ""
+        detail = ""
+        if self.expected or self.actual:
+            detail = f" (expected {self.expected!r}, actual {self.actual!r})"
         return f"conflict on {self.entity} {self.key!r}: {self.reason}{detail}"
 
 
@@ -191,8 +194,8 @@ class HalfAppliedMigration:
         return f"migration {self.id:04d} {self.name} is half-applied: {self.detail}"
 
 
-MigrationError = UnknownMigration | MigrationDrift | HalfAppliedMigration
+MigrationError: TypeAlias = UnknownMigration | MigrationDrift | HalfAppliedMigration
 """Why a database was refused before any data was touched."""
 
-OpenError = StorageFailure | Busy | MigrationError
+OpenError: TypeAlias = StorageFailure | Busy | MigrationError
 """Why a live layer could not open its database."""
