@@ -1,0 +1,57 @@
+"""Recording pytest runs into runstore through the ``DataStore`` service.
+
+``install(config)`` is what the ``runstore`` pytest plugin calls when recording is enabled:
+it registers the :class:`Annotator` wherever tests run, and the :class:`Recorder` in the
+process that sees every report (a plain pytest process, or the ``pytest-xdist``
+controller). A ``--collect-only`` session records nothing.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from runstore.recorder._annotate import Annotator, describe_exception
+from runstore.recorder._convert import (
+    ItemAssembler,
+    PathResolver,
+    collection_record,
+    error_from_report,
+    split_nodeid,
+)
+from runstore.recorder._recorder import (
+    BATCH_ITEMS,
+    BATCH_SECONDS,
+    STALE_AFTER,
+    PinnedClock,
+    Recorder,
+    RecorderSettings,
+    resolve_settings,
+)
+
+__all__ = [
+    "BATCH_ITEMS",
+    "BATCH_SECONDS",
+    "STALE_AFTER",
+    "Annotator",
+    "ItemAssembler",
+    "PathResolver",
+    "PinnedClock",
+    "Recorder",
+    "RecorderSettings",
+    "collection_record",
+    "describe_exception",
+    "error_from_report",
+    "install",
+    "resolve_settings",
+    "split_nodeid",
+]
+
+
+def install(config: pytest.Config) -> None:
+    """Register runstore's hooks on ``config`` for this session (see the module docstring)."""
+    config.pluginmanager.register(Annotator(), "runstore-annotator")
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller records
+        return
+    if config.getoption("collectonly", False):
+        return
+    config.pluginmanager.register(Recorder(config, resolve_settings(config)), "runstore-recorder")

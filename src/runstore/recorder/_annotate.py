@@ -1,0 +1,122 @@
+"""Facts about a test that only the process running it knows, attached to its reports.
+
+pytest's report objects carry the structure of an error (crash location, traceback entries,
+the cause chain) but not the qualified exception type, the function of each frame, or the
+item's markers. The process that runs the test (the only process without ``pytest-xdist``,
+a worker with it) adds them to the report as plain data, which ``pytest-xdist`` serializes
+along with the report, so the controller that records sees the same facts as a serial run:
+
+- ``report.runstore_markers``: sorted marker names of the item (on the setup report);
+- ``report.runstore_exc``: the exception chain of a failing report, oldest cause first, as a
+  list of ``{"type": str, "message": str, "frames": [[path, line, function], ...]}``
+  (frames outermost first, at most ``MAX_FRAMES`` innermost ones; ``message`` is the
+  exception-only line as ``traceback`` formats it, which survives a ``__str__`` that raises).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+from runstore.recorder._text import safe_str
+from runstore.services.testruns import MAX_FRAMES
+
+__all__ = ["EXC_ATTR", "MARKERS_ATTR", "Annotator", "describe_exception", "type_name"]
+
+MARKERS_ATTR = "runstore_markers"
+EXC_ATTR = "runstore_exc"
+
+_MAX_CHAIN = 16
+"""Most exceptions of one cause chain described (the innermost ones are kept)."""
+
+
+def type_name(cls: type[BaseException]) -> str:
+    """The exception type as ``traceback`` prints it: ``module.QualName``, builtins bare."""
+    module = getattr(cls, "__module__", None)
+    qualname = getattr(cls, "__qualname__", None) or getattr(cls, "__name__", "?")
+    if module in (None, "builtins", "__main__"):
+        return str(qualname)
+    return f"{module}.{qualname}"
+
+
+def _frames(tb: TracebackType | None) -> list[list[Any]]:
+    frames: list[list[Any]] = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        frames.append([safe_str(code.co_filename), tb.tb_lineno, safe_str(code.co_name)])
+        tb = tb.tb_next
+    return frames[-MAX_FRAMES:]
+
+
+def _exception_only(exc: BaseException) -> str:
+    try:
+        return safe_str("".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n"))
+    except Exception:
+        return type_name(type(exc))
+
+
+def describe_exception(exc: BaseException) -> list[dict[str, Any]]:
+    """Describe ``exc`` and the exceptions it was raised from, oldest cause first.
+
+    The chain follows ``__cause__``, else ``__context__`` unless suppressed, as pytest's own
+    report does. Never raises.
+    """
+    chain: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(chain) < _MAX_CHAIN:
+        seen.add(id(current))
+        chain.append(
+            {
+                "type": type_name(type(current)),
+                "message": _exception_only(current),
+                "frames": _frames(current.__traceback__),
+            }
+        )
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current = current.__context__
+        else:
+            current = None
+    chain.reverse()
+    return chain
+
+
+class Annotator:
+    """pytest hooks that attach :data:`MARKERS_ATTR` and :data:`EXC_ATTR` to reports.
+
+    Registered wherever tests run while recording is enabled; it never changes an outcome.
+    """
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        try:
+            if call.when == "setup":
+                setattr(report, MARKERS_ATTR, sorted({m.name for m in item.iter_markers()}))
+            if call.excinfo is not None and report.outcome == "failed":
+                setattr(report, EXC_ATTR, describe_exception(call.excinfo.value))
+        except Exception:  # never let describing a report break the run
+            pass
+        return report
+
+    def pytest_exception_interact(
+        self,
+        node: pytest.Item | pytest.Collector,
+        call: pytest.CallInfo[Any],
+        report: pytest.CollectReport | pytest.TestReport,
+    ) -> None:
+        # The one public hook that sees the exception of a failed collector, called before
+        # ``pytest_collectreport`` (and before a worker sends the report on).
+        if not isinstance(report, pytest.CollectReport) or call.excinfo is None:
+            return
+        with contextlib.suppress(Exception):
+            setattr(report, EXC_ATTR, describe_exception(call.excinfo.value))

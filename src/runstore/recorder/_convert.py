@@ -1,0 +1,434 @@
+"""Turning pytest's reports into runstore's records.
+
+Everything is read from the report objects pytest hands to its hooks (``TestReport``,
+``CollectReport`` and the ``SubtestReport`` of pytest 9), never by re-parsing the text pytest
+prints: the phase outcome from ``report.outcome`` and ``report.wasxfail`` (as pytest's own
+``skipping`` and ``junitxml`` modules read them), the error from ``longrepr``
+(``ExceptionChainRepr.chain`` for the cause chain, ``reprcrash`` for the message, which is the
+text ``--junitxml`` writes as ``message``, ``reprtraceback.reprentries`` with their
+``ReprFileLocation`` for the frames), and the exception type and frame function names from
+the facts the running process attached (see ``runstore.recorder._annotate``).
+
+An item's phases are assembled as its reports arrive (interleaved under ``pytest-xdist``);
+the item is finished by its teardown report. A phase reported with pytest-rerunfailures'
+outcome ``rerun`` makes that attempt an earlier attempt of the item.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+
+from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
+from runstore.recorder._text import clean_text, safe_str
+from runstore.services.testruns import (
+    FAILING_OUTCOMES,
+    MAX_FRAMES,
+    CollectionError,
+    ErrorInfo,
+    Outcome,
+    Phase,
+    PhaseResult,
+    StackFrame,
+    SubtestResult,
+    TestResult,
+    derive_outcome,
+)
+
+__all__ = [
+    "ItemAssembler",
+    "PathResolver",
+    "collection_record",
+    "error_from_report",
+    "is_subtest_report",
+    "split_nodeid",
+]
+
+_PHASES = {"setup": Phase.SETUP, "call": Phase.CALL, "teardown": Phase.TEARDOWN}
+_SKIP_PREFIX = "Skipped: "  # how pytest words a skip reason in ``longrepr`` (as junitxml strips it)
+_SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+
+
+def split_nodeid(nodeid: str) -> tuple[str, str | None]:
+    """Split a node id into the item name without parameters and the parametrize id.
+
+    ``"tests/t.py::TestX::test_y[a::b]"`` -> ``("TestX::test_y", "a::b")``; ``"t.py::f"`` ->
+    ``("f", None)``; ``"t.py::f[]"`` -> ``("f", "")``. Names and class names cannot contain
+    ``[``, so the first bracket after the path starts the parameters.
+    """
+    _, sep, rest = nodeid.partition("::")
+    if not sep:
+        rest = nodeid
+    bracket = rest.find("[")
+    if bracket != -1 and rest.endswith("]"):
+        return rest[:bracket], rest[bracket + 1 : -1]
+    return rest, None
+
+
+@attrs.frozen
+class PathResolver:
+    """Resolves the paths in reports: relative ones against the invocation directory.
+
+    ``relative(path)`` is the path stored for a frame: relative to the rootdir (``/``
+    separated) when under it, else absolute. A frame is the project's own when its file is
+    under the rootdir and not inside a ``site-packages`` or ``dist-packages`` folder.
+    """
+
+    rootdir: str
+    invocation_dir: str
+
+    def absolute(self, path: str) -> str:
+        """``path`` made absolute against the invocation directory and normalized."""
+        if path.startswith("<"):  # "<string>", "<frozen importlib._bootstrap>"
+            return path
+        return os.path.normpath(os.path.join(self.invocation_dir, path))
+
+    def place(self, path: str) -> tuple[str, bool]:
+        """(stored path, is the project's own) of ``path`` as a report or tool gave it."""
+        absolute = self.absolute(path)
+        if absolute.startswith("<"):
+            return clean_text(absolute), False
+        try:
+            relative = os.path.relpath(absolute, self.rootdir)
+        except ValueError:  # another drive on Windows
+            return clean_text(absolute), False
+        if relative.split(os.sep, 1)[0] == os.pardir:
+            return clean_text(absolute), False
+        in_site = bool(_SITE_DIRS.intersection(relative.split(os.sep)))
+        return clean_text(relative.replace(os.sep, "/")), not in_site
+
+    def frame(self, path: str, line: int | None, function: str) -> StackFrame:
+        """A stack frame for ``path`` (as reported), with its project flag."""
+        stored, is_project = self.place(path)
+        return StackFrame(stored, line, clean_text(function), is_project)
+
+
+def _duration_ms(report: Any) -> float:
+    try:
+        value = float(report.duration) * 1000.0
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
+    return value if math.isfinite(value) and value >= 0.0 else 0.0
+
+
+def _skip_reason(longrepr: Any) -> str | None:
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = safe_str(longrepr[2])
+        return reason[len(_SKIP_PREFIX) :] if reason.startswith(_SKIP_PREFIX) else reason
+    return None
+
+
+def _phase_outcome(report: Any) -> tuple[Outcome, str | None, bool] | None:
+    """(phase outcome, reason, is_rerun) of a report, or None for an outcome we do not know."""
+    outcome = report.outcome
+    wasxfail = getattr(report, "wasxfail", None)
+    if outcome == "passed":
+        if wasxfail is not None:
+            return Outcome.XPASSED, safe_str(wasxfail) or None, False
+        return Outcome.PASSED, None, False
+    if outcome == "failed":
+        return Outcome.FAILED, None, False
+    if outcome == "skipped":
+        if wasxfail is not None:
+            return Outcome.XFAILED, safe_str(wasxfail) or None, False
+        return Outcome.SKIPPED, _skip_reason(report.longrepr), False
+    if outcome == "rerun":  # pytest-rerunfailures: this attempt failed and will be rerun
+        return Outcome.FAILED, None, True
+    return None
+
+
+class _FrameNames:
+    """Function names of the frames the running process saw, by (absolute path, line)."""
+
+    def __init__(self, resolver: PathResolver, frames: Sequence[Any]) -> None:
+        self._names: dict[tuple[str, int], str] = {}
+        for frame in frames:
+            try:
+                path, line, name = frame
+                self._names[(resolver.absolute(str(path)), int(line))] = str(name)
+            except (TypeError, ValueError):
+                continue
+
+    def get(self, absolute: str, line: int | None) -> str:
+        return self._names.get((absolute, line), "") if line is not None else ""
+
+
+def _entry_frames(
+    resolver: PathResolver, reprtraceback: Any, names: _FrameNames
+) -> tuple[StackFrame, ...]:
+    frames: list[StackFrame] = []
+    for entry in getattr(reprtraceback, "reprentries", None) or ():
+        location = getattr(entry, "reprfileloc", None)
+        if location is None:  # ``--tb=native`` entries are text only: no frame is made up
+            continue
+        path = safe_str(location.path)
+        line = location.lineno if isinstance(location.lineno, int) else None
+        frames.append(resolver.frame(path, line, names.get(resolver.absolute(path), line)))
+    return tuple(frames[-MAX_FRAMES:])
+
+
+def _doctest_frames(resolver: PathResolver, longrepr: Any) -> tuple[StackFrame, ...]:
+    """The example locations of a doctest failure (``ReprFailDoctest.reprlocation_lines``)."""
+    frames = []
+    for location, _lines in getattr(longrepr, "reprlocation_lines", None) or ():
+        line = location.lineno if isinstance(location.lineno, int) else None
+        frames.append(resolver.frame(safe_str(location.path), line, ""))
+    return tuple(frames[-MAX_FRAMES:])
+
+
+def _entry_type(reprtraceback: Any) -> str:
+    """The exception type name pytest put on the innermost long-style entry, else ""."""
+    entries = getattr(reprtraceback, "reprentries", None) or ()
+    if entries:
+        location = getattr(entries[-1], "reprfileloc", None)
+        if location is not None and getattr(entries[-1], "style", "") == "long":
+            return safe_str(location.message)
+    return ""
+
+
+def _text(longrepr: Any) -> str:
+    try:
+        return clean_text(str(longrepr))
+    except Exception:
+        return "<unprintable report>"
+
+
+def error_from_report(resolver: PathResolver, report: Any, phase: Phase) -> ErrorInfo:
+    """The error of a failed phase report, with its cause chain, from the report objects.
+
+    ``message`` is pytest's crash message (``reprcrash.message``, the text ``--junitxml``
+    writes as ``message``), or the whole report text when the report has no crash location
+    (a strict xpass, a doctest failure, a crashed ``pytest-xdist`` worker). ``text`` is the
+    whole report text as pytest prints it; ``exception_type`` comes from the running
+    process's facts, else from the innermost traceback entry, else ``""``.
+    """
+    longrepr = report.longrepr
+    facts = getattr(report, EXC_ATTR, None)
+    facts = facts if isinstance(facts, list) else []
+    chain = getattr(longrepr, "chain", None)
+    if not chain:
+        reprtraceback = getattr(longrepr, "reprtraceback", None)
+        crash = getattr(longrepr, "reprcrash", None)
+        chain = [(reprtraceback, crash, None)] if reprtraceback is not None else []
+    text = _text(longrepr)
+    if not chain:  # a plain string, a doctest failure or another text-only repr
+        exc_type = str(facts[-1].get("type", "")) if facts else ""
+        frames = _doctest_frames(resolver, longrepr)
+        return ErrorInfo(phase, clean_text(exc_type), text, text, frames)
+    error: ErrorInfo | None = None
+    offset = len(facts) - len(chain)  # align the running process's chain from the end
+    for index, (reprtraceback, crash, _descr) in enumerate(chain):
+        fact = facts[index + offset] if 0 <= index + offset < len(facts) else {}
+        names = _FrameNames(resolver, fact.get("frames", ()))
+        exc_type = str(fact.get("type", "")) or _entry_type(reprtraceback)
+        if crash is not None:
+            message = safe_str(crash.message)
+        else:
+            message = safe_str(fact.get("message", "")) or exc_type
+        error = ErrorInfo(
+            phase=phase,
+            exception_type=clean_text(exc_type),
+            message=message,
+            text=text if index == len(chain) - 1 else "",
+            frames=_entry_frames(resolver, reprtraceback, names),
+            cause=error,
+        )
+    assert error is not None
+    return error
+
+
+def _error_from_facts(
+    resolver: PathResolver, facts: Sequence[Any], phase: Phase, text: str
+) -> ErrorInfo:
+    error: ErrorInfo | None = None
+    for index, fact in enumerate(facts):
+        frames = tuple(
+            resolver.frame(safe_str(f[0]), f[1] if isinstance(f[1], int) else None, safe_str(f[2]))
+            for f in fact.get("frames", ())
+            if isinstance(f, (list, tuple)) and len(f) == 3
+        )
+        error = ErrorInfo(
+            phase=phase,
+            exception_type=clean_text(str(fact.get("type", ""))),
+            message=safe_str(fact.get("message", "")),
+            text=text if index == len(facts) - 1 else "",
+            frames=frames[-MAX_FRAMES:],
+            cause=error,
+        )
+    assert error is not None
+    return error
+
+
+def _module_path(nodeid: str, location: Any) -> str:
+    if isinstance(location, tuple) and location and isinstance(location[0], str):
+        return clean_text(location[0].replace(os.sep, "/"))
+    return clean_text(nodeid.partition("::")[0])
+
+
+def collection_record(
+    resolver: PathResolver, report: Any
+) -> CollectionError | TestResult | None:
+    """The record of a collect report: a ``CollectionError`` when the collector failed, a
+    skipped ``TestResult`` when it was skipped (a module-level ``pytest.skip``, as pytest
+    and ``--junitxml`` list it), None when it passed.
+
+    A collection error is pytest's wrapper around the real error (an import error, a syntax
+    error): when the running process described the chain, the error stored is the innermost
+    cause that pytest wrapped, with its frames; ``text`` is pytest's report text.
+    """
+    nodeid = clean_text(report.nodeid) or "."
+    module_path = clean_text(nodeid.partition("::")[0])
+    if report.outcome == "skipped":
+        reason = _skip_reason(report.longrepr)
+        phase = PhaseResult(Phase.SETUP, Outcome.SKIPPED, 0.0, reason)
+        name, param = split_nodeid(nodeid)
+        return TestResult(nodeid, module_path, name, (phase,), parametrize_id=param)
+    if report.outcome != "failed":
+        return None
+    text = _text(report.longrepr)
+    facts = getattr(report, EXC_ATTR, None)
+    if isinstance(facts, list) and facts:
+        # Drop pytest's own ``CollectError`` wrapper when it has the real error as its cause.
+        if len(facts) > 1 and str(facts[-1].get("type", "")).endswith("CollectError"):
+            facts = facts[:-1]
+        error = _error_from_facts(resolver, facts, Phase.COLLECT, text)
+    else:
+        error = ErrorInfo(Phase.COLLECT, "", text, text, ())
+    return CollectionError(nodeid, module_path, error)
+
+
+def _subtest_description(context: Any) -> str:
+    parts = []
+    msg = getattr(context, "msg", None)
+    if msg is not None:
+        parts.append(f"[{safe_str(msg)}]")
+    kwargs = getattr(context, "kwargs", None) or {}
+    if kwargs:
+        pairs = ", ".join(f"{safe_str(k)}={safe_str(v)}" for k, v in kwargs.items())
+        parts.append(f"({pairs})")
+    return " ".join(parts) or "(<subtest>)"
+
+
+def is_subtest_report(report: Any) -> bool:
+    """Whether ``report`` is a subtest's report (pytest 9 ``SubtestReport`` or the
+    ``pytest-subtests`` plugin's), recognised by its ``context`` with ``msg`` and ``kwargs``."""
+    context = getattr(report, "context", None)
+    return context is not None and hasattr(context, "msg") and hasattr(context, "kwargs")
+
+
+@attrs.define
+class _Pending:
+    """What has arrived so far of one item (mutable; lives until the item finishes)."""
+
+    nodeid: str
+    module_path: str
+    line: int | None
+    markers: tuple[str, ...] = ()
+    phases: list[PhaseResult] = attrs.Factory(list)
+    errors: list[ErrorInfo] = attrs.Factory(list)
+    subtests: list[SubtestResult] = attrs.Factory(list)
+    attempts: list[TestResult] = attrs.Factory(list)
+    rerun: bool = False
+
+
+class ItemAssembler:
+    """Builds one ``TestResult`` per item from its phase reports.
+
+    Feed every test report to :meth:`add`; it returns the finished ``TestResult`` when the
+    report finished an item (its teardown, or a report of an unknown phase such as a
+    crashed ``pytest-xdist`` worker's), else None. Only unfinished items are held, so
+    memory does not grow with the number of items.
+    """
+
+    def __init__(self, resolver: PathResolver) -> None:
+        self._resolver = resolver
+        self._pending: dict[str, _Pending] = {}
+
+    @property
+    def unfinished(self) -> int:
+        """How many items have reported some phases but not finished."""
+        return len(self._pending)
+
+    def _start(self, report: Any) -> _Pending:
+        nodeid = clean_text(report.nodeid)
+        pending = self._pending.get(nodeid)
+        if pending is None:
+            location = getattr(report, "location", None)
+            line = None
+            if isinstance(location, tuple) and len(location) > 1 and isinstance(location[1], int):
+                line = location[1] + 1
+            pending = _Pending(nodeid, _module_path(nodeid, location), line)
+            self._pending[nodeid] = pending
+        return pending
+
+    def add(self, report: Any) -> TestResult | None:
+        """Take one test report; return the item's result when this report finished it."""
+        pending = self._start(report)
+        if is_subtest_report(report):
+            self._add_subtest(pending, report)
+            return None
+        markers = getattr(report, MARKERS_ATTR, None)
+        if isinstance(markers, list):
+            pending.markers = tuple(clean_text(str(m)) for m in markers)
+        phase = _PHASES.get(report.when, Phase.CALL)
+        judged = _phase_outcome(report)
+        if judged is not None:
+            outcome, reason, rerun = judged
+            result = PhaseResult(phase, outcome, _duration_ms(report), reason)
+            pending.phases = [p for p in pending.phases if p.phase != phase] + [result]
+            if outcome is Outcome.FAILED:
+                pending.errors.append(error_from_report(self._resolver, report, phase))
+            pending.rerun = pending.rerun or rerun
+        if report.when in _PHASES and report.when != "teardown":
+            return None
+        return self._finish_attempt(pending, report)
+
+    def _add_subtest(self, pending: _Pending, report: Any) -> None:
+        judged = _phase_outcome(report)
+        if judged is None:
+            return
+        outcome = judged[0]
+        error = None
+        if outcome is Outcome.FAILED:
+            error = error_from_report(self._resolver, report, Phase.CALL)
+        description = _subtest_description(report.context)
+        pending.subtests.append(SubtestResult(description, outcome, _duration_ms(report), error))
+
+    def _result(self, pending: _Pending, report: Any | None) -> TestResult:
+        name, param = split_nodeid(pending.nodeid)
+        phases = tuple(pending.phases)
+        stdout = stderr = log = ""
+        if report is not None and derive_outcome(phases) in FAILING_OUTCOMES:
+            # The last report carries the output captured in every phase so far.
+            stdout = safe_str(getattr(report, "capstdout", ""))
+            stderr = safe_str(getattr(report, "capstderr", ""))
+            log = safe_str(getattr(report, "caplog", ""))
+        return TestResult(
+            nodeid=pending.nodeid,
+            module_path=pending.module_path,
+            name=name,
+            phases=phases,
+            parametrize_id=param,
+            line=pending.line,
+            markers=pending.markers,
+            errors=tuple(pending.errors),
+            stdout=stdout,
+            stderr=stderr,
+            log=log,
+            subtests=tuple(pending.subtests),
+        )
+
+    def _finish_attempt(self, pending: _Pending, report: Any) -> TestResult | None:
+        if pending.rerun:  # pytest-rerunfailures will run the item again
+            pending.attempts.append(self._result(pending, None))
+            pending.phases, pending.errors, pending.subtests = [], [], []
+            pending.rerun = False
+            return None
+        del self._pending[pending.nodeid]
+        if not pending.phases:
+            return None
+        return attrs.evolve(self._result(pending, report), attempts=tuple(pending.attempts))
