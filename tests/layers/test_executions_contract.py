@@ -1,0 +1,28 @@
+"""The execution-ledger contract on every shipped layer: in memory, SQLite in memory, a file."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from runstore.layers import Layer, in_memory, sqlite
+from runstore.testing import ExecutionLedgerContract, LedgerFactory
+
+
+class TestInMemoryLedger(ExecutionLedgerContract):
+    def make_layer(self) -> Layer:
+        return in_memory()
+
+
+class TestSqliteMemoryLedger(ExecutionLedgerContract):
+    def make_layer(self) -> Layer:
+        return sqlite(":memory:")
+
+
+class TestSqliteFileLedger(ExecutionLedgerContract):
+    @pytest.fixture
+    def layer_factory(self, tmp_path: Path) -> LedgerFactory:
+        numbers = itertools.count()
+        return lambda: sqlite(tmp_path / f"ledger-{next(numbers)}.db")
