@@ -3,6 +3,19 @@ seeded test layers."""
 
 from __future__ import annotations
 
+from runstore.testing._executions import (
+    ContractViolation,
+    ExecutionLedgerContract,
+    ExecutionLedgerMachine,
+    LedgerFactory,
+    action_run_failures,
+    execution_failures,
+    identifiers,
+    json_values,
+    ledger_state_machine,
+    non_json_values,
+    phase_outcomes,
+)
 from runstore.testing._testruns_contract import (
     DAY_MS,
     T0_MS,
@@ -26,6 +39,17 @@ from runstore.testing._testruns_contract import (
 )
 
 __all__: list[str] = [
+    "ContractViolation",
+    "ExecutionLedgerContract",
+    "ExecutionLedgerMachine",
+    "LedgerFactory",
+    "action_run_failures",
+    "execution_failures",
+    "identifiers",
+    "json_values",
+    "ledger_state_machine",
+    "non_json_values",
+    "phase_outcomes",
     "DAY_MS",
     "T0_MS",
     "DataReaderContract",
