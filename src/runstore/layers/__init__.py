@@ -120,4 +120,5 @@ def in_memory() -> Layer:
         system_clock(),
         in_memory_execution_ledger(),
         in_memory_sessions(),
+        in_memory_test_runs(),
     )

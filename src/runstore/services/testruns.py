@@ -138,10 +138,17 @@ class Classification(StrEnum):
     - ``persistent_failure``: failing now, and every previous window entry failed.
     - ``flaky``: the window (previous entries and now) mixes failing and passing outcomes and
       neither rule above or ``recovered`` applies.
-    - ``recovered``: passing now, the previous entry failed, and the entries before it passed
-      (or there are none).
+    - ``recovered``: passing now, the previous entries begin with a run of failing outcomes
+      (at least one), and every entry before that run passed (or there are none): a test
+      that failed once or several times in a row and now passes again.
     - ``stable``: passing now and every previous window entry passed (or there are none);
       also any item that did not execute (skipped, xfailed).
+
+    The window of an item of run ``r``: its outcome in ``r`` when it executed, then its
+    *previous entries*, the newest ``DEFAULT_HISTORY_WINDOW - 1`` history entries of runs
+    with a lower id than ``r`` (or whose run was pruned), newest first. So a finished run
+    and a running one are judged alike, and later runs never change an earlier run's
+    classification beyond what history trimming removed.
     """
 
     NEW_FAILURE = "new_failure"

@@ -1,0 +1,1197 @@
+"""Pure rules shared by the live and in-memory test-run layers.
+
+Both layers run every input through :func:`prepare_results` (and its siblings) before they
+touch storage, and build every answer with the same functions, so the two return identical
+``Result`` values for identical calls. Nothing here does I/O.
+
+Text rules (one place, both layers):
+
+- *Identifiers* (project, invocation id, node ids, module and coverage paths) must be ``str``
+  without lone surrogates (they could not be stored as UTF-8, and replacing them would make
+  two different ids equal); an empty one is ``InvalidInput`` where the field is required.
+- *Free text* (messages, texts, captured output, names, markers, function names, skip
+  reasons, environment fields) has every lone surrogate replaced with U+FFFD, one for one.
+- NUL (U+0000) is kept exactly everywhere.
+- Bounded fields keep their first N characters and carry a truncated flag
+  (``MAX_MESSAGE_CHARS``, ``MAX_TEXT_CHARS``, ``MAX_CAPTURE_CHARS``); short free text (names,
+  function names, reasons, exception types) is cut at ``MAX_MESSAGE_CHARS`` without a flag.
+- A value of the wrong type (an object that is not ``str``, a ``bool`` where a number is
+  expected) is ``InvalidInput``; runstore never calls ``str()`` on caller objects. A ``str``
+  subclass is stored as a plain ``str``.
+
+Failure signatures (:func:`failure_signature`): the first 16 hex digits of the SHA-256 of
+``exception type``, the *normalized* message and the *failing frame*, joined by U+001F.
+The message is normalized by taking its first non-blank line and masking, in this order,
+quoted strings (``'...'`` and ``"..."`` -> ``<str>``), hex addresses (``0x7f3a...`` ->
+``<hex>``), paths (anything with a ``/`` or ``\\`` separator -> ``<path>``) and numbers
+(integers, decimals, exponents, with sign -> ``<num>``), then collapsing whitespace and
+keeping at most 500 characters. The failing frame is the innermost stored frame that is
+project code, else the innermost frame, as ``path:function`` (no line number, so an edit
+above the failure does not change the signature), or empty without frames. The masking
+follows the seed's ``normalizeAssertionShape`` idea: values that change between runs
+(counters, ids, temp paths, object addresses) must not split one failure into many.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn, TypeVar
+
+import attrs
+from returns.result import Failure, Result, Success
+
+from runstore.services.errors import InvalidInput
+from runstore.services.pagination import check_limit
+from runstore.services.testruns import (
+    DEFAULT_HISTORY_WINDOW,
+    FAILING_OUTCOMES,
+    MAX_CAPTURE_CHARS,
+    MAX_FRAMES,
+    MAX_MESSAGE_CHARS,
+    MAX_TEXT_CHARS,
+    Classification,
+    CollectionError,
+    Environment,
+    ErrorInfo,
+    FailureRecord,
+    FileCoverage,
+    FlakyTest,
+    Outcome,
+    Phase,
+    PhaseResult,
+    RunComparison,
+    RunId,
+    RunRetentionPolicy,
+    RunStart,
+    RunStatus,
+    StackFrame,
+    SubtestResult,
+    TestResult,
+    derive_outcome,
+)
+
+__all__ = [
+    "DAY_MS",
+    "EXECUTED_OUTCOMES",
+    "MAX_CAUSES",
+    "OUTCOME_ORDER",
+    "PASSING_OUTCOMES",
+    "CaseHistory",
+    "PreparedCase",
+    "PreparedCollectionError",
+    "PreparedCoverage",
+    "PreparedError",
+    "PreparedRun",
+    "PrunePlan",
+    "PruneRun",
+    "classify",
+    "compare_runs",
+    "counts_of",
+    "coverage_percent",
+    "decode_cursor",
+    "decode_lines",
+    "encode_cursor",
+    "encode_lines",
+    "failing_phase",
+    "failure_record",
+    "failure_signature",
+    "flaky_entry",
+    "invalid",
+    "is_new_signature",
+    "normalize_message",
+    "plan_prune",
+    "prepare_collection_errors",
+    "prepare_coverage",
+    "prepare_results",
+    "prepare_run_start",
+    "previous_window",
+    "rank_matches",
+    "sort_failures",
+    "sort_flaky",
+    "to_epoch_ms",
+    "valid_finish",
+    "valid_fragment",
+    "valid_identifier",
+    "valid_limit",
+    "valid_outcomes",
+    "valid_policy",
+    "valid_project",
+    "valid_run_id",
+    "window_of",
+]
+
+T = TypeVar("T")
+
+DAY_MS = 86_400_000
+"""Milliseconds in a day (retention ages)."""
+
+MAX_CAUSES = 32
+"""Most causes stored per error chain; a deeper chain keeps its nearest ``MAX_CAUSES``."""
+
+EXECUTED_OUTCOMES = frozenset({Outcome.PASSED, Outcome.FAILED, Outcome.XPASSED, Outcome.ERROR})
+"""Outcomes history keeps (every outcome but ``skipped`` and ``xfailed``)."""
+
+PASSING_OUTCOMES = frozenset({Outcome.PASSED, Outcome.XPASSED})
+"""Executed outcomes that are not failing."""
+
+OUTCOME_ORDER: tuple[Outcome, ...] = tuple(Outcome)
+"""Every outcome, in the order ``RunSummary.counts`` lists them."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+_MAX_MS = 2**53
+_PHASE_RANK = {Phase.SETUP: 0, Phase.CALL: 1, Phase.TEARDOWN: 2}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+# -- failing fast inside validation -----------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """Carries an ``InvalidInput`` out of deep validation to the one place that returns it."""
+
+    def __init__(self, error: InvalidInput) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def invalid(field: str, reason: str) -> NoReturn:
+    """Abort the current validation with ``InvalidInput(field, reason)``."""
+    raise _Invalid(InvalidInput(field, reason))
+
+
+def _guard(fn: Any, *args: Any) -> Result[Any, InvalidInput]:
+    try:
+        return Success(fn(*args))
+    except _Invalid as exc:
+        return Failure(exc.error)
+
+
+def _type_name(value: object) -> str:
+    return type(value).__name__
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def _plain(value: object, field: str) -> str:
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return value[:]  # a plain str copy; never calls the subclass's __str__
+    invalid(field, f"must be text (str), got {_type_name(value)}")
+
+
+def _has_surrogate(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def valid_identifier(value: object, field: str, *, allow_empty: bool = False) -> str:
+    """Return ``value`` as an identifier: ``str``, no lone surrogates, non-empty unless allowed.
+
+    Aborts validation with ``InvalidInput(field, ...)`` otherwise.
+    """
+    text = _plain(value, field)
+    if not text and not allow_empty:
+        invalid(field, "must not be empty")
+    if _has_surrogate(text):
+        invalid(field, "contains a lone surrogate (not valid Unicode text)")
+    return text
+
+
+def _free(value: object, field: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """Free text: lone surrogates replaced, cut at ``limit`` characters without a flag."""
+    text = _plain(value, field)
+    if _has_surrogate(text):
+        text = _SURROGATE.sub("\ufffd", text)
+    return text[:limit] if len(text) > limit else text
+
+
+def _bounded(value: object, field: str, limit: int) -> tuple[str, bool]:
+    """Free text cut at ``limit`` characters, with whether it was cut."""
+    text = _plain(value, field)
+    if _has_surrogate(text):
+        text = _SURROGATE.sub("\ufffd", text)
+    if len(text) > limit:
+        return text[:limit], True
+    return text, False
+
+
+def _optional_free(value: object, field: str) -> str | None:
+    return None if value is None else _free(value, field)
+
+
+# -- numbers and times ------------------------------------------------------------------------
+
+
+def _duration(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        invalid(field, f"must be a number of milliseconds, got {_type_name(value)}")
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        invalid(field, f"must be finite and >= 0, got {value!r}")
+    return number + 0.0  # -0.0 -> 0.0
+
+
+def _count(value: object, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        invalid(field, f"must be an integer, got {_type_name(value)}")
+    if value < 0:
+        invalid(field, f"must be >= 0, got {value}")
+    if value >= _MAX_MS:
+        invalid(field, f"is too large: {value}")
+    return int(value)
+
+
+def _line(value: object, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        invalid(field, f"must be an integer line number or None, got {_type_name(value)}")
+    if value < 1 or value >= _MAX_MS:
+        invalid(field, f"must be a 1-based line number, got {value}")
+    return int(value)
+
+
+def _line_number(value: object, field: str) -> int:
+    line = _line(value, field)
+    if line is None:
+        invalid(field, "must be an integer line number >= 1, got None")
+    return line
+
+
+def _epoch_ms(value: object, field: str) -> int:
+    if isinstance(value, bool):
+        invalid(field, "must be an aware datetime or epoch milliseconds, got bool")
+    if isinstance(value, int):
+        if abs(value) >= _MAX_MS:
+            invalid(field, f"epoch milliseconds out of range: {value}")
+        return int(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            invalid(field, "must be timezone-aware (a naive datetime has no defined instant)")
+        return (value - _EPOCH) // _ONE_MS
+    invalid(field, f"must be an aware datetime or epoch milliseconds, got {_type_name(value)}")
+
+
+def to_epoch_ms(value: object, field: str) -> Result[int, InvalidInput]:
+    """Convert an aware datetime (or epoch-ms ``int``) to epoch milliseconds UTC (floored).
+
+    ``InvalidInput(field, ...)`` for a naive datetime or any other type.
+    """
+    return _guard(_epoch_ms, value, field)
+
+
+def _enum(kind: type[T], value: object, field: str) -> T:
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind(value)  # type: ignore[call-arg]
+        except ValueError:
+            pass
+    names = ", ".join(str(v) for v in kind)  # type: ignore[attr-defined]
+    invalid(field, f"must be one of {names}, got {value!r}")
+
+
+def _sequence(value: object, field: str) -> Sequence[Any]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        invalid(field, f"must be a sequence (tuple or list), got {_type_name(value)}")
+    return value
+
+
+# -- prepared values --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PreparedError:
+    """One stored error: bounded texts, bounded frames (outermost first), its cause chain
+    (nearest cause first, causes have no causes of their own) and, for a chain head, its
+    failure signature with the normalized message and failing frame it was made from."""
+
+    phase: Phase
+    exception_type: str
+    message: str
+    message_truncated: bool
+    text: str
+    text_truncated: bool
+    frames: tuple[StackFrame, ...]
+    causes: tuple[PreparedError, ...] = ()
+    signature: str = ""
+    normalized_message: str = ""
+    signature_frame: str = ""
+
+    def chain(self) -> tuple[PreparedError, ...]:
+        """The error followed by its causes (depth 0, 1, ...)."""
+        return (self, *self.causes)
+
+    def as_info(self) -> ErrorInfo:
+        """This error (without its causes) as the ``ErrorInfo`` a reader returns."""
+        return ErrorInfo(
+            self.phase, self.exception_type, self.message, self.text, self.frames, None
+        )
+
+
+@attrs.frozen
+class PreparedAttempt:
+    """An earlier rerun attempt of an item: its phases, outcome, total duration and errors."""
+
+    phases: tuple[PhaseResult, ...]
+    outcome: Outcome
+    duration_ms: float
+    errors: tuple[PreparedError, ...]
+
+
+@attrs.frozen
+class PreparedSubtest:
+    """One subtest: description, outcome, duration (ms) and its error, if any."""
+
+    description: str
+    outcome: Outcome
+    duration_ms: float
+    error: PreparedError | None
+
+
+@attrs.frozen
+class PreparedCase:
+    """One validated item, ready to store: every text normalized and bounded."""
+
+    nodeid: str
+    module_path: str
+    name: str
+    parametrize_id: str | None
+    line: int | None
+    markers: tuple[str, ...]
+    phases: tuple[PhaseResult, ...]
+    outcome: Outcome
+    duration_ms: float
+    skip_reason: str | None
+    errors: tuple[PreparedError, ...]
+    stdout: str
+    stdout_truncated: bool
+    stderr: str
+    stderr_truncated: bool
+    log: str
+    log_truncated: bool
+    attempts: tuple[PreparedAttempt, ...]
+    subtests: tuple[PreparedSubtest, ...]
+
+    def owned_errors(self) -> Iterator[tuple[int, int | None, int, PreparedError]]:
+        """Every error of the item as ``(attempt, subtest, ordinal, error)``: attempt 0 is
+        the final result, ``k >= 1`` the k-th earlier attempt; ``subtest`` is the subtest's
+        position (or None); ``ordinal`` the error's position among its owner's errors."""
+        for ordinal, error in enumerate(self.errors):
+            yield 0, None, ordinal, error
+        for number, attempt in enumerate(self.attempts, start=1):
+            for ordinal, error in enumerate(attempt.errors):
+                yield number, None, ordinal, error
+        for position, subtest in enumerate(self.subtests):
+            if subtest.error is not None:
+                yield 0, position, 0, subtest.error
+
+    def paths(self) -> Iterator[str]:
+        """Every file path the stored item refers to: its module and every frame's file."""
+        yield self.module_path
+        for _, _, _, error in self.owned_errors():
+            for link in error.chain():
+                for frame in link.frames:
+                    yield frame.path
+
+
+@attrs.frozen
+class PreparedCollectionError:
+    """One validated collection error."""
+
+    nodeid: str
+    module_path: str
+    error: PreparedError
+
+    def paths(self) -> Iterator[str]:
+        """The module path and every frame's file."""
+        yield self.module_path
+        for link in self.error.chain():
+            for frame in link.frames:
+                yield frame.path
+
+
+@attrs.frozen
+class PreparedRun:
+    """A validated ``RunStart``."""
+
+    project: str
+    invocation_id: str
+    started_at_ms: int
+    environment: Environment
+
+
+@attrs.frozen
+class PreparedCoverage:
+    """Validated coverage of one run: files sorted by path, ``missing_lines`` sorted unique."""
+
+    files: tuple[FileCoverage, ...]
+
+
+# -- errors, frames, signatures ---------------------------------------------------------------
+
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
+_HEX = re.compile(r"\b0[xX][0-9a-fA-F]+\b")
+_PATH = re.compile(r"(?:[A-Za-z]:)?[\w.~\-]*(?:[/\\][\w.~\-]*)+")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_SPACE = re.compile(r"\s+")
+_NORMALIZED_LIMIT = 500
+
+
+def normalize_message(message: str) -> str:
+    """Normalize a message for signatures (module docstring): first non-blank line, masks
+    for quoted strings, hex addresses, paths and numbers, whitespace collapsed, <= 500 chars."""
+    line = next((part for part in message.splitlines() if part.strip()), "")
+    line = _QUOTED.sub("<str>", line)
+    line = _HEX.sub("<hex>", line)
+    line = _PATH.sub(lambda m: "<path>" if len(m.group(0)) > 1 else m.group(0), line)
+    line = _NUMBER.sub("<num>", line)
+    line = _SPACE.sub(" ", line).strip()
+    return line[:_NORMALIZED_LIMIT]
+
+
+def _failing_frame(frames: Sequence[StackFrame]) -> str:
+    for frame in reversed(frames):
+        if frame.is_project:
+            return f"{frame.path}:{frame.function}"
+    if frames:
+        return f"{frames[-1].path}:{frames[-1].function}"
+    return ""
+
+
+def failure_signature(exception_type: str, message: str, frames: Sequence[StackFrame]) -> tuple[
+    str, str, str
+]:
+    """Return ``(signature, normalized message, failing frame)`` (module docstring rule)."""
+    normalized = normalize_message(message)
+    frame = _failing_frame(frames)
+    digest = hashlib.sha256(
+        "\x1f".join((exception_type, normalized, frame)).encode("utf-8")
+    ).hexdigest()
+    return digest[:16], normalized, frame
+
+
+def _frame(value: object, field: str) -> StackFrame:
+    if not isinstance(value, StackFrame):
+        invalid(field, f"must be a StackFrame, got {_type_name(value)}")
+    is_project = value.is_project
+    if not isinstance(is_project, bool):
+        invalid(f"{field}.is_project", f"must be a bool, got {_type_name(is_project)}")
+    return StackFrame(
+        _free(value.path, f"{field}.path", MAX_TEXT_CHARS),
+        _line(value.line, f"{field}.line"),
+        _free(value.function, f"{field}.function"),
+        is_project,
+    )
+
+
+def _one_error(value: object, field: str) -> PreparedError:
+    if not isinstance(value, ErrorInfo):
+        invalid(field, f"must be an ErrorInfo, got {_type_name(value)}")
+    frames_in = _sequence(value.frames, f"{field}.frames")
+    start = max(0, len(frames_in) - MAX_FRAMES)
+    frames = tuple(
+        _frame(frames_in[i], f"{field}.frames[{i}]") for i in range(start, len(frames_in))
+    )
+    message, message_cut = _bounded(value.message, f"{field}.message", MAX_MESSAGE_CHARS)
+    text, text_cut = _bounded(value.text, f"{field}.text", MAX_TEXT_CHARS)
+    return PreparedError(
+        phase=_enum(Phase, value.phase, f"{field}.phase"),
+        exception_type=_free(value.exception_type, f"{field}.exception_type"),
+        message=message,
+        message_truncated=message_cut,
+        text=text,
+        text_truncated=text_cut,
+        frames=frames,
+    )
+
+
+def _error(value: object, field: str) -> PreparedError:
+    head = _one_error(value, field)
+    causes: list[PreparedError] = []
+    cause = value.cause  # type: ignore[attr-defined]
+    depth = 1
+    while cause is not None and depth <= MAX_CAUSES:
+        causes.append(_one_error(cause, f"{field}.cause" + ".cause" * (depth - 1)))
+        cause = cause.cause
+        depth += 1
+    signature, normalized, frame = failure_signature(head.exception_type, head.message, head.frames)
+    return attrs.evolve(
+        head,
+        causes=tuple(causes),
+        signature=signature,
+        normalized_message=normalized,
+        signature_frame=frame,
+    )
+
+
+# -- items ------------------------------------------------------------------------------------
+
+
+def _phases(value: object, field: str) -> tuple[PhaseResult, ...]:
+    items = _sequence(value, field)
+    if not items:
+        invalid(field, "an item needs at least one phase (setup, call or teardown)")
+    phases: list[PhaseResult] = []
+    last_rank = -1
+    for i, phase in enumerate(items):
+        where = f"{field}[{i}]"
+        if not isinstance(phase, PhaseResult):
+            invalid(where, f"must be a PhaseResult, got {_type_name(phase)}")
+        kind = _enum(Phase, phase.phase, f"{where}.phase")
+        rank = _PHASE_RANK.get(kind)
+        if rank is None:
+            invalid(f"{where}.phase", "must be setup, call or teardown")
+        if rank <= last_rank:
+            invalid(f"{where}.phase", "phases must be in order setup, call, teardown, each once")
+        last_rank = rank
+        reason = phase.skip_reason
+        phases.append(
+            PhaseResult(
+                kind,
+                _enum(Outcome, phase.outcome, f"{where}.outcome"),
+                _duration(phase.duration_ms, f"{where}.duration_ms"),
+                None if reason is None else _free(reason, f"{where}.skip_reason"),
+            )
+        )
+    return tuple(phases)
+
+
+def _errors(value: object, field: str) -> tuple[PreparedError, ...]:
+    items = _sequence(value, field)
+    return tuple(_error(e, f"{field}[{i}]") for i, e in enumerate(items))
+
+
+def _total(phases: Sequence[PhaseResult]) -> float:
+    return sum(p.duration_ms for p in phases) + 0.0
+
+
+def _attempt(value: object, field: str) -> PreparedAttempt:
+    if not isinstance(value, TestResult):
+        invalid(field, f"must be a TestResult, got {_type_name(value)}")
+    if _sequence(value.attempts, f"{field}.attempts"):
+        invalid(f"{field}.attempts", "an attempt cannot have attempts of its own")
+    phases = _phases(value.phases, f"{field}.phases")
+    return PreparedAttempt(
+        phases=phases,
+        outcome=derive_outcome(phases),
+        duration_ms=_total(phases),
+        errors=_errors(value.errors, f"{field}.errors"),
+    )
+
+
+def _subtest(value: object, field: str) -> PreparedSubtest:
+    if not isinstance(value, SubtestResult):
+        invalid(field, f"must be a SubtestResult, got {_type_name(value)}")
+    error = value.error
+    return PreparedSubtest(
+        description=_free(value.description, f"{field}.description"),
+        outcome=_enum(Outcome, value.outcome, f"{field}.outcome"),
+        duration_ms=_duration(value.duration_ms, f"{field}.duration_ms"),
+        error=None if error is None else _error(error, f"{field}.error"),
+    )
+
+
+def _markers(value: object, field: str) -> tuple[str, ...]:
+    items = _sequence(value, field)
+    return tuple(_free(m, f"{field}[{i}]") for i, m in enumerate(items))
+
+
+def _case(value: object, field: str) -> PreparedCase:
+    if not isinstance(value, TestResult):
+        invalid(field, f"must be a TestResult, got {_type_name(value)}")
+    phases = _phases(value.phases, f"{field}.phases")
+    stdout, stdout_cut = _bounded(value.stdout, f"{field}.stdout", MAX_CAPTURE_CHARS)
+    stderr, stderr_cut = _bounded(value.stderr, f"{field}.stderr", MAX_CAPTURE_CHARS)
+    log, log_cut = _bounded(value.log, f"{field}.log", MAX_CAPTURE_CHARS)
+    attempts_in = _sequence(value.attempts, f"{field}.attempts")
+    subtests_in = _sequence(value.subtests, f"{field}.subtests")
+    errors_in = _sequence(value.errors, f"{field}.errors")
+    parametrize_id = value.parametrize_id
+    return PreparedCase(
+        nodeid=valid_identifier(value.nodeid, f"{field}.nodeid"),
+        module_path=valid_identifier(value.module_path, f"{field}.module_path"),
+        name=_free(value.name, f"{field}.name"),
+        parametrize_id=None
+        if parametrize_id is None
+        else _free(parametrize_id, f"{field}.parametrize_id"),
+        line=_line(value.line, f"{field}.line"),
+        markers=_markers(value.markers, f"{field}.markers"),
+        phases=phases,
+        outcome=derive_outcome(phases),
+        duration_ms=_total(phases),
+        skip_reason=next((p.skip_reason for p in phases if p.skip_reason is not None), None),
+        errors=tuple(_error(e, f"{field}.errors[{i}]") for i, e in enumerate(errors_in))
+        if errors_in
+        else (),
+        stdout=stdout,
+        stdout_truncated=stdout_cut,
+        stderr=stderr,
+        stderr_truncated=stderr_cut,
+        log=log,
+        log_truncated=log_cut,
+        attempts=tuple(_attempt(a, f"{field}.attempts[{i}]") for i, a in enumerate(attempts_in))
+        if attempts_in
+        else (),
+        subtests=tuple(_subtest(s, f"{field}.subtests[{i}]") for i, s in enumerate(subtests_in))
+        if subtests_in
+        else (),
+    )
+
+
+def _last_wins(items: Iterable[T], key: Any) -> tuple[T, ...]:
+    """Keep the last item per key, in the order of those last occurrences."""
+    chosen: dict[Any, T] = {}
+    for item in items:
+        k = key(item)
+        chosen.pop(k, None)
+        chosen[k] = item
+    return tuple(chosen.values())
+
+
+def _results(results: object) -> tuple[PreparedCase, ...]:
+    items = _sequence(results, "results")
+    cases = [_case(item, f"results[{i}]") for i, item in enumerate(items)]
+    return _last_wins(cases, lambda c: c.nodeid)
+
+
+def prepare_results(results: object) -> Result[tuple[PreparedCase, ...], InvalidInput]:
+    """Validate and normalize a batch of ``TestResult``; a node id given twice keeps the last.
+
+    ``InvalidInput`` (naming the offending field, e.g. ``results[3].phases[0].duration_ms``)
+    for: a batch that is not a sequence; an item that is not a ``TestResult``; an empty or
+    invalid node id or module path; no phases, a phase given twice or out of order
+    (setup, call, teardown), a ``collect`` phase; a non-finite or negative duration; a line
+    that is not a positive int; nested attempts; any value of the wrong type.
+    """
+    return _guard(_results, results)
+
+
+def _collection_errors(errors: object) -> tuple[PreparedCollectionError, ...]:
+    items = _sequence(errors, "errors")
+    prepared: list[PreparedCollectionError] = []
+    for i, item in enumerate(items):
+        field = f"errors[{i}]"
+        if not isinstance(item, CollectionError):
+            invalid(field, f"must be a CollectionError, got {_type_name(item)}")
+        prepared.append(
+            PreparedCollectionError(
+                nodeid=valid_identifier(item.nodeid, f"{field}.nodeid"),
+                module_path=valid_identifier(item.module_path, f"{field}.module_path"),
+                error=_error(item.error, f"{field}.error"),
+            )
+        )
+    return _last_wins(prepared, lambda c: c.nodeid)
+
+
+def prepare_collection_errors(
+    errors: object,
+) -> Result[tuple[PreparedCollectionError, ...], InvalidInput]:
+    """Validate collection errors; a collector node id given twice keeps the last.
+
+    ``InvalidInput`` as :func:`prepare_results` for the node id, module path and error.
+    """
+    return _guard(_collection_errors, errors)
+
+
+def _environment(value: object) -> Environment:
+    if not isinstance(value, Environment):
+        invalid("start.environment", f"must be an Environment, got {_type_name(value)}")
+    pid = value.pid
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)):
+        invalid("start.environment.pid", f"must be an integer or None, got {_type_name(pid)}")
+    if pid is not None and not -(2**63) <= pid < 2**63:
+        invalid("start.environment.pid", f"out of range: {pid}")
+    command = _sequence(value.command_line, "start.environment.command_line")
+    return Environment(
+        python_version=_free(value.python_version, "start.environment.python_version"),
+        pytest_version=_free(value.pytest_version, "start.environment.pytest_version"),
+        platform=_free(value.platform, "start.environment.platform"),
+        git_commit=_optional_free(value.git_commit, "start.environment.git_commit"),
+        git_branch=_optional_free(value.git_branch, "start.environment.git_branch"),
+        command_line=tuple(
+            _free(a, f"start.environment.command_line[{i}]", MAX_TEXT_CHARS)
+            for i, a in enumerate(command)
+        ),
+        host=_free(value.host, "start.environment.host"),
+        pid=None if pid is None else int(pid),
+    )
+
+
+def _run_start(start: object) -> PreparedRun:
+    if not isinstance(start, RunStart):
+        invalid("start", f"must be a RunStart, got {_type_name(start)}")
+    return PreparedRun(
+        project=valid_identifier(start.project, "start.project"),
+        invocation_id=valid_identifier(start.invocation_id, "start.invocation_id"),
+        started_at_ms=_epoch_ms(start.started_at, "start.started_at"),
+        environment=_environment(start.environment),
+    )
+
+
+def prepare_run_start(start: object) -> Result[PreparedRun, InvalidInput]:
+    """Validate a ``RunStart``: non-empty identifiers, an aware ``started_at``, a well-typed
+    environment (free text normalized). ``InvalidInput`` otherwise."""
+    return _guard(_run_start, start)
+
+
+def _coverage(files: object) -> PreparedCoverage:
+    items = _sequence(files, "files")
+    seen: set[str] = set()
+    prepared: list[FileCoverage] = []
+    for i, item in enumerate(items):
+        field = f"files[{i}]"
+        if not isinstance(item, FileCoverage):
+            invalid(field, f"must be a FileCoverage, got {_type_name(item)}")
+        path = valid_identifier(item.path, f"{field}.path")
+        if path in seen:
+            invalid(f"{field}.path", f"duplicate path {path!r}")
+        seen.add(path)
+        statements = _count(item.statements, f"{field}.statements")
+        missing = _count(item.missing_statements, f"{field}.missing_statements")
+        branches = _count(item.branches, f"{field}.branches")
+        partial = _count(item.partial_branches, f"{field}.partial_branches")
+        missing_branches = _count(item.missing_branches, f"{field}.missing_branches")
+        if missing > statements:
+            invalid(f"{field}.missing_statements", f"{missing} > statements {statements}")
+        if missing_branches > branches:
+            invalid(f"{field}.missing_branches", f"{missing_branches} > branches {branches}")
+        if partial > branches:
+            invalid(f"{field}.partial_branches", f"{partial} > branches {branches}")
+        lines_in = _sequence(item.missing_lines, f"{field}.missing_lines")
+        lines = sorted(
+            {_line_number(n, f"{field}.missing_lines[{j}]") for j, n in enumerate(lines_in)}
+        )
+        prepared.append(
+            FileCoverage(
+                path, statements, missing, branches, partial, missing_branches, tuple(lines)
+            )
+        )
+    prepared.sort(key=lambda f: f.path)
+    return PreparedCoverage(tuple(prepared))
+
+
+def prepare_coverage(files: object) -> Result[PreparedCoverage, InvalidInput]:
+    """Validate per-file coverage: counts are ints >= 0, missing <= total, partial branches
+    <= branches, a path at most once, missing lines ints >= 1 (stored sorted, unique).
+
+    ``InvalidInput`` otherwise.
+    """
+    return _guard(_coverage, files)
+
+
+def encode_lines(lines: Sequence[int]) -> str:
+    """Encode sorted unique line numbers compactly as ranges: ``(1, 2, 3, 7)`` -> ``"1-3,7"``."""
+    parts: list[str] = []
+    i = 0
+    n = len(lines)
+    while i < n:
+        j = i
+        while j + 1 < n and lines[j + 1] == lines[j] + 1:
+            j += 1
+        parts.append(str(lines[i]) if i == j else f"{lines[i]}-{lines[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def decode_lines(text: str) -> tuple[int, ...]:
+    """Decode :func:`encode_lines` output."""
+    if not text:
+        return ()
+    lines: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if high:
+            lines.extend(range(int(low), int(high) + 1))
+        else:
+            lines.append(int(low))
+    return tuple(lines)
+
+
+# -- simple arguments -------------------------------------------------------------------------
+
+
+def valid_run_id(value: object, field: str = "run_id") -> Result[RunId, InvalidInput]:
+    """A run id must be an ``int`` (not ``bool``); any int is accepted (unknown ones are
+    ``NotFound`` later)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Failure(InvalidInput(field, f"must be an integer run id, got {_type_name(value)}"))
+    return Success(RunId(int(value)))
+
+
+def valid_limit(value: object) -> Result[int, InvalidInput]:
+    """The shared pagination limit rule (``check_limit``)."""
+    return check_limit(value)  # type: ignore[arg-type]
+
+
+def valid_fragment(value: object) -> Result[str, InvalidInput]:
+    """A search fragment: ``str`` without lone surrogates (may be empty)."""
+    return _guard(lambda: valid_identifier(value, "fragment", allow_empty=True))
+
+
+def valid_project(value: object, field: str = "project") -> Result[str, InvalidInput]:
+    """A project name to look up: ``str`` without lone surrogates (empty finds nothing)."""
+    return _guard(lambda: valid_identifier(value, field, allow_empty=True))
+
+
+def valid_outcomes(value: object) -> Result[frozenset[Outcome] | None, InvalidInput]:
+    """``None`` or a set of outcomes (values given as text are accepted)."""
+    if value is None:
+        return Success(None)
+
+    def check() -> frozenset[Outcome]:
+        if not isinstance(value, set | frozenset):
+            invalid("outcomes", f"must be a set of Outcome or None, got {_type_name(value)}")
+        return frozenset(_enum(Outcome, o, "outcomes") for o in value)
+
+    return _guard(check)
+
+
+def valid_finish(
+    status: object, finished_at: object
+) -> Result[tuple[RunStatus, int], InvalidInput]:
+    """Validate ``finish_run`` arguments: a ``RunStatus`` and an aware datetime."""
+
+    def check() -> tuple[RunStatus, int]:
+        return _enum(RunStatus, status, "status"), _epoch_ms(finished_at, "finished_at")
+
+    return _guard(check)
+
+
+def valid_policy(policy: object) -> Result[RunRetentionPolicy, InvalidInput]:
+    """``keep_runs`` an int >= 1; ``max_age_days`` None or a finite number > 0."""
+    if not isinstance(policy, RunRetentionPolicy):
+        return Failure(
+            InvalidInput("policy", f"must be a RunRetentionPolicy, got {_type_name(policy)}")
+        )
+    keep = policy.keep_runs
+    if isinstance(keep, bool) or not isinstance(keep, int):
+        return Failure(InvalidInput("policy.keep_runs", f"must be an integer, got {keep!r}"))
+    if keep < 1:
+        return Failure(InvalidInput("policy.keep_runs", f"must be at least 1, got {keep}"))
+    age = policy.max_age_days
+    if age is not None:
+        if isinstance(age, bool) or not isinstance(age, int | float):
+            return Failure(
+                InvalidInput("policy.max_age_days", f"must be a number or None, got {age!r}")
+            )
+        if not math.isfinite(age) or age <= 0:
+            return Failure(
+                InvalidInput("policy.max_age_days", f"must be finite and > 0, got {age!r}")
+            )
+    return Success(policy)
+
+
+# -- cursors ----------------------------------------------------------------------------------
+
+_CURSOR = re.compile(r"^r1\.(-?\d{1,16})\.(\d{1,19})$")
+
+
+def encode_cursor(started_at_ms: int, run_id: int) -> str:
+    """The opaque ``list_runs`` cursor after the run ``(started_at_ms, run_id)``."""
+    return f"r1.{started_at_ms}.{run_id}"
+
+
+def decode_cursor(cursor: object) -> Result[tuple[int, int] | None, InvalidInput]:
+    """Parse a ``list_runs`` cursor; ``InvalidInput("cursor", ...)`` for anything no layer
+    could have produced."""
+    if cursor is None:
+        return Success(None)
+    if not isinstance(cursor, str):
+        return Failure(InvalidInput("cursor", f"must be text or None, got {_type_name(cursor)}"))
+    match = _CURSOR.match(cursor)
+    if match is None:
+        return Failure(InvalidInput("cursor", "not a cursor returned by list_runs"))
+    return Success((int(match.group(1)), int(match.group(2))))
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PruneRun:
+    """What retention needs to know about one run."""
+
+    id: int
+    project: str
+    invocation_id: str
+    status: RunStatus
+    started_at_ms: int
+
+
+@attrs.frozen
+class PrunePlan:
+    """Runs to delete (ascending) and coverage moves ``(from_run, to_run)`` to do first."""
+
+    doomed: tuple[int, ...]
+    moves: tuple[tuple[int, int], ...]
+
+
+def plan_prune(
+    runs: Iterable[PruneRun],
+    covered: Iterable[int],
+    policy: RunRetentionPolicy,
+    now_ms: int,
+) -> PrunePlan:
+    """Decide what ``prune_runs`` deletes and which coverage it moves (seed 000 semantics).
+
+    Per project, runs are ranked by (start desc, id desc), running runs included; a run is
+    doomed when its rank exceeds ``keep_runs`` or, with ``max_age_days``, when it started
+    before ``now_ms - max_age_days`` days (truncated to whole ms); a ``running`` run is never
+    doomed. For every invocation with a doomed run that has coverage (``covered`` lists the
+    runs with at least one coverage row) and with a surviving run, when no survivor has
+    coverage, the coverage of the lowest-id doomed run with coverage moves to the
+    lowest-id survivor.
+    """
+    all_runs = list(runs)
+    has_coverage = set(covered)
+    cutoff = None if policy.max_age_days is None else now_ms - int(policy.max_age_days * DAY_MS)
+    by_project: dict[str, list[PruneRun]] = {}
+    for run in all_runs:
+        by_project.setdefault(run.project, []).append(run)
+    doomed: set[int] = set()
+    for members in by_project.values():
+        members.sort(key=lambda r: (r.started_at_ms, r.id), reverse=True)
+        for rank, run in enumerate(members, start=1):
+            if run.status == RunStatus.RUNNING:
+                continue
+            if rank > policy.keep_runs or (cutoff is not None and run.started_at_ms < cutoff):
+                doomed.add(run.id)
+    moves: list[tuple[int, int]] = []
+    by_invocation: dict[str, list[PruneRun]] = {}
+    for run in all_runs:
+        by_invocation.setdefault(run.invocation_id, []).append(run)
+    for members in by_invocation.values():
+        sources = sorted(r.id for r in members if r.id in doomed and r.id in has_coverage)
+        survivors = sorted(r.id for r in members if r.id not in doomed)
+        if not sources or not survivors:
+            continue
+        if any(s in has_coverage for s in survivors):
+            continue
+        moves.append((sources[0], survivors[0]))
+    moves.sort()
+    return PrunePlan(tuple(sorted(doomed)), tuple(moves))
+
+
+# -- classification, flakiness, comparison ----------------------------------------------------
+
+
+@attrs.frozen
+class CaseHistory:
+    """One item of a run for classification: its outcome now, and the previous history
+    entries (newest first) of runs before it."""
+
+    nodeid: str
+    outcome: Outcome
+    previous: tuple[Outcome, ...]
+
+
+def classify(outcome: Outcome, previous: Sequence[Outcome]) -> Classification:
+    """Classify an outcome against the previous window entries (newest first).
+
+    The rules of ``runstore.services.testruns.Classification``.
+    """
+    if outcome not in EXECUTED_OUTCOMES:
+        return Classification.STABLE
+    failed_before = [p in FAILING_OUTCOMES for p in previous]
+    if outcome in FAILING_OUTCOMES:
+        if not any(failed_before):
+            return Classification.NEW_FAILURE
+        if all(failed_before):
+            return Classification.PERSISTENT_FAILURE
+        return Classification.FLAKY
+    if not any(failed_before):
+        return Classification.STABLE
+    if failed_before[0]:
+        streak = 0
+        while streak < len(failed_before) and failed_before[streak]:
+            streak += 1
+        if not any(failed_before[streak:]):
+            return Classification.RECOVERED
+    return Classification.FLAKY
+
+
+def previous_window(entries: Iterable[tuple[int | None, Outcome]], run_id: int) -> tuple[
+    Outcome, ...
+]:
+    """The previous entries of run ``run_id`` from history entries ``(run id, outcome)``
+    newest first: those of runs with a lower id or of pruned runs (None), at most
+    ``DEFAULT_HISTORY_WINDOW - 1``."""
+    chosen: list[Outcome] = []
+    for entry_run, outcome in entries:
+        if entry_run is None or entry_run < run_id:
+            chosen.append(outcome)
+            if len(chosen) == DEFAULT_HISTORY_WINDOW - 1:
+                break
+    return tuple(chosen)
+
+
+def window_of(outcome: Outcome, previous: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
+    """The window a classification was judged on: the outcome now (when executed) and the
+    previous entries, newest first."""
+    return (outcome, *previous) if outcome in EXECUTED_OUTCOMES else previous
+
+
+def flaky_entry(
+    nodeid: str, entries: Sequence[tuple[int | None, Outcome]]
+) -> FlakyTest | None:
+    """A ``FlakyTest`` when the window (history entries newest first, at most
+    ``DEFAULT_HISTORY_WINDOW`` used) mixes failing and passing outcomes, else None."""
+    window = tuple(outcome for _, outcome in entries[:DEFAULT_HISTORY_WINDOW])
+    failures = sum(1 for o in window if o in FAILING_OUTCOMES)
+    passes = len(window) - failures
+    if failures == 0 or passes == 0:
+        return None
+    flips = sum(
+        1
+        for a, b in itertools.pairwise(window)
+        if (a in FAILING_OUTCOMES) != (b in FAILING_OUTCOMES)
+    )
+    last = entries[0][0]
+    return FlakyTest(
+        nodeid=nodeid,
+        flips=flips,
+        failures=failures,
+        passes=passes,
+        window=window,
+        last_run_id=None if last is None else RunId(last),
+    )
+
+
+def sort_flaky(tests: Iterable[FlakyTest]) -> tuple[FlakyTest, ...]:
+    """Most flips first, then by node id."""
+    return tuple(sorted(tests, key=lambda t: (-t.flips, t.nodeid)))
+
+
+def compare_runs(
+    run_a: RunId, run_b: RunId, a: Mapping[str, Outcome], b: Mapping[str, Outcome]
+) -> RunComparison:
+    """Compare two runs' items (node id -> outcome).
+
+    ``newly_failing``: in both, failing in ``b`` and not in ``a``; ``fixed``: in both,
+    failing in ``a`` and passed or xpassed in ``b``; ``added`` / ``removed``: only in ``b``
+    / only in ``a``. Each sorted.
+    """
+    both = a.keys() & b.keys()
+    return RunComparison(
+        run_a=run_a,
+        run_b=run_b,
+        newly_failing=tuple(
+            sorted(
+                n for n in both if b[n] in FAILING_OUTCOMES and a[n] not in FAILING_OUTCOMES
+            )
+        ),
+        fixed=tuple(
+            sorted(n for n in both if a[n] in FAILING_OUTCOMES and b[n] in PASSING_OUTCOMES)
+        ),
+        added=tuple(sorted(b.keys() - a.keys())),
+        removed=tuple(sorted(a.keys() - b.keys())),
+    )
+
+
+def counts_of(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """Every outcome value mapped to how many of ``outcomes`` have it (zeros included)."""
+    tally = Counter(outcomes)
+    return {o.value: tally.get(o, 0) for o in OUTCOME_ORDER}
+
+
+def failing_phase(phases: Sequence[PhaseResult]) -> Phase:
+    """The phase that made an item fail (for failures without a recorded error)."""
+    for phase in phases:
+        if phase.outcome in FAILING_OUTCOMES:
+            return phase.phase
+    return phases[0].phase if phases else Phase.CALL
+
+
+def is_new_signature(first_seen: int | None, exists: bool, run_id: int) -> bool:
+    """Whether a failure signature counts as new in run ``run_id``: never recorded by a
+    finished run, or first recorded by this run or a later one. A signature whose first run
+    was pruned (``first_seen`` None) is not new."""
+    if not exists:
+        return True
+    return first_seen is not None and first_seen >= run_id
+
+
+# -- records both layers build the same way ---------------------------------------------------
+
+
+def failure_record(
+    nodeid: str,
+    outcome: Outcome,
+    phases: Sequence[PhaseResult],
+    head: PreparedError | None,
+    is_new: bool,
+) -> FailureRecord:
+    """The ``FailureRecord`` of a failing item (or collection error) from its first error.
+
+    Without a recorded error the phase is the failing phase, the texts are empty, the
+    signature is ``""`` and ``is_new`` is False.
+    """
+    if head is None:
+        return FailureRecord(
+            nodeid=nodeid,
+            outcome=outcome,
+            phase=failing_phase(phases),
+            exception_type="",
+            message="",
+            message_truncated=False,
+            text="",
+            text_truncated=False,
+            frames=(),
+            causes=(),
+            signature="",
+            is_new=False,
+        )
+    return FailureRecord(
+        nodeid=nodeid,
+        outcome=outcome,
+        phase=head.phase,
+        exception_type=head.exception_type,
+        message=head.message,
+        message_truncated=head.message_truncated,
+        text=head.text,
+        text_truncated=head.text_truncated,
+        frames=head.frames,
+        causes=tuple(cause.as_info() for cause in head.causes),
+        signature=head.signature,
+        is_new=is_new,
+    )
+
+
+def sort_failures(records: Iterable[tuple[int, FailureRecord]]) -> tuple[FailureRecord, ...]:
+    """Sort ``(kind, record)`` pairs by node id, collection errors (kind 0) before items
+    (kind 1) on a tie."""
+    return tuple(r for _, r in sorted(records, key=lambda kr: (kr[1].nodeid, kr[0])))
+
+
+def coverage_percent(statements: int, missing: int, branches: int, missing_branches: int) -> float:
+    """Covered share of statements and branches, 0-100 (``CoverageReport.percent_covered``)."""
+    total = statements + branches
+    if total == 0:
+        return 100.0
+    return 100.0 * (total - missing - missing_branches) / total
+
+
+def rank_matches(nodeids: set[str] | Sequence[str], fragment: str, limit: int) -> tuple[str, ...]:
+    """Node ids containing ``fragment``: an exact match first, then the rest sorted; at most
+    ``limit``."""
+    matches = sorted(n for n in nodeids if fragment in n)
+    if fragment in matches:
+        matches.remove(fragment)
+        matches.insert(0, fragment)
+    return tuple(matches[:limit])
