@@ -32,6 +32,11 @@ from runstore.layers._open import open_database
 from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
 from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
+from runstore.layers._testruns_memory import (
+    InMemoryDataReader,
+    InMemoryDataStore,
+    in_memory_test_runs,
+)
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
 from runstore.services.clock import Clock, SystemClock
 
@@ -39,6 +44,8 @@ __all__ = [
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
+    "InMemoryDataReader",
+    "InMemoryDataStore",
     "InMemoryDatabase",
     "InMemoryExecutionStorage",
     "InMemorySessionRepository",
