@@ -1,6 +1,6 @@
 """The contract every execution-ledger layer must meet, shipped for third parties.
 
-- **Strategies** (:func:`json_values`, :func:`identifiers`, :func:`execution_failures`,
+- **Strategies** (:func:`ledger_json_values`, :func:`identifiers`, :func:`execution_failures`,
   :func:`action_run_failures`, :func:`phase_outcomes`, :func:`non_json_values`) for the
   values the ledger stores, including any Unicode and deep nesting, and for the values it
   must refuse.
@@ -84,7 +84,7 @@ __all__ = [
     "action_run_failures",
     "execution_failures",
     "identifiers",
-    "json_values",
+    "ledger_json_values",
     "ledger_state_machine",
     "non_json_values",
     "phase_outcomes",
@@ -114,7 +114,7 @@ def identifiers(*, max_size: int = 24) -> st.SearchStrategy[str]:
     )
 
 
-def json_values(*, max_leaves: int = 12) -> st.SearchStrategy[JsonValue]:
+def ledger_json_values(*, max_leaves: int = 12) -> st.SearchStrategy[JsonValue]:
     """JSON values as the ledger stores them: any Unicode text, big integers, finite floats,
     nested lists and objects."""
     scalars: st.SearchStrategy[JsonValue] = st.one_of(
@@ -153,7 +153,7 @@ def execution_failures() -> st.SearchStrategy[ExecutionFailure]:
         ExecutionFailure,
         name=identifiers(max_size=16),
         message=st.text(max_size=40),
-        details=json_values(max_leaves=6),
+        details=ledger_json_values(max_leaves=6),
     )
 
 
@@ -166,7 +166,7 @@ def action_run_failures(
         name=identifiers(max_size=16),
         message=st.text(max_size=40),
         phase=phase if phase is not None else st.none() | st.sampled_from(list(ActionRunPhase)),
-        details=json_values(max_leaves=6),
+        details=ledger_json_values(max_leaves=6),
     )
 
 
@@ -175,7 +175,7 @@ def phase_outcomes(phase: ActionRunPhase) -> st.SearchStrategy[PhaseOutcome]:
     failed = st.builds(PhaseFailed, action_run_failures(st.sampled_from([None, phase])))
     if phase is ActionRunPhase.EFFECTS:
         return st.one_of(st.just(PhaseSucceeded()), failed)
-    return st.one_of(st.builds(PhaseSucceeded, json_values(max_leaves=6)), failed)
+    return st.one_of(st.builds(PhaseSucceeded, ledger_json_values(max_leaves=6)), failed)
 
 
 # -- the state machine -------------------------------------------------------------------------
@@ -301,12 +301,12 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
         data=st.data(),
         project=st.sampled_from(PROJECTS),
         name=st.sampled_from(["build", "deploy", "ünïcødé ✓"]),
-        input=json_values(max_leaves=4),
+        input=ledger_json_values(max_leaves=4),
         caller_id=st.none() | st.sampled_from(CALLER_EXECUTION_IDS),
         key=st.none() | st.sampled_from(KEYS),
         with_parent=st.booleans(),
         metadata=st.dictionaries(
-            st.sampled_from(["a", "b"]), json_values(max_leaves=2), max_size=2
+            st.sampled_from(["a", "b"]), ledger_json_values(max_leaves=2), max_size=2
         ),
     )
     def create(
@@ -394,7 +394,7 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
     @rule(
         data=st.data(),
         status=st.sampled_from(list(ExecutionStatus)),
-        output=json_values(max_leaves=3),
+        output=ledger_json_values(max_leaves=3),
         failure=st.none() | execution_failures(),
     )
     def finish(
@@ -511,7 +511,7 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
         data=st.data(),
         project=st.sampled_from(PROJECTS),
         action=st.sampled_from(["fetch", "write"]),
-        input=json_values(max_leaves=3),
+        input=ledger_json_values(max_leaves=3),
         caller_id=st.none() | st.sampled_from(CALLER_RUN_IDS),
     )
     def queue(
@@ -804,9 +804,9 @@ class ExecutionLedgerContract:
             assert executions.list("p").unwrap().items == ()
 
     @given(
-        value=json_values(),
+        value=ledger_json_values(),
         failure=execution_failures(),
-        metadata=st.dictionaries(st.text(), json_values(max_leaves=4)),
+        metadata=st.dictionaries(st.text(), ledger_json_values(max_leaves=4)),
     )
     @settings(
         max_examples=25,
@@ -1160,7 +1160,9 @@ class ExecutionLedgerContract:
         )
         assert ledger.action_runs.get(run.id).unwrap().status is ActionRunStatus.FAILED
 
-    @given(failure=action_run_failures(st.just(ActionRunPhase.WRITEBACK)), result=json_values())
+    @given(
+        failure=action_run_failures(st.just(ActionRunPhase.WRITEBACK)), result=ledger_json_values()
+    )
     @settings(
         max_examples=20,
         suppress_health_check=[
