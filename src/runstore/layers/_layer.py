@@ -10,6 +10,7 @@ two layers provide the same key, the later one wins: that is how a test swaps a 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
@@ -17,11 +18,13 @@ from typing import Any, TypeVar, overload
 import attrs
 import svcs
 
-from runstore.exceptions import MissingServices
+from runstore.exceptions import ContainerClosed, MissingServices
 
 __all__ = ["Container", "Layer", "build", "merge", "provide"]
 
 S = TypeVar("S")
+
+_log = logging.getLogger("runstore.layers")
 
 Factory = Callable[["Container"], Any]
 """Makes one service from the container: returns it, or yields it and cleans up after."""
@@ -55,22 +58,27 @@ class Layer:
 
     @property
     def requires(self) -> frozenset[type[Any]]:
-        """Every key some registration needs that no registration of this layer provides."""
-        needed = frozenset().union(*(r.requires for r in self.registrations))
+        """Every key a winning registration needs that no registration of this layer provides.
+
+        A registration overridden by a later one for the same key requires nothing: when a
+        test swaps a live service for an in-memory one, the live one's needs go with it.
+        """
+        needed = frozenset[type[Any]]().union(*(r.requires for r in _winners(self).values()))
         return needed - self.provides
 
     @staticmethod
     def service(
         key: type[S],
-        factory: Callable[[Container], S] | Callable[[Container], Generator[S, None, None]],
+        factory: Callable[[Container], S] | Callable[[Container], Iterator[S]],
         *,
         requires: tuple[type[Any], ...] = (),
     ) -> Layer:
         """A layer providing ``key`` from ``factory(container)``.
 
-        ``requires`` lists the keys the factory reads from the container. A generator
-        factory is a scoped resource: the code after its ``yield`` runs when the container
-        closes.
+        ``requires`` lists the keys the factory reads from the container; ``build``
+        checks them. A generator factory is a scoped resource: it yields the service once,
+        and the code after its ``yield`` runs when the container closes, in the reverse
+        order of opening (whether or not the ``with`` body raised).
         """
         return Layer((_Registration(key, factory, frozenset(requires)),))
 
@@ -101,22 +109,35 @@ def provide(layer: Layer, *dependencies: Layer) -> Layer:
     return merge(*dependencies, layer)
 
 
+def _winners(layer: Layer) -> dict[type[Any], _Registration]:
+    """The last registration of each key, ordered by the position of that last registration."""
+    winners: dict[type[Any], _Registration] = {}
+    for registration in layer.registrations:
+        winners.pop(registration.key, None)  # re-insert so order follows the winner
+        winners[registration.key] = registration
+    return winners
+
+
 class Container:
     """Built services, looked up by key with :meth:`get`. Made only by :func:`build`."""
 
     def __init__(self, inner: svcs.Container, provides: frozenset[type[Any]]) -> None:
         self._inner = inner
         self._provides = provides
+        self._closed = False
 
     @overload
     def get(self, key: type[S]) -> S: ...
     @overload
     def get(self, key: Any) -> Any: ...
     def get(self, key: Any) -> Any:
-        """Return the service registered under ``key``.
+        """Return the service registered under ``key`` (the same object on every call).
 
-        Raises ``KeyError`` (naming the key) when the built layer does not provide it.
+        Raises ``KeyError`` (naming the key) when the built layer does not provide it, and
+        :class:`~runstore.exceptions.ContainerClosed` once the ``build`` block has exited.
         """
+        if self._closed:
+            raise ContainerClosed(f"container closed; cannot get {_name(key)}")
         if key not in self._provides:
             raise KeyError(f"no service {_name(key)} in this container")
         return self._inner.get(key)
@@ -129,42 +150,87 @@ class Container:
 def build(layer: Layer) -> Iterator[Container]:
     """Build ``layer`` into a :class:`Container`; close its resources in reverse order on exit.
 
-    Raises :class:`~runstore.exceptions.MissingServices` naming every unmet requirement,
-    and re-raises whatever a factory raises (after closing what was already opened).
+    Every provided service is instantiated at once, in registration order (a service a
+    factory asks for is made first), so opening failures surface here, not on first use.
+    Scoped resources (generator factories) are closed in the reverse order of their
+    opening, so a resource is closed before everything it was opened from.
+
+    Raises :class:`~runstore.exceptions.MissingServices` naming every unmet requirement
+    (nothing is opened then), and re-raises whatever a factory raises after closing, in
+    reverse order, what was already opened. An error raised while closing does not stop
+    the other closes; the first one is re-raised afterwards unless the ``with`` body or a
+    factory is already raising (then it is logged on the ``runstore.layers`` logger).
     """
     missing = layer.requires
     if missing:
         raise MissingServices(tuple(sorted(_name(k) for k in missing)))
-    winners: dict[type[Any], _Registration] = {}
-    for registration in layer.registrations:
-        winners.pop(registration.key, None)  # re-insert so order follows the winner
-        winners[registration.key] = registration
+    winners = _winners(layer)
     registry = svcs.Registry()
     inner = svcs.Container(registry)
     container = Container(inner, frozenset(winners))
+    opened: list[Generator[Any, None, None]] = []
     for registration in winners.values():
-        registry.register_factory(registration.key, _adapt(registration.factory, container))
+        registry.register_factory(
+            registration.key, _adapt(registration.factory, container, opened)
+        )
     try:
         for key in winners:
             inner.get(key)
         yield container
+    except BaseException:
+        container._closed = True
+        _close_all(opened, reraise=False)
+        raise
+    else:
+        container._closed = True
+        _close_all(opened, reraise=True)
     finally:
         inner.close()
         registry.close()
 
 
-def _adapt(factory: Factory, container: Container) -> Callable[[], Generator[Any, None, None]]:
-    """Wrap ``factory`` as a generator so svcs runs the cleanup of scoped resources."""
+def _close_all(opened: list[Generator[Any, None, None]], *, reraise: bool) -> None:
+    """Close ``opened`` newest first; every one is closed even when one of them raises."""
+    first: Exception | None = None
+    while opened:
+        resource = opened.pop()
+        try:
+            _finish(resource)
+        except Exception as exc:
+            if first is None and reraise:
+                first = exc
+            else:
+                _log.warning("closing a scoped service failed", exc_info=True)
+    if first is not None:
+        raise first
 
-    def make() -> Generator[Any, None, None]:
+
+def _finish(resource: Generator[Any, None, None]) -> None:
+    """Run the code after a scoped factory's ``yield`` (its cleanup)."""
+    try:
+        next(resource)
+    except StopIteration:
+        return
+    resource.close()
+    raise RuntimeError("a scoped service factory must yield exactly once")
+
+
+def _adapt(
+    factory: Factory, container: Container, opened: list[Generator[Any, None, None]]
+) -> Callable[[], Any]:
+    """Wrap ``factory`` for svcs; a generator factory is opened and remembered in ``opened``.
+
+    runstore closes scoped resources itself, in the order they finished opening: svcs
+    registers a cleanup before its factory runs, which would close a dependency the
+    factory opened before the factory's own resource.
+    """
+
+    def make() -> Any:
         produced = factory(container)
         if not isinstance(produced, Generator):
-            yield produced
-            return
+            return produced
         value = next(produced)
-        try:
-            yield value
-        finally:
-            produced.close()
+        opened.append(produced)
+        return value
 
     return make
