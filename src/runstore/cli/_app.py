@@ -8,6 +8,18 @@ import click
 
 from runstore.cli._db import db
 from runstore.cli._settings import FORMATS, Settings
+from runstore.cli._testruns import (
+    coverage,
+    diff,
+    failures,
+    flaky,
+    history,
+    prune,
+    runs,
+    show,
+    slowest,
+    trends,
+)
 from runstore.layers import DEFAULT_DB_PATH
 
 __all__ = ["cli", "main"]
@@ -39,6 +51,16 @@ def cli(ctx: click.Context, db_path: str, output_format: str) -> None:
 
 
 cli.add_command(db)
+cli.add_command(runs)
+cli.add_command(show)
+cli.add_command(failures)
+cli.add_command(flaky)
+cli.add_command(history)
+cli.add_command(slowest)
+cli.add_command(coverage)
+cli.add_command(trends)
+cli.add_command(diff)
+cli.add_command(prune)
 
 
 def main() -> None:

@@ -1,0 +1,780 @@
+"""Commands that answer questions about recorded test runs (``pytest --runstore``).
+
+``runs``, ``show``, ``failures``, ``flaky``, ``history``, ``slowest``, ``coverage``,
+``trends``, ``diff`` read through ``DataReader``; ``prune`` writes through ``DataStore``.
+Every query takes ``--project`` (default: the only project in the database, else the one
+named like the current directory) and ``--format text|json``. Exit codes: 0 answered,
+1 refused with a one-line reason on standard error (no database, unknown project, run or
+test, an ambiguous test or project, busy or broken database), 2 usage error (click's own,
+for an argument that is not valid at all, such as ``--limit 0`` or ``RUN`` = ``x``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, NoReturn, TypeVar
+
+import attrs
+import click
+from returns.result import Failure, Result
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from runstore.cli._output import console, emit_json, fail
+from runstore.cli._settings import format_option, settings
+from runstore.exceptions import DatabaseOpenError
+from runstore.layers import SqliteDatabase, build, sqlite
+from runstore.services.errors import NotFound
+from runstore.services.pagination import MAX_PAGE_SIZE
+from runstore.services.testruns import (
+    FAILING_OUTCOMES,
+    CoverageReport,
+    DataReader,
+    DataStore,
+    ErrorInfo,
+    FailureRecord,
+    Outcome,
+    Phase,
+    PruneRunsResult,
+    RunId,
+    RunRetentionPolicy,
+    RunSummary,
+    StackFrame,
+    TestRecord,
+)
+
+__all__ = [
+    "coverage",
+    "diff",
+    "failures",
+    "flaky",
+    "history",
+    "prune",
+    "runs",
+    "show",
+    "slowest",
+    "trends",
+]
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+_MESSAGE_WIDTH = 120
+
+
+# -- opening the services ---------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Services:
+    store: DataStore
+    reader: DataReader
+    database: SqliteDatabase
+    output_format: str
+    db_path: str
+
+    def fail(self, reason: str, document: dict[str, Any] | None = None) -> NoReturn:
+        fail(reason, output_format=self.output_format, document=document)
+
+    def get(self, result: Result[T, Any]) -> T:
+        """The value of ``result``; a Failure ends the command with its reason (exit 1)."""
+        if isinstance(result, Failure):
+            self.fail(str(result.failure()))
+        return result.unwrap()
+
+
+@contextmanager
+def _services() -> Iterator[_Services]:
+    cfg = settings()
+    path = cfg.db_path
+    if path != ":memory:" and not os.path.exists(path):
+        fail(
+            f"no database at {path} (record a run with: pytest --runstore)",
+            output_format=cfg.output_format,
+        )
+    try:
+        with build(sqlite(path)) as container:
+            yield _Services(
+                store=container.get(DataStore),
+                reader=container.get(DataReader),
+                database=container.get(SqliteDatabase),
+                output_format=cfg.output_format,
+                db_path=path,
+            )
+    except DatabaseOpenError as exc:
+        fail(f"cannot open {path}: {exc}", output_format=cfg.output_format)
+
+
+def _project(services: _Services, explicit: str | None) -> str:
+    """The project a query is about: ``--project``, else the only one, else the current
+    directory's name when it is one; anything else ends the command listing the projects."""
+    known = services.get(services.reader.projects())
+    listed = ", ".join(known)
+    if explicit is not None:
+        if explicit not in known:
+            services.fail(
+                f"no runs of project {explicit!r} in {services.db_path}"
+                + (f" (projects: {listed})" if known else "")
+            )
+        return explicit
+    if not known:
+        services.fail(
+            f"no runs recorded in {services.db_path} (record one with: pytest --runstore)"
+        )
+    if len(known) == 1:
+        return known[0]
+    here = os.path.basename(os.getcwd())
+    if here in known:
+        return here
+    return services.fail(
+        f"several projects in {services.db_path}: {listed}; choose one with --project"
+    )
+
+
+class _RunArgument(click.ParamType[int | str]):
+    """A run id (a positive integer) or ``latest``."""
+
+    name = "RUN"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | str:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        text = str(value).strip()
+        if text.lower() == "latest":
+            return "latest"
+        if text.isdigit() and int(text) > 0:
+            return int(text)
+        return self.fail(f"{value!r} is not a run id (a positive integer) or 'latest'", param, ctx)
+
+
+RUN = _RunArgument()
+
+
+def _run(services: _Services, project_option: str | None, run: int | str) -> RunSummary:
+    """The run ``run`` names (``latest`` of the project, or an id); a run of another project
+    than an explicit ``--project`` is refused."""
+    if run == "latest":
+        project = _project(services, project_option)
+        return services.get(services.reader.latest_run(project))
+    assert isinstance(run, int)
+    summary = services.get(services.reader.get_run(RunId(run)))
+    if project_option is not None and summary.project != project_option:
+        services.fail(f"run {run} belongs to project {summary.project!r}, not {project_option!r}")
+    return summary
+
+
+def project_option(fn: F) -> F:
+    """Add ``--project NAME`` to a query command."""
+    return click.option(
+        "--project",
+        "project",
+        default=None,
+        metavar="NAME",
+        help="Project to ask about (default: the only project, else the current directory's name).",
+    )(fn)
+
+
+def _limit_option(default: int, help_text: str) -> Callable[[F], F]:
+    return click.option(
+        "--limit",
+        type=click.IntRange(1, MAX_PAGE_SIZE),
+        default=default,
+        show_default=True,
+        help=help_text,
+    )
+
+
+# -- documents ----------------------------------------------------------------------------------
+
+
+def _run_document(summary: RunSummary) -> dict[str, Any]:
+    finished = summary.finished_at_ms
+    env = summary.environment
+    return {
+        "id": int(summary.id),
+        "project": summary.project,
+        "invocation_id": summary.invocation_id,
+        "status": summary.status.value,
+        "started_at_ms": summary.started_at_ms,
+        "finished_at_ms": finished,
+        "duration_ms": None if finished is None else finished - summary.started_at_ms,
+        "counts": {o.value: summary.counts.get(o.value, 0) for o in Outcome},
+        "total": summary.total,
+        "collection_errors": summary.collection_errors,
+        "environment": {
+            "python_version": env.python_version,
+            "pytest_version": env.pytest_version,
+            "platform": env.platform,
+            "git_commit": env.git_commit,
+            "git_branch": env.git_branch,
+            "command_line": list(env.command_line),
+            "host": env.host,
+            "pid": env.pid,
+        },
+    }
+
+
+def _frame_document(frame: StackFrame) -> dict[str, Any]:
+    return {
+        "path": frame.path,
+        "line": frame.line,
+        "function": frame.function,
+        "is_project": frame.is_project,
+    }
+
+
+def _cause_document(cause: ErrorInfo) -> dict[str, Any]:
+    return {
+        "exception_type": cause.exception_type,
+        "message": cause.message,
+        "frames": [_frame_document(f) for f in cause.frames],
+    }
+
+
+def _failure_document(failure: FailureRecord) -> dict[str, Any]:
+    return {
+        "nodeid": failure.nodeid,
+        "outcome": failure.outcome.value,
+        "phase": failure.phase.value,
+        "exception_type": failure.exception_type,
+        "message": failure.message,
+        "message_truncated": failure.message_truncated,
+        "text": failure.text,
+        "text_truncated": failure.text_truncated,
+        "frames": [_frame_document(f) for f in failure.frames],
+        "causes": [_cause_document(c) for c in failure.causes],
+        "signature": failure.signature,
+        "is_new": failure.is_new,
+    }
+
+
+def _test_document(test: TestRecord, failure: FailureRecord | None) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "nodeid": test.nodeid,
+        "outcome": test.outcome.value,
+        "duration_ms": test.duration_ms,
+        "attempts": test.attempts,
+    }
+    if test.skip_reason is not None:
+        document["skip_reason"] = test.skip_reason
+    if failure is not None:
+        document["phase"] = failure.phase.value
+        document["exception_type"] = failure.exception_type
+        document["message"] = failure.message
+    return document
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _seconds(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f}s"
+
+
+def _first_line(message: str) -> str:
+    line = next((part for part in message.splitlines() if part.strip()), "")
+    return line if len(line) <= _MESSAGE_WIDTH else line[: _MESSAGE_WIDTH - 1] + "…"
+
+
+def _counts_text(summary: RunSummary) -> str:
+    parts = [f"{summary.counts.get(o.value, 0)} {o.value}" for o in Outcome
+             if summary.counts.get(o.value, 0)]
+    if summary.collection_errors:
+        parts.append(f"{summary.collection_errors} collection errors")
+    return ", ".join(parts) or "no items"
+
+
+def _table(*columns: str) -> Table:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    return table
+
+
+def _row(table: Table, *cells: object) -> None:
+    table.add_row(*(Text("" if c is None else str(c)) for c in cells))
+
+
+def _print(*renderables: object) -> None:
+    out = console()
+    for renderable in renderables:
+        if isinstance(renderable, str):
+            out.print(renderable, markup=False)
+        else:
+            out.print(renderable)
+
+
+def _run_heading(summary: RunSummary) -> str:
+    duration = (
+        None if summary.finished_at_ms is None else summary.finished_at_ms - summary.started_at_ms
+    )
+    return (
+        f"run {summary.id}  {summary.project}  {summary.status.value}  "
+        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}\n"
+        f"{summary.total} items: {_counts_text(summary)}"
+    )
+
+
+# -- commands -----------------------------------------------------------------------------------
+
+
+@click.command()
+@project_option
+@click.option("--all-projects", is_flag=True, help="List the runs of every project.")
+@_limit_option(20, "Most runs to list (newest first).")
+@format_option
+def runs(project: str | None, all_projects: bool, limit: int) -> None:
+    """List recorded runs, newest first.
+
+    \b
+    JSON: {"project": NAME|null, "runs": [RUN...], "has_more": bool}
+    Example:
+      runstore runs --limit 5
+    """
+    with _services() as services:
+        name = None if all_projects else _project(services, project)
+        page = services.get(services.reader.list_runs(name, limit=limit))
+        if services.output_format == "json":
+            emit_json({"project": name, "runs": [_run_document(r) for r in page.items],
+                       "has_more": page.has_more})
+            return
+        table = _table("run", "project", "status", "started", "took", "items", "counts")
+        for run in page.items:
+            took = None if run.finished_at_ms is None else run.finished_at_ms - run.started_at_ms
+            _row(table, run.id, run.project, run.status.value, _when(run.started_at_ms),
+                 _seconds(took), run.total, _counts_text(run))
+        _print(table)
+        if page.has_more:
+            _print(f"(more runs: raise --limit above {limit})")
+
+
+@click.command()
+@click.argument("run", type=RUN, default="latest")
+@project_option
+@click.option("--all", "show_all", is_flag=True, help="List passing items too (text output).")
+@format_option
+def show(run: int | str, project: str | None, show_all: bool) -> None:
+    """Show one run (default: the latest) with its items.
+
+    Text lists the items that did not pass (every item with --all); JSON always lists every
+    item.
+
+    \b
+    JSON: {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
+           "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
+           "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
+    Example:
+      runstore show latest --format json
+    """
+    with _services() as services:
+        summary = _run(services, project, run)
+        tests = services.get(services.reader.tests(summary.id))
+        failures = services.get(services.reader.failures(summary.id))
+        by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
+        collection = [f for f in failures if f.phase is Phase.COLLECT]
+        if services.output_format == "json":
+            emit_json({
+                "run": _run_document(summary),
+                "tests": [_test_document(t, by_node.get(t.nodeid)) for t in tests],
+                "collection_errors": [
+                    {"nodeid": f.nodeid, "phase": f.phase.value,
+                     "exception_type": f.exception_type, "message": f.message}
+                    for f in collection
+                ],
+            })
+            return
+        _print(_run_heading(summary))
+        listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED]
+        if collection or listed:
+            table = _table("outcome", "test", "phase", "took", "message")
+            for error in collection:
+                _row(table, "collection error", error.nodeid, "collect", "-",
+                     _first_line(error.message))
+            for test in listed:
+                failure = by_node.get(test.nodeid)
+                _row(table, test.outcome.value, test.nodeid,
+                     failure.phase.value if failure else "",
+                     _seconds(test.duration_ms),
+                     _first_line(failure.message) if failure else (test.skip_reason or ""))
+            _print("", table)
+
+
+@click.command()
+@click.argument("run", type=RUN, default="latest")
+@project_option
+@click.option("--new", "only_new", is_flag=True, help="Only failures not seen before.")
+@format_option
+def failures(run: int | str, project: str | None, only_new: bool) -> None:
+    """Show the failing items and collection errors of a run with where they failed.
+
+    \b
+    JSON: {"run": RUN, "failures": [{"nodeid", "outcome", "phase", "exception_type",
+           "message", "message_truncated", "text", "text_truncated", "frames":
+           [{"path", "line", "function", "is_project"}], "causes": [{"exception_type",
+           "message", "frames"}], "signature", "is_new"}]}
+    Example:
+      runstore failures --new
+    """
+    with _services() as services:
+        summary = _run(services, project, run)
+        found = services.get(services.reader.failures(summary.id))
+        if only_new:
+            found = tuple(f for f in found if f.is_new)
+        if services.output_format == "json":
+            emit_json({"run": _run_document(summary),
+                       "failures": [_failure_document(f) for f in found]})
+            return
+        _print(_run_heading(summary))
+        if not found:
+            _print("no new failures" if only_new else "no failures")
+            return
+        for failure in found:
+            new = "  (new)" if failure.is_new else ""
+            _print("", f"{failure.outcome.value.upper()} {failure.nodeid}  "
+                       f"[{failure.phase.value}]{new}")
+            _print(f"  {_first_line(failure.message) or failure.exception_type}")
+            project_frames = [f for f in failure.frames if f.is_project] or list(failure.frames)
+            for frame in project_frames[-3:]:
+                where = f"{frame.path}:{frame.line}" if frame.line else frame.path
+                _print(f"    at {where} in {frame.function or '?'}")
+            for cause in failure.causes:
+                _print(f"  caused by {_first_line(cause.message) or cause.exception_type}")
+
+
+@click.command()
+@project_option
+@format_option
+def flaky(project: str | None) -> None:
+    """List tests whose recent outcomes mix failing and passing, most flips first.
+
+    \b
+    JSON: {"project": NAME, "flaky": [{"nodeid", "flips", "failures", "passes",
+           "window": [OUTCOME...] (newest first), "last_run_id"}]}
+    Example:
+      runstore flaky --format json
+    """
+    with _services() as services:
+        name = _project(services, project)
+        found = services.get(services.reader.flaky_tests(name))
+        if services.output_format == "json":
+            emit_json({"project": name, "flaky": [
+                {"nodeid": f.nodeid, "flips": f.flips, "failures": f.failures,
+                 "passes": f.passes, "window": [o.value for o in f.window],
+                 "last_run_id": f.last_run_id}
+                for f in found
+            ]})
+            return
+        if not found:
+            _print(f"no flaky tests in {name}")
+            return
+        table = _table("test", "flips", "failed", "passed", "recent (newest first)")
+        for test in found:
+            _row(table, test.nodeid, test.flips, test.failures, test.passes,
+                 " ".join(_SYMBOL.get(o, "?") for o in test.window))
+        _print(f"{len(found)} flaky tests in {name}", table)
+
+
+_SYMBOL = {
+    Outcome.PASSED: "P",
+    Outcome.FAILED: "F",
+    Outcome.ERROR: "E",
+    Outcome.XPASSED: "X",
+    Outcome.SKIPPED: "s",
+    Outcome.XFAILED: "x",
+}
+
+
+def _resolve_test(services: _Services, project: str, fragment: str) -> str:
+    """The one node id ``fragment`` names: an exact node id, else the only one containing it;
+    none or several end the command, listing the candidates."""
+    if not fragment.strip():
+        raise click.BadParameter("must not be empty", param_hint="NODEID")
+    candidates = services.get(services.reader.find_tests(project, fragment, limit=20))
+    if fragment in candidates:
+        return fragment
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        services.fail(f"no test of project {project!r} matches {fragment!r}")
+    shown = "; ".join(candidates[:10])
+    more = " ..." if len(candidates) > 10 else ""
+    return services.fail(
+        f"{fragment!r} matches {len(candidates)} tests of project {project!r}: {shown}{more} "
+        "(give more of the node id)",
+        document={"candidates": list(candidates)},
+    )
+
+
+@click.command()
+@click.argument("nodeid")
+@project_option
+@format_option
+def history(nodeid: str, project: str | None) -> None:
+    """Show the recent outcomes of one test, newest first.
+
+    NODEID is a node id or a unique part of one.
+
+    \b
+    JSON: {"project": NAME, "nodeid": NODEID, "history": [{"run_id", "outcome",
+           "duration_ms", "recorded_at_ms"}]}
+    Example:
+      runstore history test_checkout.py::test_total
+    """
+    with _services() as services:
+        name = _project(services, project)
+        resolved = _resolve_test(services, name, nodeid)
+        entries = services.get(services.reader.history(name, resolved))
+        if services.output_format == "json":
+            emit_json({"project": name, "nodeid": resolved, "history": [
+                {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
+                 "recorded_at_ms": e.recorded_at_ms}
+                for e in entries
+            ]})
+            return
+        table = _table("run", "outcome", "took", "recorded")
+        for entry in entries:
+            _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
+                 entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms))
+        _print(resolved, table)
+
+
+@click.command()
+@click.argument("run", type=RUN, default="latest")
+@project_option
+@_limit_option(10, "How many items.")
+@format_option
+def slowest(run: int | str, project: str | None, limit: int) -> None:
+    """List the slowest items of a run.
+
+    \b
+    JSON: {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts"}]}
+    Example:
+      runstore slowest --limit 5
+    """
+    with _services() as services:
+        summary = _run(services, project, run)
+        found = services.get(services.reader.slowest(summary.id, limit=limit))
+        if services.output_format == "json":
+            emit_json({"run": _run_document(summary),
+                       "tests": [_test_document(t, None) for t in found]})
+            return
+        table = _table("took", "outcome", "test")
+        for test in found:
+            _row(table, _seconds(test.duration_ms), test.outcome.value, test.nodeid)
+        _print(_run_heading(summary), table)
+
+
+def _coverage_document(report: CoverageReport) -> dict[str, Any]:
+    return {
+        "run_id": int(report.run_id),
+        "source_run_id": int(report.source_run_id),
+        "percent_covered": report.percent_covered,
+        "files": [
+            {"path": f.path, "statements": f.statements,
+             "missing_statements": f.missing_statements, "branches": f.branches,
+             "partial_branches": f.partial_branches, "missing_branches": f.missing_branches,
+             "percent_covered": f.percent_covered, "missing_lines": list(f.missing_lines)}
+            for f in report.files
+        ],
+    }
+
+
+@click.command()
+@click.argument("run", type=RUN, default="latest")
+@project_option
+@format_option
+def coverage(run: int | str, project: str | None) -> None:
+    """Show the per-file coverage stored with a run (pytest-cov or coverage.py measured it).
+
+    \b
+    JSON: {"run_id", "source_run_id", "percent_covered", "files": [{"path", "statements",
+           "missing_statements", "branches", "partial_branches", "missing_branches",
+           "percent_covered", "missing_lines"}]}
+    Example:
+      runstore coverage latest
+    """
+    with _services() as services:
+        summary = _run(services, project, run)
+        found = services.reader.coverage(summary.id)
+        if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
+            services.fail(
+                f"run {summary.id} has no coverage (record with pytest --cov=PKG --runstore)"
+            )
+        report = services.get(found)
+        if services.output_format == "json":
+            emit_json(_coverage_document(report))
+            return
+        table = _table("file", "stmts", "miss", "branch", "brpart", "cover", "missing lines")
+        for f in report.files:
+            _row(table, f.path, f.statements, f.missing_statements, f.branches,
+                 f.partial_branches, f"{f.percent_covered:.1f}%", _ranges(f.missing_lines))
+        _row(table, "TOTAL", sum(f.statements for f in report.files),
+             sum(f.missing_statements for f in report.files),
+             sum(f.branches for f in report.files),
+             sum(f.partial_branches for f in report.files), f"{report.percent_covered:.1f}%", "")
+        _print(f"coverage of run {summary.id}"
+               + (f" (stored with run {report.source_run_id})"
+                  if report.source_run_id != report.run_id else ""), table)
+
+
+def _ranges(lines: tuple[int, ...], most: int = 12) -> str:
+    spans: list[str] = []
+    start = previous = None
+    for line in lines:
+        if previous is not None and line == previous + 1:
+            previous = line
+            continue
+        if start is not None:
+            spans.append(f"{start}" if start == previous else f"{start}-{previous}")
+        start = previous = line
+    if start is not None:
+        spans.append(f"{start}" if start == previous else f"{start}-{previous}")
+    return ", ".join(spans[:most]) + (", ..." if len(spans) > most else "")
+
+
+@click.command()
+@project_option
+@_limit_option(20, "How many recent runs.")
+@format_option
+def trends(project: str | None, limit: int) -> None:
+    """Show how the recent runs of a project went: counts and coverage, oldest first.
+
+    \b
+    JSON: {"project": NAME, "runs": [{"run_id", "started_at_ms", "status", "counts",
+           "total", "failing", "percent_covered" (null without coverage)}]}
+    Example:
+      runstore trends --limit 10
+    """
+    with _services() as services:
+        name = _project(services, project)
+        page = services.get(services.reader.list_runs(name, limit=limit))
+        points = services.get(services.reader.coverage_trend(name, limit=limit))
+        covered = {p.run_id: p.percent_covered for p in points}
+        ordered = list(reversed(page.items))
+        rows: list[dict[str, Any]] = [
+            {"run_id": int(r.id), "started_at_ms": r.started_at_ms, "status": r.status.value,
+             "counts": {o.value: r.counts.get(o.value, 0) for o in Outcome}, "total": r.total,
+             "failing": sum(r.counts.get(o.value, 0) for o in FAILING_OUTCOMES),
+             "percent_covered": covered.get(r.id)}
+            for r in ordered
+        ]
+        if services.output_format == "json":
+            emit_json({"project": name, "runs": rows})
+            return
+        table = _table("run", "started", "status", "items", "failing", "coverage")
+        for row in rows:
+            cover = row["percent_covered"]
+            _row(table, row["run_id"], _when(row["started_at_ms"]), row["status"], row["total"],
+                 row["failing"], "-" if cover is None else f"{cover:.1f}%")
+        _print(f"{name}: last {len(rows)} runs, oldest first", table)
+
+
+@click.command()
+@click.argument("run_a", type=RUN)
+@click.argument("run_b", type=RUN)
+@project_option
+@format_option
+def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
+    """Show what changed from RUN_A to RUN_B: newly failing, fixed, added, removed tests.
+
+    \b
+    JSON: {"run_a", "run_b", "newly_failing": [NODEID], "fixed": [...], "added": [...],
+           "removed": [...]}
+    Example:
+      runstore diff 11 12
+    """
+    with _services() as services:
+        a = _run(services, project, run_a)
+        b = _run(services, project, run_b)
+        compared = services.get(services.reader.compare(a.id, b.id))
+        document: dict[str, Any] = {
+            "run_a": int(compared.run_a), "run_b": int(compared.run_b),
+            "newly_failing": list(compared.newly_failing), "fixed": list(compared.fixed),
+            "added": list(compared.added), "removed": list(compared.removed),
+        }
+        if services.output_format == "json":
+            emit_json(document)
+            return
+        _print(f"run {a.id} -> run {b.id}")
+        for key, title in (("newly_failing", "newly failing"), ("fixed", "fixed"),
+                           ("added", "added"), ("removed", "removed")):
+            names = document[key]
+            _print(f"{title}: {len(names)}")
+            for nodeid in names:
+                _print(f"  {nodeid}")
+
+
+@attrs.frozen
+class _Rehearsed:
+    """Carries a rehearsed prune's result out of the unit of work it rolls back."""
+
+    result: PruneRunsResult
+
+
+def _rehearse(services: _Services, policy: RunRetentionPolicy) -> PruneRunsResult:
+    """Run the prune inside a unit of work that always rolls back and report its result.
+
+    ``prune_runs`` nests as a SAVEPOINT in the outer unit, whose returned Failure rolls
+    everything back: the numbers are exactly what a real prune would remove now.
+    """
+
+    def pruned_then_undone() -> Result[PruneRunsResult, Any]:
+        pruned = services.store.prune_runs(policy)
+        if isinstance(pruned, Failure):
+            return pruned
+        return Failure(_Rehearsed(pruned.unwrap()))
+
+    rehearsal = services.database.transact("prune runs (dry run)", pruned_then_undone)
+    failure = rehearsal.failure() if isinstance(rehearsal, Failure) else None
+    if isinstance(failure, _Rehearsed):
+        return failure.result
+    services.get(rehearsal)  # a real failure ends the command
+    raise AssertionError("a rehearsed prune never commits")
+
+
+@click.command()
+@click.option("--keep-runs", type=click.IntRange(min=1), required=True,
+              help="Keep the newest N runs of each project.")
+@click.option("--max-age-days", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Also drop runs that started more than D days ago.")
+@click.option("--dry-run", is_flag=True,
+              help="Report what would be removed and change nothing.")
+@format_option
+def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
+    """Remove old runs of every project; their tests' history survives.
+
+    Keeps the newest --keep-runs runs of each project and, with --max-age-days, also
+    removes runs that started longer ago. Running runs are never removed.
+
+    \b
+    JSON: {"dry_run": bool, "keep_runs": N, "max_age_days": D|null, "pruned_runs": N,
+           "pruned_files": N}
+    Example:
+      runstore prune --keep-runs 50 --max-age-days 30 --dry-run
+    """
+    policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
+    with _services() as services:
+        doing = "rehearsing the prune" if dry_run else "pruning runs"
+        with Console(stderr=True).status(f"{doing}..."):  # shown on a terminal only
+            if dry_run:
+                outcome = _rehearse(services, policy)
+            else:
+                outcome = services.get(services.store.prune_runs(policy))
+        if services.output_format == "json":
+            emit_json({"dry_run": dry_run, "keep_runs": keep_runs, "max_age_days": max_age_days,
+                       "pruned_runs": outcome.pruned_runs, "pruned_files": outcome.pruned_files})
+            return
+        verb = "would remove" if dry_run else "removed"
+        _print(f"{verb} {outcome.pruned_runs} runs and {outcome.pruned_files} unused file rows")
