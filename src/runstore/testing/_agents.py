@@ -1,0 +1,904 @@
+"""The contract every ``AgentStorage`` layer must meet, shipped for third parties.
+
+- **The state machine** (:func:`agent_state_machine`): a hypothesis ``RuleBasedStateMachine``
+  driving the layer under test beside the in-memory layer (the model) with the same calls:
+  threads created and deleted, runs started and finished, appends (single and batched)
+  interleaved across threads and runs, deletes by run, checkpoint creates with fresh, stale
+  and replayed expectations, and queries with valid and invalid arguments. The whole
+  ``Result`` of every call is compared, and after every step each thread, its latest
+  checkpoint and its whole transcript.
+- **The example contract** (:class:`AgentStorageContract`): pytest tests of the documented
+  semantics (payload round trips, the paging contract, single flight, sequence numbers after
+  deletes, compare-and-swap, deletion). A test module subclasses it and says how to make the
+  layer::
+
+      class TestSqliteAgents(AgentStorageContract):
+          @pytest.fixture
+          def layer_factory(self, tmp_path):
+              return lambda: sqlite(tmp_path / f"{uuid.uuid4().hex}.db")
+
+  The factory is called once per test and per hypothesis example and must return a layer
+  providing ``AgentStorage`` and ``ExecutionStorage`` (runs are checked against the ledger)
+  on a fresh, empty store; the contract puts its own ``FixedClock`` on top.
+- **Broken layers** (:func:`broken_sequence_layer`): a layer that hands out a deleted
+  sequence number again. The contract must fail on it; the suite's own tests check that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+from hypothesis import note
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from returns.result import Failure, Result, Success
+
+from runstore.layers import Container, Layer, build, in_memory, merge
+from runstore.layers._agents_memory import InMemoryAgentStorage, InMemoryMessageStore, _ThreadRow
+from runstore.layers._memory_database import InMemoryDatabase
+from runstore.services.agents import (
+    MAX_JSON_DEPTH,
+    ActiveRunExists,
+    AgentRunFailure,
+    AgentRunStatus,
+    AgentStorage,
+    InvalidQuery,
+    JsonValue,
+    NewMessage,
+    Role,
+    ThreadStatus,
+    TokenUsage,
+)
+from runstore.services.clock import Clock, FixedClock
+from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.executions import (
+    ExecutionFinished,
+    ExecutionId,
+    ExecutionStatus,
+    ExecutionStorage,
+    NewExecution,
+    ProjectMismatch,
+)
+
+__all__ = [
+    "AgentStorageContract",
+    "AgentStorageMachine",
+    "agent_state_machine",
+    "broken_sequence_layer",
+    "json_values",
+]
+
+AgentLayerFactory = Callable[[], Layer]
+"""Makes a fresh layer providing ``AgentStorage`` and ``ExecutionStorage``."""
+
+THREADS = ("t1", "t2", "t3")
+RUNS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8")
+CHECKPOINTS = ("c1", "c2", "c3", "c4")
+PROJECTS = ("p1", "p2")
+OPEN_EXECUTIONS = {"ex-p1": "p1", "ex-p2": "p2"}
+"""Executions the machine creates and claims (running) at the start, per project."""
+FINISHED_EXECUTION = "ex-p1-done"
+"""An execution of ``p1`` that the machine finishes at the start."""
+EXECUTIONS = (*OPEN_EXECUTIONS, FINISHED_EXECUTION, "ex-missing")
+
+
+def json_values(max_leaves: int = 6) -> st.SearchStrategy[JsonValue]:
+    """JSON values with awkward text (NUL, emoji, right-to-left), ints, finite floats, nesting."""
+    text = st.text(
+        alphabet=st.sampled_from('ab \x00\n"\\é😀שלום\u202e\u0000{}'), max_size=8
+    ) | st.text(max_size=6)
+    leaves: st.SearchStrategy[JsonValue] = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**70), max_value=2**70)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | text
+    )
+    return st.recursive(
+        leaves,
+        lambda children: (
+            st.lists(children, max_size=3) | st.dictionaries(text, children, max_size=3)
+        ),
+        max_leaves=max_leaves,
+    )
+
+
+def _costs(valid: bool) -> st.SearchStrategy[Decimal | None]:
+    costs = [Decimal("0"), Decimal("0.000000150"), Decimal("1E+3"), Decimal("12.3400")]
+    return st.none() | st.sampled_from(costs if valid else [*costs, Decimal("-1")])
+
+
+def _usage(valid: bool) -> st.SearchStrategy[TokenUsage]:
+    counts = st.integers(min_value=0, max_value=10**6)
+    usage = st.builds(TokenUsage, counts, counts, counts, counts)
+    return usage if valid else usage | st.just(TokenUsage(-1, 0, 0, 0))
+
+
+def _roles(valid: bool) -> st.SearchStrategy[str]:
+    roles = [*(str(r) for r in Role), "critic"]
+    return st.sampled_from(roles if valid else [*roles, "", "\ud800"])
+
+
+def _contents(valid: bool) -> st.SearchStrategy[JsonValue]:
+    if valid:
+        return json_values()
+    return json_values() | st.just("\ud800 lone") | st.just({"k": float("nan")})
+
+
+def _new_messages(valid: bool = True) -> st.SearchStrategy[NewMessage]:
+    """Messages without a run (the machine adds runs it knows); ``valid=False`` mixes in
+    unstorable roles, content, usage, costs and run ids."""
+    return st.builds(
+        NewMessage,
+        role=_roles(valid),
+        content=_contents(valid),
+        run_id=st.none() if valid else st.none() | st.sampled_from(RUNS),
+        usage=_usage(valid),
+        cost=_costs(valid),
+        at=st.none() | st.integers(min_value=0, max_value=2**41),
+    )
+
+
+def _failures() -> st.SearchStrategy[AgentRunFailure | None]:
+    return st.none() | st.builds(
+        AgentRunFailure, st.sampled_from(["timeout", "tool_error"]), st.text(max_size=5)
+    )
+
+
+class AgentStorageMachine(RuleBasedStateMachine):
+    """Drives the layer under test and the in-memory model with the same calls and compares
+    every whole ``Result``. Bind it to a layer with :func:`agent_state_machine`."""
+
+    layer_factory: ClassVar[AgentLayerFactory]
+    model_factory: ClassVar[AgentLayerFactory]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FixedClock()
+        self._stack = ExitStack()
+        self.live = self._open(type(self).layer_factory)
+        self.model = self._open(type(self).model_factory)
+        self.requests: list[dict[str, Any]] = []
+        self.run_threads: dict[str, str] = {}
+        self.used_runs: set[str] = set()
+
+    def _open(self, factory: AgentLayerFactory) -> AgentStorage:
+        layer = merge(factory(), Layer.value(Clock, self.clock))  # type: ignore[type-abstract]
+        container: Container = self._stack.enter_context(build(layer))
+        self._seed_executions(container.get(ExecutionStorage))
+        storage: AgentStorage = container.get(AgentStorage)
+        return storage
+
+    @staticmethod
+    def _seed_executions(ledger: ExecutionStorage) -> None:
+        for execution_id, project in {**OPEN_EXECUTIONS, FINISHED_EXECUTION: "p1"}.items():
+            created = ledger.create(
+                NewExecution(project_id=project, name="turn", id=ExecutionId(execution_id))
+            )
+            assert isinstance(created, Success), created
+        for project in ("p1", "p1", "p2"):
+            claimed = ledger.claim(project, "worker", 60_000)
+            assert isinstance(claimed, Success), claimed
+        done = ExecutionId(FINISHED_EXECUTION)
+        token = ledger.get(done).unwrap().fencing_token
+        finished = ledger.finish(done, token, ExecutionStatus.SUCCEEDED)
+        assert isinstance(finished, Success), finished
+
+    def teardown(self) -> None:
+        self._stack.close()
+
+    def both(self, call: Callable[[AgentStorage], Result[Any, Any]]) -> Result[Any, Any]:
+        """Make ``call`` on the layer and the model; assert the two Results are equal."""
+        live = call(self.live)
+        model = call(self.model)
+        with contextlib.suppress(InvalidArgument):  # outside hypothesis (a scripted run)
+            note(f"-> {model}")
+        assert live == model, f"layer returned {live!r}\n   model returned {model!r}"
+        return model
+
+    # -- threads -----------------------------------------------------------------------------
+
+    @initialize(projects=st.lists(st.sampled_from(PROJECTS), min_size=2, max_size=2))
+    def first_threads(self, projects: list[str]) -> None:
+        for thread, project in zip(THREADS, projects, strict=False):
+            self._create_first(thread, project)
+
+    def _create_first(self, thread: str, project: str) -> None:
+        self.both(lambda s: s.threads.create(thread, project_id=project, title="first"))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        project=st.sampled_from(PROJECTS),
+        title=st.sampled_from(["", "plan", "plan", "\x00 ☃ שלום", "\ud800"]),
+        metadata=st.none() | st.dictionaries(st.sampled_from("ab"), json_values(3), max_size=2),
+    )
+    def create_thread(
+        self, thread: str, project: str, title: str, metadata: dict[str, JsonValue] | None
+    ) -> None:
+        self.both(
+            lambda s: s.threads.create(thread, project_id=project, title=title, metadata=metadata)
+        )
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        title=st.none() | st.sampled_from(["renamed", "\ud800"]),
+        status=st.none() | st.sampled_from(list(ThreadStatus)),
+    )
+    def update_thread(self, thread: str, title: str | None, status: ThreadStatus | None) -> None:
+        self.both(lambda s: s.threads.update(thread, title=title, status=status))
+
+    @rule(thread=st.sampled_from(THREADS))
+    def delete_thread(self, thread: str) -> None:
+        if isinstance(self.both(lambda s: s.threads.delete(thread)), Success):
+            for run in [r for r, owner in self.run_threads.items() if owner == thread]:
+                del self.run_threads[run]
+
+    # -- runs --------------------------------------------------------------------------------
+
+    @rule(
+        run=st.sampled_from(RUNS),
+        thread=st.sampled_from(THREADS),
+        execution=st.none() | st.sampled_from(EXECUTIONS),
+    )
+    def start_run(self, run: str, thread: str, execution: str | None) -> None:
+        started = self.both(lambda s: s.runs.start(run, thread_id=thread, execution_id=execution))
+        if isinstance(started, Success):
+            self.run_threads[run] = thread
+
+    @rule(
+        run=st.sampled_from(RUNS),
+        status=st.sampled_from(list(AgentRunStatus)),
+        failure=_failures(),
+    )
+    def finish_run(self, run: str, status: AgentRunStatus, failure: AgentRunFailure | None) -> None:
+        self.both(lambda s: s.runs.finish(run, status=status, failure=failure))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        count=st.integers(min_value=1, max_value=3),
+        status=st.none() | st.sampled_from([AgentRunStatus.SUCCEEDED, AgentRunStatus.CANCELLED]),
+    )
+    def turn(self, thread: str, count: int, status: AgentRunStatus | None) -> None:
+        """A whole agent turn: start an unused run, append its messages, maybe finish it."""
+        run = next((r for r in RUNS if r not in self.used_runs), None)
+        if run is None:
+            return
+        self.used_runs.add(run)
+        current = self.model.threads.get(thread)
+        if isinstance(current, Success) and current.unwrap().active_run_id is not None:
+            active = current.unwrap().active_run_id
+            self.both(lambda s: s.runs.finish(active, status=AgentRunStatus.SUCCEEDED))
+        self.start_run(run, thread, None)
+        for index in range(count):
+            self._append_step(thread, run, index)
+        if status is not None:
+            self.both(lambda s: s.runs.finish(run, status=status))
+
+    @rule(run=st.sampled_from(RUNS))
+    def get_run(self, run: str) -> None:
+        self.both(lambda s: s.runs.get(run))
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def _run_of(self, thread: str, data: st.DataObject) -> str | None:
+        """A run started on ``thread`` (as the model knows it), or None."""
+        runs = sorted(run for run, owner in self.run_threads.items() if owner == thread)
+        return data.draw(st.none() | st.sampled_from(runs)) if runs else None
+
+    @rule(thread=st.sampled_from(THREADS), message=_new_messages(), data=st.data())
+    def append(self, thread: str, message: NewMessage, data: st.DataObject) -> None:
+        message = attrs.evolve(message, run_id=self._run_of(thread, data))
+        self._append(thread, message)
+
+    @rule(thread=st.sampled_from(THREADS), message=_new_messages(valid=False))
+    def append_anything(self, thread: str, message: NewMessage) -> None:
+        self._append(thread, message)
+
+    def _append(self, thread: str, message: NewMessage) -> None:
+        self.both(
+            lambda s: s.messages.append(
+                thread,
+                role=message.role,
+                content=message.content,
+                run_id=message.run_id,
+                usage=message.usage,
+                cost=message.cost,
+                at=message.at,
+            )
+        )
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        count=st.integers(min_value=1, max_value=4),
+        data=st.data(),
+    )
+    def append_for_run(self, thread: str, count: int, data: st.DataObject) -> None:
+        """Valid appends by one run: the common case, so deletes by run have work to do."""
+        run = self._run_of(thread, data)
+        if run is None:
+            return
+        for index in range(count):
+            self._append_step(thread, run, index)
+
+    def _append_step(self, thread: str, run: str, index: int) -> None:
+        content: JsonValue = {"step": index}
+        self.both(
+            lambda s: s.messages.append(thread, role="assistant", content=content, run_id=run)
+        )
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        messages=st.lists(_new_messages(), max_size=4),
+        data=st.data(),
+    )
+    def append_many(self, thread: str, messages: list[NewMessage], data: st.DataObject) -> None:
+        batch = [attrs.evolve(m, run_id=self._run_of(thread, data)) for m in messages]
+        self.both(lambda s: s.messages.append_many(thread, batch))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        messages=st.lists(_new_messages(valid=False), min_size=1, max_size=3),
+    )
+    def append_many_anything(self, thread: str, messages: list[NewMessage]) -> None:
+        self.both(lambda s: s.messages.append_many(thread, messages))
+
+    @rule(thread=st.sampled_from(THREADS), run=st.sampled_from(RUNS))
+    def delete_by_run(self, thread: str, run: str) -> None:
+        self.both(lambda s: s.messages.delete_by_run(thread, run))
+
+    @rule(thread=st.sampled_from(THREADS), regenerate=st.booleans())
+    def delete_newest_run(self, thread: str, regenerate: bool) -> None:
+        """Delete the messages of the run that wrote the newest message, and maybe append a
+        regenerated answer at once (a "retry the last turn" flow, and the case where a layer
+        counting from the stored messages would hand the deleted numbers out again)."""
+        page = self.model.messages.list(thread, limit=1000)
+        runs = [m.run_id for m in page.unwrap().items] if isinstance(page, Success) else []
+        newest = next((run for run in reversed(runs) if run is not None), None)
+        if newest is not None:
+            self.both(lambda s: s.messages.delete_by_run(thread, newest))
+        if regenerate:
+            self.both(lambda s: s.messages.append(thread, role="assistant", content="again"))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        after=st.none() | st.integers(min_value=-1, max_value=12),
+        before=st.none() | st.integers(min_value=-1, max_value=14),
+        roles=st.none()
+        | st.just([])
+        | st.just("user")
+        | st.lists(st.sampled_from(["user", "assistant", "tool", "critic"]), min_size=1),
+        limit=st.sampled_from([-1, 0, 1, 2, 3, 7, 1000, 1001]),
+    )
+    def list_messages(
+        self, thread: str, after: int | None, before: int | None, roles: Any, limit: int
+    ) -> None:
+        self.both(
+            lambda s: s.messages.list(
+                thread, after_seq=after, before_seq=before, roles=roles, limit=limit
+            )
+        )
+
+    @rule(thread=st.sampled_from(THREADS), seq=st.integers(min_value=-1, max_value=12))
+    def get_message(self, thread: str, seq: int) -> None:
+        self.both(lambda s: s.messages.get(thread, seq))
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    @rule(
+        checkpoint=st.sampled_from(CHECKPOINTS),
+        thread=st.sampled_from(THREADS),
+        any_run=st.sampled_from(RUNS),
+        data=st.data(),
+        summary=st.sampled_from(["so far"] * 6 + ["", "\ud800"]),
+        through_back=st.integers(min_value=-1, max_value=3),
+        head_drift=st.sampled_from([0, 0, 0, -1, 1]),
+        expectation=st.sampled_from(["latest", "latest", "none", "stale"]),
+    )
+    def create_checkpoint(
+        self,
+        checkpoint: str,
+        thread: str,
+        any_run: str,
+        data: st.DataObject,
+        summary: str,
+        through_back: int,
+        head_drift: int,
+        expectation: str,
+    ) -> None:
+        """A compaction attempt: usually against what the model shows now (it should win),
+        sometimes with a moved head or a stale latest checkpoint (a lost race)."""
+        run = self._run_of(thread, data) or any_run
+        current = self.model.threads.get(thread)
+        head = current.unwrap().head_seq if isinstance(current, Success) else 1
+        latest = self.model.checkpoints.latest(thread)
+        latest_id = latest.unwrap().id if isinstance(latest, Success) and latest.unwrap() else None
+        expected = {"latest": latest_id, "none": None, "stale": "c-stale"}[expectation]
+        request: dict[str, Any] = {
+            "checkpoint_id": checkpoint,
+            "thread_id": thread,
+            "run_id": run,
+            "summary": summary,
+            "through_seq": head - through_back,
+            "observed_head_seq": head + head_drift,
+            "expected_latest_id": expected,
+        }
+        self.requests.append(request)
+        self.both(lambda s: s.checkpoints.create(**request))
+
+    @rule(data=st.data())
+    def replay_checkpoint(self, data: st.DataObject) -> None:
+        """Repeat an earlier create exactly, as a retry after an unknown outcome would."""
+        if not self.requests:
+            return
+        request = data.draw(st.sampled_from(self.requests))
+        self.both(lambda s: s.checkpoints.create(**request))
+
+    @rule(ms=st.integers(min_value=1, max_value=10_000))
+    def tick(self, ms: int) -> None:
+        self.clock.advance(ms)
+
+    # -- after every step --------------------------------------------------------------------
+
+    @invariant()
+    def same_state(self) -> None:
+        for thread in THREADS:
+            self._same_thread(thread)
+
+    def _same_thread(self, thread: str) -> None:
+        got = self.both(lambda s: s.threads.get(thread))
+        self.both(lambda s: s.checkpoints.latest(thread))
+        page = self.both(lambda s: s.messages.list(thread, after_seq=0, limit=1000))
+        if isinstance(got, Success):
+            info = got.unwrap()
+            items = page.unwrap().items
+            assert info.message_count == len(items)
+            assert all(m.seq <= info.head_seq for m in items)
+            assert [m.seq for m in items] == sorted({m.seq for m in items})
+            expected_last = items[-1].created_at_ms if items else None
+            assert info.last_message_at_ms == expected_last
+
+
+def agent_state_machine(
+    layer_factory: AgentLayerFactory, model_factory: AgentLayerFactory = in_memory
+) -> type[AgentStorageMachine]:
+    """Return an :class:`AgentStorageMachine` bound to ``layer_factory`` (the layer under test)
+    and ``model_factory`` (the reference: the in-memory layer by default).
+
+    Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``.
+    """
+
+    class BoundAgentMachine(AgentStorageMachine):
+        pass
+
+    BoundAgentMachine.layer_factory = staticmethod(layer_factory)
+    BoundAgentMachine.model_factory = staticmethod(model_factory)
+    return BoundAgentMachine
+
+
+# -- a deliberately broken layer ---------------------------------------------------------------
+
+
+class _ReusingMessageStore(InMemoryMessageStore):
+    """Hands out sequence numbers after the highest *stored* message, not after the counter:
+    a delete of the newest messages makes their numbers come back."""
+
+    def _next_seqs(self, thread: _ThreadRow, count: int) -> range:
+        stored = [
+            seq for seq in range(1, thread.head_seq + 1) if (thread.id, seq) in self._s.messages
+        ]
+        start = (max(stored) if stored else 0) + 1
+        return range(start, start + count)
+
+
+class _ReusingAgentStorage(InMemoryAgentStorage):
+    message_store_class = _ReusingMessageStore
+
+
+def broken_sequence_layer() -> Layer:
+    """The in-memory layer with one bug: sequence numbers of deleted newest messages are
+    handed out again. The contract must fail on it."""
+
+    def factory(c: Container) -> AgentStorage:
+        return _ReusingAgentStorage(
+            c.get(InMemoryDatabase),
+            c.get(Clock),
+            c.get(ExecutionStorage),
+        )
+
+    return merge(
+        in_memory(),
+        Layer.service(
+            AgentStorage,  # type: ignore[type-abstract]
+            factory,
+            requires=(InMemoryDatabase, Clock, ExecutionStorage),
+        ),
+    )
+
+
+# -- the example contract ----------------------------------------------------------------------
+
+EIGHT_MB = 8 * 1024 * 1024
+
+
+class AgentStorageContract:
+    """Example tests of the documented agent semantics; subclass and provide ``layer_factory``
+    (a fixture returning a factory of fresh layers) or override :meth:`make_layer`."""
+
+    def make_layer(self) -> Layer:
+        """Return a fresh layer providing ``AgentStorage`` and ``ExecutionStorage``."""
+        raise NotImplementedError("override make_layer or the layer_factory fixture")
+
+    @pytest.fixture
+    def layer_factory(self) -> AgentLayerFactory:
+        """The factory of fresh layers under test."""
+        return self.make_layer
+
+    @pytest.fixture
+    def clock(self) -> FixedClock:
+        """The clock the contract controls."""
+        return FixedClock()
+
+    @pytest.fixture
+    def container(self, layer_factory: AgentLayerFactory, clock: FixedClock) -> Iterator[Container]:
+        """A built container of the layer under test with the contract's clock."""
+        with build(merge(layer_factory(), Layer.value(Clock, clock))) as built:  # type: ignore[type-abstract]
+            yield built
+
+    @pytest.fixture
+    def agents(self, container: Container) -> AgentStorage:
+        """The agent storage under test, with thread ``t`` (project ``p``) created."""
+        storage: AgentStorage = container.get(AgentStorage)
+        storage.threads.create("t", project_id="p", title="thread").unwrap()
+        return storage
+
+    @pytest.fixture
+    def ledger(self, container: Container) -> ExecutionStorage:
+        """The execution ledger of the same container."""
+        ledger: ExecutionStorage = container.get(ExecutionStorage)
+        return ledger
+
+    # -- payloads ----------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "content",
+        [
+            "nul \x00 inside",
+            "emoji 😀👩‍👩‍👧 and RTL שלום עולם \u202eevil",
+            {"parts": [{"type": "text", "text": "\x00\u200f"}], "n": -0.0, "big": 2**80},
+            [1, 1.0, True, None, "1"],
+        ],
+    )
+    def test_content_round_trips_exactly(self, agents: AgentStorage, content: JsonValue) -> None:
+        stored = agents.messages.append("t", role="user", content=content).unwrap()
+        assert stored.content == content
+        read = agents.messages.get("t", stored.seq).unwrap()
+        assert read == stored
+        assert repr(read.content) == repr(content)
+
+    def test_eight_megabyte_message_round_trips(self, agents: AgentStorage) -> None:
+        text = ("0123456789abcdef" * (EIGHT_MB // 16))[:-1] + "😀"
+        stored = agents.messages.append("t", role="tool", content={"output": text}).unwrap()
+        page = agents.messages.list("t", limit=1).unwrap()
+        assert page.items == (stored,)
+        content = page.items[0].content
+        assert isinstance(content, dict)
+        assert content["output"] == text
+
+    @pytest.mark.parametrize(
+        ("field", "kwargs"),
+        [
+            ("content", {"content": "lone \ud800 surrogate"}),
+            ("content", {"content": {"k\udfff": 1}}),
+            ("role", {"role": "\ud83d"}),
+            ("content", {"content": float("inf")}),
+            ("content", {"content": (1, 2)}),
+            ("content", {"content": {1: "int key"}}),
+            ("content", {"content": Decimal("1")}),
+            ("cost", {"cost": 0.1}),
+            ("cost", {"cost": Decimal("NaN")}),
+            ("cost", {"cost": Decimal("-0.01")}),
+            ("usage.output", {"usage": TokenUsage(output=-1)}),
+            ("at", {"at": datetime(2024, 1, 1)}),
+            ("role", {"role": ""}),
+        ],
+    )
+    def test_unstorable_input_is_refused_and_nothing_is_written(
+        self, agents: AgentStorage, field: str, kwargs: dict[str, Any]
+    ) -> None:
+        arguments: dict[str, Any] = {"role": "user", "content": "ok", **kwargs}
+        result = agents.messages.append("t", **arguments)
+        assert isinstance(result, Failure)
+        error = result.failure()
+        assert isinstance(error, InvalidInput)
+        assert error.field == field
+        thread = agents.threads.get("t").unwrap()
+        assert (thread.head_seq, thread.message_count) == (0, 0)
+        assert agents.messages.append("t", role="user", content="next").unwrap().seq == 1
+
+    def test_too_deep_json_is_refused(self, agents: AgentStorage) -> None:
+        deep: JsonValue = []
+        for _ in range(MAX_JSON_DEPTH + 1):
+            deep = [deep]
+        result = agents.messages.append("t", role="user", content=deep)
+        assert isinstance(result, Failure)
+        assert isinstance(result.failure(), InvalidInput)
+
+    def test_lone_surrogates_are_refused_in_every_text_field(self, agents: AgentStorage) -> None:
+        bad = "x\ud800"
+        results = [
+            agents.threads.create(bad, project_id="p"),
+            agents.threads.create("t2", project_id=bad),
+            agents.threads.create("t2", project_id="p", title=bad),
+            agents.threads.create("t2", project_id="p", metadata={bad: 1}),
+            agents.threads.update("t", title=bad),
+            agents.runs.start(bad, thread_id="t"),
+            agents.messages.list("t", roles=[bad]),
+        ]
+        for result in results:
+            assert isinstance(result, Failure)
+            assert isinstance(result.failure(), InvalidInput | InvalidQuery), result
+        assert isinstance(agents.threads.get("t2"), Failure)
+
+    def test_cost_and_usage_are_exact(self, agents: AgentStorage) -> None:
+        costs = [Decimal("0.000000150"), Decimal("1E+3"), Decimal("12.3400"), Decimal(7)]
+        for cost in costs:
+            usage = TokenUsage(input=2**40, output=3, cache_read=4, cache_write=5)
+            agents.messages.append("t", role="assistant", content="c", cost=cost, usage=usage)
+        items = agents.messages.list("t", after_seq=0).unwrap().items
+        assert [str(m.cost) for m in items] == [str(c) for c in costs]
+        assert items[0].usage == TokenUsage(2**40, 3, 4, 5)
+
+    def test_times_take_aware_datetimes_and_epoch_ms(self, agents: AgentStorage) -> None:
+        eastern = timezone(timedelta(hours=-5))
+        aware = datetime(2024, 5, 1, 7, 0, 0, 123000, tzinfo=eastern)
+        stored = agents.messages.append("t", role="user", content="a", at=aware).unwrap()
+        assert stored.created_at_ms == int(aware.astimezone(UTC).timestamp() * 1000)
+        assert (
+            agents.messages.append("t", role="user", content="b", at=5).unwrap().created_at_ms == 5
+        )
+        assert agents.threads.get("t").unwrap().last_message_at_ms == 5
+
+    # -- paging ------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"limit": 0}, "limit"),
+            ({"limit": -5}, "limit"),
+            ({"limit": 1001}, "limit"),
+            ({"limit": True}, "limit"),
+            ({"after_seq": -1}, "after_seq"),
+            ({"before_seq": -1}, "before_seq"),
+            ({"roles": []}, "roles"),
+            ({"roles": "user"}, "roles"),
+        ],
+    )
+    def test_invalid_queries(
+        self, agents: AgentStorage, kwargs: dict[str, Any], field: str
+    ) -> None:
+        result = agents.messages.list("t", **kwargs)
+        assert isinstance(result, Failure)
+        error = result.failure()
+        assert isinstance(error, InvalidQuery)
+        assert error.field == field
+        missing = agents.messages.list("nope", **kwargs)
+        assert missing == result, "query arguments are checked before the thread"
+
+    def test_newest_n_ascending_and_paging_both_ways(self, agents: AgentStorage) -> None:
+        drafts = [
+            NewMessage(role="user" if i % 3 == 0 else "assistant", content=i) for i in range(23)
+        ]
+        agents.messages.append_many("t", drafts).unwrap()
+        newest = agents.messages.list("t", limit=5).unwrap()
+        assert [m.seq for m in newest.items] == [19, 20, 21, 22, 23]
+        assert newest.has_more
+        assert newest.next_cursor == "19"
+        seen: list[int] = []
+        after = 0
+        while True:
+            page = agents.messages.list("t", after_seq=after, limit=5).unwrap()
+            seen.extend(m.seq for m in page.items)
+            if not page.has_more:
+                assert page.next_cursor is None
+                break
+            assert page.next_cursor is not None
+            after = int(page.next_cursor)
+        assert seen == list(range(1, 24))
+        back: list[int] = []
+        before: int | None = None
+        while True:
+            page = agents.messages.list("t", before_seq=before, roles=["user"], limit=3).unwrap()
+            back = [m.seq for m in page.items] + back
+            if not page.has_more:
+                break
+            assert page.next_cursor is not None
+            before = int(page.next_cursor)
+        assert back == list(range(1, 24, 3))
+        window = agents.messages.list("t", after_seq=4, before_seq=9, limit=10).unwrap()
+        assert [m.seq for m in window.items] == [5, 6, 7, 8]
+        assert not window.has_more
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def test_single_flight(self, agents: AgentStorage) -> None:
+        first = agents.runs.start("r1", thread_id="t").unwrap()
+        assert first.status is AgentRunStatus.RUNNING
+        assert agents.runs.start("r2", thread_id="t") == Failure(ActiveRunExists("t", "r1"))
+        assert agents.runs.start("r1", thread_id="t") == Success(first), "a retry is safe"
+        assert agents.threads.get("t").unwrap().active_run_id == "r1"
+        agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED).unwrap()
+        assert agents.threads.get("t").unwrap().active_run_id is None
+        assert isinstance(agents.runs.start("r2", thread_id="t"), Success)
+
+    def test_finish_rules(self, agents: AgentStorage) -> None:
+        agents.runs.start("r1", thread_id="t").unwrap()
+        failed = agents.runs.finish("r1", status=AgentRunStatus.FAILED)
+        assert isinstance(failed, Failure)
+        assert isinstance(failed.failure(), InvalidInput)
+        failure = AgentRunFailure("timeout", "took too long", {"after_ms": 30_000})
+        done = agents.runs.finish("r1", status=AgentRunStatus.FAILED, failure=failure).unwrap()
+        assert done.failure == failure
+        again = agents.runs.finish("r1", status=AgentRunStatus.FAILED, failure=failure)
+        assert again == Success(done)
+        other = agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED)
+        assert other == Failure(IllegalTransition("agent_run", "r1", "failed", "succeeded"))
+
+    def test_runs_are_checked_against_the_ledger(
+        self, agents: AgentStorage, ledger: ExecutionStorage
+    ) -> None:
+        mine = ledger.create(NewExecution(project_id="p", name="turn", id=ExecutionId("ex-mine")))
+        theirs = ledger.create(
+            NewExecution(project_id="q", name="turn", id=ExecutionId("ex-theirs"))
+        )
+        assert isinstance(mine, Success)
+        assert isinstance(theirs, Success)
+        missing = agents.runs.start("r0", thread_id="t", execution_id="ex-none")
+        assert missing == Failure(NotFound("execution", "ex-none"))
+        wrong = agents.runs.start("r1", thread_id="t", execution_id="ex-theirs")
+        assert wrong == Failure(ProjectMismatch("execution", "ex-theirs", "p", "q"))
+        ledger.cancel(ExecutionId("ex-theirs")).unwrap()
+        agents.threads.create("tq", project_id="q").unwrap()
+        finished = agents.runs.start("r2", thread_id="tq", execution_id="ex-theirs")
+        assert finished == Failure(ExecutionFinished("ex-theirs", "cancelled"))
+        run = agents.runs.start("r3", thread_id="t", execution_id="ex-mine").unwrap()
+        assert (run.execution_id, run.project_id) == ("ex-mine", "p")
+
+    # -- sequence numbers --------------------------------------------------------------------
+
+    def test_sequence_numbers_are_never_reused_after_deletes(self, agents: AgentStorage) -> None:
+        agents.runs.start("r1", thread_id="t").unwrap()
+        agents.messages.append("t", role="user", content="q").unwrap()
+        for i in range(3):
+            agents.messages.append("t", role="assistant", content=i, run_id="r1", at=100 + i)
+        assert agents.messages.delete_by_run("t", "r1") == Success(3)
+        thread = agents.threads.get("t").unwrap()
+        assert (thread.head_seq, thread.message_count) == (4, 1)
+        assert thread.last_message_at_ms == agents.messages.get("t", 1).unwrap().created_at_ms
+        assert agents.messages.append("t", role="user", content="next").unwrap().seq == 5
+        assert agents.messages.delete_by_run("t", "r1") == Success(0)
+        assert agents.messages.delete_by_run("t", "r9") == Failure(NotFound("agent_run", "r9"))
+
+    def test_runs_of_other_threads_are_refused(self, agents: AgentStorage) -> None:
+        agents.threads.create("u", project_id="p").unwrap()
+        agents.runs.start("ru", thread_id="u").unwrap()
+        conflict = Conflict(
+            "agent_run", "ru", "run belongs to another thread", expected="t", actual="u"
+        )
+        assert agents.messages.append("t", role="user", content=1, run_id="ru") == Failure(conflict)
+        assert agents.messages.delete_by_run("t", "ru") == Failure(conflict)
+        assert agents.threads.get("t").unwrap().head_seq == 0
+
+    def test_append_many_is_all_or_nothing(self, agents: AgentStorage) -> None:
+        good = NewMessage(role="user", content="fine")
+        bad_run = NewMessage(role="assistant", content="x", run_id="missing")
+        result = agents.messages.append_many("t", [good, good, bad_run])
+        assert result == Failure(NotFound("agent_run", "missing"))
+        assert agents.threads.get("t").unwrap().head_seq == 0
+        stored = agents.messages.append_many("t", [good, good]).unwrap()
+        assert [m.seq for m in stored] == [1, 2]
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def test_checkpoint_compare_and_swap(self, agents: AgentStorage) -> None:
+        agents.runs.start("r1", thread_id="t").unwrap()
+        agents.messages.append_many("t", [NewMessage(role="user", content=i) for i in range(4)])
+
+        def create(cid: str, run: str, head: int, expected: str | None, through: int = 3) -> Any:
+            return agents.checkpoints.create(
+                cid,
+                thread_id="t",
+                run_id=run,
+                summary=f"summary {cid}",
+                through_seq=through,
+                observed_head_seq=head,
+                expected_latest_id=expected,
+            )
+
+        assert agents.checkpoints.latest("t") == Success(None)
+        first = create("c1", "r1", 4, None).unwrap()
+        assert (first.number, first.previous_id) == (1, None)
+        assert create("c1", "r1", 4, None) == Success(first), "replay returns the same record"
+        assert create("c9", "r1", 4, None) == Failure(
+            Conflict("checkpoint", "c9", "run already created a different checkpoint", actual="c1")
+        )
+        agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED).unwrap()
+        agents.runs.start("r2", thread_id="t").unwrap()
+        assert create("c2", "r2", 4, None) == Failure(
+            Conflict("thread", "t", "latest checkpoint changed", expected="", actual="c1")
+        )
+        agents.messages.append("t", role="user", content="more").unwrap()
+        assert create("c2", "r2", 4, "c1") == Failure(
+            Conflict("thread", "t", "head moved", expected="4", actual="5")
+        )
+        assert create("c2", "r2", 5, "c1", through=3) == Failure(
+            Conflict("thread", "t", "checkpoint does not advance", expected="> 3", actual="3")
+        )
+        second = create("c2", "r2", 5, "c1", through=5).unwrap()
+        assert (second.number, second.previous_id) == (2, "c1")
+        assert agents.checkpoints.latest("t") == Success(second)
+        assert agents.threads.get("t").unwrap().checkpoint_count == 2
+        assert len(agents.messages.list("t", after_seq=0).unwrap().items) == 5, "transcript kept"
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def test_deleted_thread_is_gone_and_late_writes_never_resurrect_it(
+        self, agents: AgentStorage
+    ) -> None:
+        agents.runs.start("r1", thread_id="t").unwrap()
+        agents.messages.append("t", role="user", content="hi", run_id="r1").unwrap()
+        agents.checkpoints.create(
+            "c1",
+            thread_id="t",
+            run_id="r1",
+            summary="s",
+            through_seq=1,
+            observed_head_seq=1,
+            expected_latest_id=None,
+        ).unwrap()
+        assert agents.threads.delete("t") == Success(None)
+        gone = Failure(NotFound("thread", "t"))
+        assert agents.threads.get("t") == gone
+        assert agents.threads.delete("t") == gone
+        assert agents.messages.append("t", role="user", content="late") == gone
+        assert agents.messages.append_many("t", []) == gone
+        assert agents.messages.list("t") == gone
+        assert agents.messages.delete_by_run("t", "r1") == gone
+        assert agents.runs.start("r2", thread_id="t") == gone
+        assert agents.runs.get("r1") == Failure(NotFound("agent_run", "r1"))
+        assert agents.threads.update("t", title="x") == gone
+        assert agents.checkpoints.latest("t") == gone
+        assert agents.threads.get("t") == gone
+        again = agents.threads.create("t", project_id="p").unwrap()
+        assert (again.head_seq, again.message_count, again.checkpoint_count) == (0, 0, 0)
+        assert agents.runs.start("r1", thread_id="t").unwrap().status is AgentRunStatus.RUNNING
+
+    def test_archived_threads_refuse_new_work(self, agents: AgentStorage) -> None:
+        agents.runs.start("r1", thread_id="t").unwrap()
+        archived = agents.threads.update("t", status=ThreadStatus.ARCHIVED)
+        assert archived == Failure(Conflict("thread", "t", "active run", actual="r1"))
+        agents.runs.finish("r1", status=AgentRunStatus.CANCELLED).unwrap()
+        agents.threads.update("t", status=ThreadStatus.ARCHIVED).unwrap()
+        refused = Failure(Conflict("thread", "t", "thread is archived"))
+        assert agents.messages.append("t", role="user", content="x") == refused
+        assert agents.runs.start("r2", thread_id="t") == refused
+        assert agents.threads.update("t", status=ThreadStatus.OPEN).unwrap().status == "open"
+
+    def test_create_thread_is_idempotent(self, agents: AgentStorage) -> None:
+        meta: dict[str, JsonValue] = {"a": 1, "b": [1.5, None]}
+        first = agents.threads.create("u", project_id="p", title="x", metadata=meta).unwrap()
+        reordered: dict[str, JsonValue] = {"b": [1.5, None], "a": 1}
+        assert agents.threads.create("u", project_id="p", title="x", metadata=reordered) == (
+            Success(first)
+        )
+        other = agents.threads.create("u", project_id="p", title="y")
+        assert other == Failure(Conflict("thread", "u", "thread exists with other values"))
+        assert math.isclose(1.5, first.metadata["b"][0])  # type: ignore[index,arg-type]

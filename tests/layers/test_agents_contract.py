@@ -1,0 +1,80 @@
+"""The agent-storage contract on every layer runstore ships, and on a broken one."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from runstore.layers import Layer, in_memory, sqlite
+from runstore.testing import AgentStorageContract, agent_state_machine, broken_sequence_layer
+
+_counter = itertools.count()
+
+
+class TestInMemoryAgents(AgentStorageContract):
+    def make_layer(self) -> Layer:
+        return in_memory()
+
+
+class TestSqliteMemoryAgents(AgentStorageContract):
+    def make_layer(self) -> Layer:
+        return sqlite(":memory:")
+
+
+class TestSqliteFileAgents(AgentStorageContract):
+    @pytest.fixture
+    def layer_factory(self, tmp_path: Path) -> object:
+        return lambda: sqlite(tmp_path / f"agents-{next(_counter)}.db")
+
+
+def test_state_machine_in_memory() -> None:
+    run_state_machine_as_test(agent_state_machine(in_memory))
+
+
+def test_state_machine_sqlite_memory() -> None:
+    run_state_machine_as_test(agent_state_machine(lambda: sqlite(":memory:")))
+
+
+def test_state_machine_sqlite_file(tmp_path: Path) -> None:
+    def factory() -> Layer:
+        return sqlite(tmp_path / f"machine-{next(_counter)}.db")
+
+    run_state_machine_as_test(
+        agent_state_machine(factory), settings=settings(max_examples=10, deadline=None)
+    )
+
+
+def test_contract_fails_a_layer_that_reuses_sequence_numbers() -> None:
+    machine = agent_state_machine(broken_sequence_layer)
+    with pytest.raises(AssertionError, match="seq"):
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=300,
+                deadline=None,
+                database=None,
+                phases=[Phase.generate],
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
+
+
+def test_the_retry_turn_script_catches_sequence_reuse() -> None:
+    """The same scenario the machine finds, scripted: one turn, then retry it."""
+    for factory, broken in ((in_memory, False), (broken_sequence_layer, True)):
+        machine = agent_state_machine(factory)()
+        try:
+            machine.first_threads(["p1", "p1"])
+            machine.turn("t1", 2, None)
+            if broken:
+                with pytest.raises(AssertionError, match="seq=3"):
+                    machine.delete_newest_run("t1", True)
+            else:
+                machine.delete_newest_run("t1", True)
+                machine.same_state()
+        finally:
+            machine.teardown()
