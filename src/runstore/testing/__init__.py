@@ -3,6 +3,13 @@ seeded test layers."""
 
 from __future__ import annotations
 
+from runstore.testing._agents import (
+    AgentStorageContract,
+    AgentStorageMachine,
+    agent_state_machine,
+    broken_sequence_layer,
+    json_values,
+)
 from runstore.testing._executions import (
     ContractViolation,
     ExecutionLedgerContract,
@@ -41,6 +48,8 @@ from runstore.testing._testruns_contract import (
 __all__: list[str] = [
     "DAY_MS",
     "T0_MS",
+    "AgentStorageContract",
+    "AgentStorageMachine",
     "ContractViolation",
     "DataReaderContract",
     "DataStoreContract",
@@ -50,6 +59,8 @@ __all__: list[str] = [
     "LedgerFactory",
     "RunRecordsMachine",
     "action_run_failures",
+    "agent_state_machine",
+    "broken_sequence_layer",
     "collection_errors",
     "contract_state_machine",
     "environments",
@@ -60,6 +71,7 @@ __all__: list[str] = [
     "huge_text",
     "identifiers",
     "item_results",
+    "json_values",
     "ledger_json_values",
     "ledger_state_machine",
     "make_item",
