@@ -1,0 +1,83 @@
+"""Several processes claiming from one queue in one database file."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+from returns.result import Failure
+
+from runstore.layers import build, sqlite
+from runstore.services import (
+    ExecutionStatus,
+    ExecutionStorage,
+    NewExecution,
+    StaleFencingToken,
+)
+
+WORKERS = 4
+EXECUTIONS = 1_000
+
+
+def claim_until_empty(path: str, owner: str) -> list[tuple[str, int]]:
+    """Claim and finish executions of project ``q`` until none is left; return (id, token)."""
+    claimed: list[tuple[str, int]] = []
+    with build(sqlite(path)) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        while True:
+            got = executions.claim("q", owner, 600_000)
+            if isinstance(got, Failure):
+                raise AssertionError(f"{owner}: claim failed: {got.failure()}")
+            execution = got.unwrap()
+            if execution is None:
+                return claimed
+            claimed.append((execution.id, execution.fencing_token))
+            done = executions.finish(
+                execution.id, execution.fencing_token, ExecutionStatus.SUCCEEDED, output=owner
+            )
+            if isinstance(done, Failure):
+                raise AssertionError(f"{owner}: finish failed: {done.failure()}")
+
+
+def test_concurrent_workers_claim_every_execution_exactly_once(tmp_path: Path) -> None:
+    path = str(tmp_path / "queue.db")
+    with build(sqlite(path)) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        for i in range(EXECUTIONS):
+            executions.create(NewExecution("q", f"job {i}")).unwrap()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(WORKERS) as pool:
+        results = pool.starmap(claim_until_empty, [(path, f"w{i}") for i in range(WORKERS)])
+    claims = [claim for worker in results for claim in worker]
+    ids = [execution_id for execution_id, _ in claims]
+    tokens = [token for _, token in claims]
+    assert len(ids) == EXECUTIONS
+    assert len(set(ids)) == EXECUTIONS
+    assert sorted(tokens) == list(range(1, EXECUTIONS + 1))
+    with build(sqlite(path)) as container:
+        executions = container.get(ExecutionStorage)
+        page = executions.list("q", status=ExecutionStatus.SUCCEEDED, limit=1_000).unwrap()
+        assert len(page.items) == EXECUTIONS and not page.has_more
+        assert {e.attempts for e in page.items} == {1}
+        by_owner = {e.id: e.output for e in page.items}
+        for worker, owner in zip(results, (f"w{i}" for i in range(WORKERS)), strict=True):
+            assert all(by_owner[execution_id] == owner for execution_id, _ in worker)
+
+
+def test_a_stale_token_is_refused_across_connections(tmp_path: Path) -> None:
+    path = tmp_path / "lease.db"
+    with build(sqlite(path)) as first, build(sqlite(path)) as second:
+        one: ExecutionStorage = first.get(ExecutionStorage)
+        two: ExecutionStorage = second.get(ExecutionStorage)
+        one.create(NewExecution("q", "job")).unwrap()
+        held = one.claim("q", "slow", 1).unwrap()
+        assert held is not None
+        time.sleep(0.01)
+        taken = two.claim("q", "fast", 60_000).unwrap()
+        assert taken is not None and taken.id == held.id
+        assert taken.fencing_token > held.fencing_token
+        late = one.finish(held.id, held.fencing_token, ExecutionStatus.SUCCEEDED)
+        assert late == Failure(StaleFencingToken(held.id, held.fencing_token, taken.fencing_token))
+        done = two.finish(taken.id, taken.fencing_token, ExecutionStatus.SUCCEEDED).unwrap()
+        assert one.get(held.id).unwrap() == done
