@@ -58,9 +58,10 @@ def test_concurrent_workers_claim_every_execution_exactly_once(tmp_path: Path) -
     with build(sqlite(path)) as container:
         executions = container.get(ExecutionStorage)
         page = executions.list("q", status=ExecutionStatus.SUCCEEDED, limit=1_000).unwrap()
-        assert len(page.items) == EXECUTIONS and not page.has_more
+        assert len(page.items) == EXECUTIONS
+        assert not page.has_more
         assert {e.attempts for e in page.items} == {1}
-        by_owner = {e.id: e.output for e in page.items}
+        by_owner: dict[str, object] = {e.id: e.output for e in page.items}
         for worker, owner in zip(results, (f"w{i}" for i in range(WORKERS)), strict=True):
             assert all(by_owner[execution_id] == owner for execution_id, _ in worker)
 
@@ -75,7 +76,8 @@ def test_a_stale_token_is_refused_across_connections(tmp_path: Path) -> None:
         assert held is not None
         time.sleep(0.01)
         taken = two.claim("q", "fast", 60_000).unwrap()
-        assert taken is not None and taken.id == held.id
+        assert taken is not None
+        assert taken.id == held.id
         assert taken.fencing_token > held.fencing_token
         late = one.finish(held.id, held.fencing_token, ExecutionStatus.SUCCEEDED)
         assert late == Failure(StaleFencingToken(held.id, held.fencing_token, taken.fencing_token))
