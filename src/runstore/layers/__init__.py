@@ -24,6 +24,8 @@ from returns.result import Failure
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers._action_runs_memory import InMemoryActionRunStorage, in_memory_execution_ledger
 from runstore.layers._action_runs_sqlite import SqliteActionRunStorage, sqlite_execution_ledger
+from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agent_storage
+from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agent_storage
 from runstore.layers._executions_memory import InMemoryExecutionStorage
 from runstore.layers._executions_sqlite import SqliteExecutionStorage
 from runstore.layers._layer import Container, Layer, build, merge, provide
@@ -44,6 +46,7 @@ __all__ = [
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
+    "InMemoryAgentStorage",
     "InMemoryDataReader",
     "InMemoryDataStore",
     "InMemoryDatabase",
@@ -51,6 +54,7 @@ __all__ = [
     "InMemorySessionRepository",
     "Layer",
     "SqliteActionRunStorage",
+    "SqliteAgentStorage",
     "SqliteDatabase",
     "SqliteExecutionStorage",
     "SqliteSessionRepository",
@@ -116,6 +120,7 @@ def sqlite(
         sqlite_database(path, settings),
         system_clock(),
         sqlite_execution_ledger(),
+        sqlite_agent_storage(),
         sqlite_sessions(),
     )
 
@@ -126,6 +131,7 @@ def in_memory() -> Layer:
         in_memory_database(),
         system_clock(),
         in_memory_execution_ledger(),
+        in_memory_agent_storage(),
         in_memory_sessions(),
         in_memory_test_runs(),
     )
