@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Callable
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.services.errors import (
     Busy,
     HalfAppliedMigration,
@@ -31,6 +32,9 @@ from runstore.services.errors import (
     StorageFailure,
     UnknownMigration,
 )
+
+if TYPE_CHECKING:  # the layers import this package; only the type is needed here
+    from runstore.layers._sqlite_database import SqliteDatabase
 
 __all__ = [
     "JOURNAL_TABLE",
@@ -123,10 +127,10 @@ def shipped_migrations() -> tuple[Migration, ...]:
 
 
 def _journal_exists(db: SqliteDatabase) -> bool:
-    return (
-        db.scalar("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", (JOURNAL_TABLE,))
-        == 1
+    found = db.scalar(
+        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", (JOURNAL_TABLE,)
     )
+    return bool(found == 1)
 
 
 def _read_journal(db: SqliteDatabase) -> tuple[AppliedMigration, ...]:
@@ -136,7 +140,9 @@ def _read_journal(db: SqliteDatabase) -> tuple[AppliedMigration, ...]:
         f"SELECT id, name, checksum, applied_at_ms, finished FROM {JOURNAL_TABLE} ORDER BY id"
     )
     return tuple(
-        AppliedMigration(id=r[0], name=r[1], checksum=r[2], applied_at_ms=r[3], finished=bool(r[4]))
+        AppliedMigration(
+            id=r[0], name=r[1], checksum=r[2], applied_at_ms=r[3], finished=bool(r[4])
+        )
         for r in rows
     )
 
@@ -157,7 +163,9 @@ def _problems(
             continue
         if not row.finished:
             problems.append(
-                HalfAppliedMigration(id=row.id, name=row.name, detail="journal row never marked finished")
+                HalfAppliedMigration(
+                    id=row.id, name=row.name, detail="journal row never marked finished"
+                )
             )
         elif row.checksum != migration.checksum:
             problems.append(
@@ -167,7 +175,8 @@ def _problems(
             )
     journalled = {a.id for a in applied}
     existing = {
-        r[0].lower() for r in db.execute("SELECT name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'")
+        r[0].lower()
+        for r in db.execute("SELECT name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'")
     }
     for migration in shipped:
         if migration.id in journalled:
@@ -206,14 +215,18 @@ def migration_status(db: SqliteDatabase) -> Result[MigrationStatus, StorageFailu
 
 
 def apply_migrations(
-    db: SqliteDatabase,
+    db: SqliteDatabase, *, up_to: int | None = None
 ) -> Result[tuple[int, ...], MigrationError | StorageFailure | Busy]:
     """Apply every pending migration to ``db``, each in its own ``BEGIN IMMEDIATE`` unit.
 
-    Returns the ids this call applied (empty when another process applied them first or
-    nothing was pending). Refuses, before writing anything, with ``UnknownMigration``,
-    ``MigrationDrift`` or ``HalfAppliedMigration`` (the first problem found); a failing
-    migration script returns ``StorageFailure`` and leaves no trace of itself.
+    ``up_to`` stops after that migration id (for making fixture databases of older
+    schemas); None applies all. Returns the ids this call applied, in order (empty when
+    another process applied them first or nothing was pending). Refuses, before writing
+    anything, with ``UnknownMigration``, ``MigrationDrift`` or ``HalfAppliedMigration``
+    (the first problem found); each unit re-reads the journal under the write lock and
+    refuses the same way if another process changed it meanwhile. A failing migration
+    script returns ``StorageFailure`` and leaves no trace of itself (its unit rolls back,
+    journal row included); ``Busy`` when the write lock stays taken past the budget.
     """
     status = migration_status(db)
     if isinstance(status, Failure):
@@ -224,12 +237,23 @@ def apply_migrations(
     shipped = {m.id: m for m in shipped_migrations()}
     applied_now: list[int] = []
     for number in current.pending:
-        outcome = db.transact(f"apply migration {number:04d}", lambda m=shipped[number]: _apply_one(db, m))
+        if up_to is not None and number > up_to:
+            break
+        migration = shipped[number]
+        outcome = db.transact(
+            f"apply migration {number:04d}", _applier(db, migration)
+        )
         if isinstance(outcome, Failure):
             return outcome
         if outcome.unwrap():
             applied_now.append(number)
     return Success(tuple(applied_now))
+
+
+def _applier(
+    db: SqliteDatabase, migration: Migration
+) -> Callable[[], Result[bool, MigrationError]]:
+    return lambda: _apply_one(db, migration)
 
 
 def _apply_one(db: SqliteDatabase, migration: Migration) -> Result[bool, MigrationError]:
