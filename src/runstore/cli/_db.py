@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import attrs
 import click
-from returns.result import Failure
+from returns.result import Failure, Result
 
-from runstore.cli._output import console, emit_json, fail
+from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.layers import SqliteDatabase, open_database
 from runstore.migrations import MigrationStatus, migration_status, shipped_migrations
+from runstore.services.errors import Busy, StorageFailure
 
 __all__ = ["db"]
 
@@ -50,19 +52,15 @@ def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
 
 
 def _render_status(document: dict[str, Any]) -> None:
-    out = console()
     migrations = document["migrations"]
-    out.print(f"database: {document['database']}")
-    out.print(
-        f"migrations: {len(migrations['applied'])} applied, {len(migrations['pending'])} pending"
-    )
+    say(f"database: {document['database']}")
+    say(f"migrations: {len(migrations['applied'])} applied, {len(migrations['pending'])} pending")
     for applied in migrations["applied"]:
-        out.print(f"  {applied['id']:04d} {applied['name']}  applied_at_ms={applied['applied_at_ms']}")
+        say(f"  {applied['id']:04d} {applied['name']}  applied_at_ms={applied['applied_at_ms']}")
     for pending in migrations["pending"]:
-        out.print(f"  {pending:04d} (pending)")
+        say(f"  {pending:04d} (pending)")
     for problem in migrations["problems"]:
-        out.print(f"  problem: {problem}")
-    out.print("healthy" if document["healthy"] else "UNHEALTHY")
+        say(f"  problem: {problem}")
 
 
 def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
@@ -74,7 +72,11 @@ def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
         )
     opened = SqliteDatabase.open_read_only(path)
     if isinstance(opened, Failure):
-        fail(f"cannot open {path}: {opened.failure()}", output_format=output_format)
+        fail(
+            f"cannot open {path}: {opened.failure()}",
+            output_format=output_format,
+            document={"database": path, "exists": True, "healthy": False},
+        )
     return opened.unwrap()
 
 
@@ -83,6 +85,10 @@ def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
 def migrate() -> None:
     """Create the database if needed and apply pending migrations.
 
+    Prints the status afterwards (the shape of ``db status``). Exits 1 with the reason when
+    the database cannot be opened or is refused (unknown, drifted or half-applied
+    migrations); a refused database is left exactly as it was.
+
     \b
     Example:
       runstore --db /tmp/runs.db db migrate
@@ -90,7 +96,11 @@ def migrate() -> None:
     cfg = settings()
     opened = open_database(cfg.db_path)
     if isinstance(opened, Failure):
-        fail(f"cannot migrate {cfg.db_path}: {opened.failure()}", output_format=cfg.output_format)
+        fail(
+            f"cannot migrate {cfg.db_path}: {opened.failure()}",
+            output_format=cfg.output_format,
+            document={"database": cfg.db_path, "healthy": False},
+        )
     database = opened.unwrap()
     try:
         status = migration_status(database)
@@ -103,6 +113,7 @@ def migrate() -> None:
         emit_json(document)
     else:
         _render_status(document)
+        say("healthy")
 
 
 @db.command()
@@ -110,8 +121,9 @@ def migrate() -> None:
 def status() -> None:
     """Show applied and pending migrations without changing the database.
 
-    Exits 1 when the database is missing or would be refused (unknown, drifted or
-    half-applied migrations).
+    Exits 0 when the database can be used (pending migrations included), 1 with a one-line
+    reason when it is missing (nothing is created), cannot be read, or would be refused
+    (unknown, drifted or half-applied migrations).
 
     \b
     Example:
@@ -124,14 +136,43 @@ def status() -> None:
     finally:
         database.close()
     if isinstance(result, Failure):
-        fail(str(result.failure()), output_format=cfg.output_format)
+        fail(
+            f"cannot read {cfg.db_path}: {result.failure()}",
+            output_format=cfg.output_format,
+            document={"database": cfg.db_path, "exists": True, "healthy": False},
+        )
     document = _status_document(cfg.db_path, result.unwrap())
+    problems: list[str] = document["migrations"]["problems"]
+    if problems:
+        if cfg.output_format == "text":
+            _render_status(document)
+        fail("; ".join(problems), output_format=cfg.output_format, document=document)
     if cfg.output_format == "json":
         emit_json(document)
     else:
         _render_status(document)
-    if not document["healthy"]:
-        raise SystemExit(1)
+        say("healthy")
+
+
+@attrs.frozen
+class _Checks:
+    integrity: list[str]
+    foreign_key_violations: list[dict[str, Any]]
+    status: MigrationStatus
+
+
+def _run_checks(database: SqliteDatabase) -> Result[_Checks, Busy | StorageFailure]:
+    def checks() -> Result[_Checks, Busy | StorageFailure]:
+        integrity = [str(row[0]) for row in database.execute("PRAGMA integrity_check")]
+        violations = [
+            {"table": r[0], "rowid": r[1], "parent": r[2], "fkid": r[3]}
+            for r in database.execute("PRAGMA foreign_key_check")
+        ]
+        return migration_status(database).map(
+            lambda status: _Checks(integrity, violations, status)
+        )
+
+    return database.read("db check", checks)
 
 
 @db.command()
@@ -139,7 +180,9 @@ def status() -> None:
 def check() -> None:
     """Run SQLite's integrity and foreign-key checks and the migration check.
 
-    Exits 0 when all pass, 1 with a one-line reason otherwise. Changes nothing.
+    Exits 0 when all pass, 1 with a one-line reason otherwise (a corrupt or unreadable
+    file, foreign-key violations, unknown, drifted or half-applied migrations). Changes
+    nothing.
 
     \b
     Example:
@@ -148,36 +191,37 @@ def check() -> None:
     cfg = settings()
     database = _open_read_only(cfg.db_path, cfg.output_format)
     try:
-        integrity = [row[0] for row in database.execute("PRAGMA integrity_check")]
-        foreign_keys = [
-            {"table": r[0], "rowid": r[1], "parent": r[2], "fkid": r[3]}
-            for r in database.execute("PRAGMA foreign_key_check")
-        ]
-        result = migration_status(database)
+        result = _run_checks(database)
     finally:
         database.close()
     if isinstance(result, Failure):
-        fail(str(result.failure()), output_format=cfg.output_format)
-    document = _status_document(cfg.db_path, result.unwrap())
-    document["integrity"] = integrity
-    document["foreign_key_violations"] = foreign_keys
-    reasons = []
-    if integrity != ["ok"]:
-        reasons.append(f"integrity_check: {integrity[0]}")
-    if foreign_keys:
-        reasons.append(f"{len(foreign_keys)} foreign key violations")
+        fail(
+            f"cannot check {cfg.db_path}: {result.failure()}",
+            output_format=cfg.output_format,
+            document={"database": cfg.db_path, "exists": True, "healthy": False},
+        )
+    found = result.unwrap()
+    document = _status_document(cfg.db_path, found.status)
+    document["integrity"] = found.integrity
+    document["foreign_key_violations"] = found.foreign_key_violations
+    reasons: list[str] = []
+    if found.integrity != ["ok"]:
+        reasons.append(f"integrity_check: {found.integrity[0] if found.integrity else 'no answer'}")
+    if found.foreign_key_violations:
+        reasons.append(f"{len(found.foreign_key_violations)} foreign key violations")
     reasons.extend(document["migrations"]["problems"])
     document["healthy"] = not reasons
+    if cfg.output_format == "text":
+        say(f"database: {cfg.db_path}")
+        say(f"integrity_check: {', '.join(found.integrity[:5])}")
+        say(f"foreign_key_check: {len(found.foreign_key_violations)} violations")
+        say(
+            f"migrations: {len(document['migrations']['applied'])} applied, "
+            f"{len(document['migrations']['pending'])} pending"
+        )
+    if reasons:
+        fail("; ".join(reasons), output_format=cfg.output_format, document=document)
     if cfg.output_format == "json":
         emit_json(document)
     else:
-        out = console()
-        out.print(f"database: {cfg.db_path}")
-        out.print(f"integrity_check: {', '.join(integrity[:5])}")
-        out.print(f"foreign_key_check: {len(foreign_keys)} violations")
-        out.print(f"migrations: {len(document['migrations']['applied'])} applied, "
-                  f"{len(document['migrations']['pending'])} pending")
-    if reasons:
-        fail("; ".join(reasons))
-    if cfg.output_format == "text":
-        console().print("healthy")
+        say("healthy")
