@@ -32,7 +32,10 @@ class TestSqliteFileAgents(AgentStorageContract):
 
 
 def test_state_machine_in_memory() -> None:
-    run_state_machine_as_test(agent_state_machine(in_memory))
+    """The model against itself: the machine and the in-memory layer are deterministic."""
+    run_state_machine_as_test(
+        agent_state_machine(in_memory), settings=settings(max_examples=10, deadline=None)
+    )
 
 
 def test_state_machine_sqlite_memory() -> None:
