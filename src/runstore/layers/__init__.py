@@ -43,6 +43,7 @@ from runstore.layers._unit_of_work import TxDict, UnitOfWork
 from runstore.services.clock import Clock, SystemClock
 
 __all__ = [
+    "DEFAULT_DB_PATH",
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
@@ -63,14 +64,19 @@ __all__ = [
     "build",
     "connect",
     "in_memory",
+    "in_memory_agent_storage",
     "in_memory_database",
     "in_memory_execution_ledger",
+    "in_memory_sessions",
+    "in_memory_test_runs",
     "merge",
     "open_database",
     "provide",
     "sqlite",
+    "sqlite_agent_storage",
     "sqlite_database",
     "sqlite_execution_ledger",
+    "sqlite_sessions",
     "system_clock",
 ]
 
