@@ -582,6 +582,25 @@ def test_transact_inside_read_is_refused(unit: Database) -> None:
     assert unit.transact("write", lambda: Success(2)) == Success(2)
 
 
+def test_transact_inside_a_read_nested_in_a_transact_is_refused(unit: Database) -> None:
+    def inner_read() -> Result[None, NotFound]:
+        unit.transact("write", lambda: Success(None))
+        return Success(None)
+
+    def outer() -> Result[None, NotFound | Busy | StorageFailure]:
+        return unit.read("read", inner_read)
+
+    with pytest.raises(TransactionMisuse, match="inside read"):
+        unit.transact("outer", outer)
+    assert not unit.in_unit
+
+    def outer_after() -> Result[int, NotFound | Busy | StorageFailure]:
+        unit.read("read", lambda: Success(None))
+        return unit.transact("write after the read", lambda: Success(3))
+
+    assert unit.transact("outer", outer_after) == Success(3)
+
+
 def test_read_inside_transact_sees_uncommitted_writes(sqlite_db: SqliteDatabase) -> None:
     db = sqlite_db
 

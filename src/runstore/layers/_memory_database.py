@@ -39,7 +39,7 @@ class InMemoryDatabase(UnitOfWork):
         """
         self._check_thread()
         self._check_can_write(operation)
-        return self.run(fn)
+        return self._run(fn)
 
     def read(
         self, operation: str, fn: Callable[[], Result[T, E]]
@@ -52,10 +52,9 @@ class InMemoryDatabase(UnitOfWork):
         """
         del operation
         self._check_thread()
-        if not self._frames:
-            self._reading = True
+        reading = self._reading
+        self._reading = True
         try:
-            return self.run(fn)
+            return self._run(fn)
         finally:
-            if not self._frames:
-                self._reading = False
+            self._reading = reading

@@ -56,8 +56,8 @@ class _Frame:
 class UnitOfWork:
     """Frames of open units and the mirrors they journal; engine-independent.
 
-    Subclasses bind the frames to a storage engine (see ``SqliteDatabase``); the in-memory
-    layers use :meth:`run` as it is. One object belongs to the thread that created it:
+    Subclasses bind the frames to a storage engine (see ``SqliteDatabase``) or to none
+    (``InMemoryDatabase``). One object belongs to the thread that created it:
     opening a unit from another thread raises
     :class:`~runstore.exceptions.TransactionMisuse`.
     """
@@ -157,8 +157,10 @@ class UnitOfWork:
         while self._frames:
             self._pop_rollback()
 
-    def run(self, fn: Callable[[], Result[T, E]]) -> Result[T, E]:
+    def _run(self, fn: Callable[[], Result[T, E]]) -> Result[T, E]:
         """Run ``fn`` as a unit of work over the mirrors only (no storage engine).
+
+        Private on purpose: on a ``SqliteDatabase`` this would run no SQL transaction.
 
         ``Success`` keeps every mirror change, ``Failure`` undoes them and is returned; an
         exception undoes them and propagates (there is no driver to fail in memory).
