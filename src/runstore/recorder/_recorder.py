@@ -10,8 +10,9 @@ Only the process that sees every report records: a plain pytest process, or the
 - Finished items are buffered and written in batches of at most :data:`BATCH_ITEMS` items
   or :data:`BATCH_SECONDS` of age (each batch one ``BEGIN IMMEDIATE`` unit of work), so a
   killed run keeps what finished before its last second and memory stays flat.
-- The run ends ``interrupted`` on Ctrl-C (``pytest_keyboard_interrupt``, also raised for
-  ``pytest.exit``) or an internal error, ``failed`` when an item failed, a collector failed
+- The run ends ``interrupted`` on Ctrl-C (``pytest_keyboard_interrupt``, also called for
+  ``pytest.exit``, but not for pytest's own stop after collection errors) or an internal
+  error, ``failed`` when an item failed, a collector failed
   or pytest exited with "tests failed", else ``passed``. A ``running`` run of this project
   whose process is gone (same host, dead pid) or that was started more than
   :data:`STALE_AFTER` ago is marked ``aborted`` before a new run begins.
@@ -327,9 +328,11 @@ class Recorder:
                     parts.append(_plural(new, "new failure"))
                 if flaky:
                     parts.append(f"{flaky} flaky")
-                if not parts:
-                    failing = sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
-                    parts.append(f"{failing} failing, none new" if failing else "no failures")
+                failing = sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+                if not parts and failing:
+                    parts.append(f"{failing} failing, none new")
+                elif not parts and not summary.collection_errors:
+                    parts.append("no failures")
             if summary.collection_errors:
                 parts.append(_plural(summary.collection_errors, "collection error"))
             detail = "recorded: " + ", ".join(parts)
@@ -369,8 +372,11 @@ class Recorder:
         if result is not None:
             self._buffer(result)
 
-    def pytest_keyboard_interrupt(self) -> None:
-        self._interrupted = True
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        # pytest ends a session stopped after collection errors (or by --stepwise) with its
+        # own Session.Interrupted, a KeyboardInterrupt too: that run is not cut short.
+        if not isinstance(excinfo.value, pytest.Session.Interrupted):
+            self._interrupted = True
 
     def pytest_internalerror(self) -> None:
         self._interrupted = True

@@ -8,10 +8,9 @@ __all__ = ["clean_text", "safe_str"]
 
 
 def clean_text(value: str) -> str:
-    """Return ``value`` as storable text: lone surrogates become ``\\udcff``-style escapes
-    and NUL characters ``\\x00``; anything else is returned unchanged (no copy when clean)."""
-    if "\x00" in value:
-        value = value.replace("\x00", "\\x00")
+    """Return ``value`` as storable text: lone surrogates (which UTF-8 cannot hold) become
+    ``\\udcff``-style escapes, so two different node ids stay different; everything else,
+    NUL included, is kept exactly (no copy when clean)."""
     if value.isascii():
         return value
     try:
