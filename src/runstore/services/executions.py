@@ -319,8 +319,10 @@ class ExecutionStorage(Protocol):
     ) -> Result[Execution, ExecutionError]:
         """Extend the lease of a running execution to ``now + lease_ms``.
 
-        ``NotFound``; ``IllegalTransition(status, "running")`` unless it is running;
-        ``StaleFencingToken`` when ``fencing_token`` is not its latest; ``InvalidInput``.
+        Failures, in this order: ``InvalidInput`` (bad id, token or ``lease_ms``);
+        ``NotFound``; ``Conflict`` (expected ``running``, actual its status) unless it is
+        running; ``StaleFencingToken`` when ``fencing_token`` is not its latest. A lease that
+        expired but was not claimed again can still be renewed.
         """
         ...
 
@@ -406,7 +408,7 @@ def check_json(value: object, field: str) -> InvalidInput | None:
             return InvalidInput(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
         if kind is list and isinstance(item, list):
             for index, child in enumerate(item):
-                stack.append((child, depth + 1, f"{where}[{index}]"))
+                stack.append((child, depth + 1, _path(where, depth, index)))
             continue
         if kind is dict and isinstance(item, dict):
             for key, child in item.items():
@@ -415,10 +417,17 @@ def check_json(value: object, field: str) -> InvalidInput | None:
                 problem = _check_encodable(key, where)
                 if problem is not None:
                     return problem
-                stack.append((child, depth + 1, f"{where}[{key!r}]"))
+                stack.append((child, depth + 1, _path(where, depth, key)))
             continue
         return InvalidInput(where, f"{kind.__name__} is not a JSON value")
     return None
+
+
+def _path(where: str, depth: int, step: object) -> str:
+    """Name a nested value for error messages, eliding the path below eight levels."""
+    if depth < 8:
+        return f"{where}[{step!r}]"
+    return where if where.endswith("[...]") else f"{where}[...]"
 
 
 def dump_json(value: JsonValue) -> str:

@@ -41,9 +41,14 @@ from hypothesis.stateful import (
 )
 from returns.result import Failure, Result, Success
 
-from runstore.layers import Container, Layer, build, merge
-from runstore.layers._action_runs_memory import in_memory_execution_ledger
-from runstore.layers._memory_database import InMemoryDatabase
+from runstore.layers import (
+    Container,
+    InMemoryDatabase,
+    Layer,
+    build,
+    in_memory_execution_ledger,
+    merge,
+)
 from runstore.services.action_runs import (
     ActionRun,
     ActionRunFailure,
