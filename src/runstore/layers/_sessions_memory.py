@@ -39,14 +39,15 @@ from runstore.services.sessions import (
     SessionRepository,
     SessionStorage,
     SessionSummary,
+    SummaryBuilder,
     assemble_context,
     decode_session_cursor,
     empty_summary,
     encode_session_cursor,
-    fold_summary,
     make_entry,
     new_session_fields,
     next_state,
+    payload_from_body,
     validate_entry,
     validate_json_object,
     validate_session_id,
@@ -223,15 +224,15 @@ class InMemorySessionRepository:
             meta = row.metadata if metadata_text is None else json.loads(metadata_text)
             self._insert_session(new_id, row.cwd, source, meta, self._clock.now_ms())
             path = self._path(source, target, stop_at_anchor=False) if target is not None else []
-            summary = empty_summary()
+            summary = SummaryBuilder(empty_summary())
             for seq, stored in enumerate(path, start=1):
                 old = stored.entry
                 copy = make_entry(
                     old.type, old.id, old.parent_id, seq, old.timestamp_ms, old.payload
                 )
                 self._put(new_id, _Stored(copy, stored.state))
-                summary = fold_summary(summary, old.type, old.payload)
-            self._summaries[new_id] = summary
+                summary.add(old.type, old.payload)
+            self._summaries[new_id] = summary.build()
             self._rows[new_id] = attrs.evolve(
                 self._rows[new_id], leaf_id=target, next_seq=len(path) + 1
             )
@@ -263,7 +264,7 @@ class InMemorySessionRepository:
             row = self._rows.get(session_id)
             if row is None:
                 return Failure(NotFound("session", str(session_id)))
-            summary = self._summaries[session_id]
+            summary = SummaryBuilder(self._summaries[session_id])
             appended: builtins.list[Entry] = []
             next_seq = row.next_seq
             for position, new in enumerate(entries):
@@ -295,18 +296,19 @@ class InMemorySessionRepository:
                                 session_id, valid.id, "firstKeptEntryId", first_kept, position
                             )
                         )
-                payload = json.loads(valid.body)
+                payload = payload_from_body(valid.body)
                 entry = make_entry(
                     valid.type, valid.id, valid.parent_id, next_seq, valid.timestamp_ms, payload
                 )
                 self._put(session_id, _Stored(entry, next_state(parent_state, valid.type, payload)))
-                summary = fold_summary(summary, valid.type, payload)
-                self._summaries[session_id] = summary
+                summary.add(valid.type, payload)
                 next_seq += 1
-                self._rows[session_id] = attrs.evolve(
-                    self._rows[session_id], leaf_id=valid.id, next_seq=next_seq
-                )
                 appended.append(entry)
+            if appended:
+                self._summaries[session_id] = summary.build()
+                self._rows[session_id] = attrs.evolve(
+                    self._rows[session_id], leaf_id=appended[-1].id, next_seq=next_seq
+                )
             return Success(tuple(appended))
 
         return self._db.transact("append entries", unit)

@@ -47,15 +47,16 @@ from runstore.services.sessions import (
     SessionRepository,
     SessionStorage,
     SessionSummary,
+    SummaryBuilder,
     ValidEntry,
     assemble_context,
     decode_session_cursor,
     empty_summary,
     encode_session_cursor,
-    fold_summary,
     make_entry,
     new_session_fields,
     next_state,
+    payload_from_body,
     validate_entry,
     validate_json_object,
     validate_session_id,
@@ -136,7 +137,7 @@ def _summary_from(
 
 def _entry_from(row: Row) -> Entry:
     entry_id, parent_id, seq, entry_type, timestamp_ms, body = row
-    payload = json.loads(body) if body is not None else {}
+    payload = payload_from_body(body) if body is not None else {}
     return make_entry(entry_type, entry_id, parent_id, seq, timestamp_ms, payload)
 
 
@@ -405,7 +406,7 @@ class SqliteSessionRepository:
                 " ORDER BY e.seq",
                 {"key": source_key, "start": target},
             )
-            summary = empty_summary()
+            builder = SummaryBuilder(empty_summary())
             entry_rows: builtins.list[tuple[Any, ...]] = []
             body_rows: builtins.list[tuple[Any, ...]] = []
             for seq, (
@@ -423,7 +424,8 @@ class SqliteSessionRepository:
                     (key, eid, seq, parent, etype, ts, provider, model_id, thinking, anchor)
                 )
                 body_rows.append((key, seq, body))
-                summary = fold_summary(summary, etype, json.loads(body))
+                builder.add(etype, payload_from_body(body))
+            summary = builder.build()
             self._insert_rows(entry_rows, body_rows)
             self._store_head(key, _Head(len(path) + 1, target))
             self._store_summary(key, summary, dict(summary.labels))
@@ -553,60 +555,58 @@ class SqliteSessionRepository:
         }
         local: dict[str, tuple[str | None, EntryState]] = {}
         head = self._head(key)
-        summary = self._summary(key)
+        summary = SummaryBuilder(self._summary(key))
         next_seq = head.next_seq
         entry_rows: builtins.list[tuple[Any, ...]] = []
         body_rows: builtins.list[tuple[Any, ...]] = []
         label_changes: dict[str, str | None] = {}
+        state_columns: dict[int, tuple[Any, ...]] = {}  # by id(): states live in local
+        add = summary.add
         for position, v in enumerate(valid):
-            if v.id in local or v.id in known:
-                return Failure(DuplicateEntry(session_id, v.id, position))
+            entry_id, parent_id, entry_type, timestamp_ms, payload, body = v
+            if entry_id in local or entry_id in known:
+                return Failure(DuplicateEntry(session_id, entry_id, position))
             parent_state: EntryState | None = None
-            if v.parent_id is not None:
-                parent = local.get(v.parent_id) or known.get(v.parent_id)
+            if parent_id is not None:
+                parent = local.get(parent_id) or known.get(parent_id)
                 if parent is None:
                     return Failure(
-                        BadReference(session_id, v.id, "parentId", v.parent_id, position)
+                        BadReference(session_id, entry_id, "parentId", parent_id, position)
                     )
                 parent_state = parent[1]
-            payload = v.payload
-            if v.type == "compaction":
+            if entry_type == "compaction":
                 first_kept = payload["firstKeptEntryId"]
-                if not self._is_ancestor(key, local, first_kept, v.parent_id):
+                if not self._is_ancestor(key, local, first_kept, parent_id):
                     return Failure(
-                        BadReference(session_id, v.id, "firstKeptEntryId", first_kept, position)
+                        BadReference(session_id, entry_id, "firstKeptEntryId", first_kept, position)
                     )
-            elif v.type == "label":
+            elif entry_type == "label":
                 label = payload.get("label")
                 label_changes[payload["targetId"]] = (
                     label if isinstance(label, str) and label else None
                 )
-            state = next_state(parent_state, v.type, payload)
-            local[v.id] = (v.parent_id, state)
-            model = state.model
-            entry_rows.append(
-                (
-                    key,
-                    v.id,
-                    next_seq,
-                    v.parent_id,
-                    v.type,
-                    v.timestamp_ms,
+            state = next_state(parent_state, entry_type, payload)
+            local[entry_id] = (parent_id, state)
+            columns = state_columns.get(id(state))
+            if columns is None:
+                model = state.model
+                columns = state_columns[id(state)] = (
                     None if model is None else model.provider,
                     None if model is None else model.model_id,
                     state.thinking_level,
                     state.anchor_id,
                 )
+            entry_rows.append(
+                (key, entry_id, next_seq, parent_id, entry_type, timestamp_ms, *columns)
             )
-            body_rows.append((key, next_seq, v.body))
+            body_rows.append((key, next_seq, body))
             next_seq += 1
-            summary = fold_summary(summary, v.type, payload)
-            # The caches follow entry by entry; the unit of work undoes them on failure.
-            self._summaries[key] = summary
-            self._heads[key] = _Head(next_seq, v.id)
+            add(entry_type, payload)
+        # The caches are written with the rows; a unit that fails after this point (a
+        # statement below, a later call in the same unit, COMMIT) undoes both.
         self._insert_rows(entry_rows, body_rows)
         self._store_head(key, _Head(next_seq, valid[-1].id))
-        self._store_summary(key, summary, label_changes)
+        self._store_summary(key, summary.build(), label_changes)
         return Success(None)
 
     def _is_ancestor(
@@ -795,7 +795,9 @@ class SqliteSessionStorage:
     def append(self, entry: NewEntry) -> Result[Entry, SessionError]:
         def stored(appended: tuple[int, tuple[ValidEntry, ...]]) -> Entry:
             seq, (v,) = appended
-            return make_entry(v.type, v.id, v.parent_id, seq, v.timestamp_ms, json.loads(v.body))
+            return make_entry(
+                v.type, v.id, v.parent_id, seq, v.timestamp_ms, payload_from_body(v.body)
+            )
 
         return self._repo.append_many(self._session_id, [entry], batch=False).map(stored)
 

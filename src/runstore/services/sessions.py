@@ -37,11 +37,21 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
 from enum import StrEnum
-from typing import Any, ClassVar, NewType, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import (
+    Any,
+    ClassVar,
+    NamedTuple,
+    NewType,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+    runtime_checkable,
+)
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -85,6 +95,7 @@ __all__ = [
     "SessionRepository",
     "SessionStorage",
     "SessionSummary",
+    "SummaryBuilder",
     "ThinkingLevelChangeEntry",
     "UnknownEntry",
     "ValidEntry",
@@ -100,6 +111,7 @@ __all__ = [
     "ms_from_iso",
     "new_session_fields",
     "next_state",
+    "payload_from_body",
     "to_epoch_ms",
     "validate_entry",
     "validate_json_object",
@@ -204,6 +216,8 @@ SessionError: TypeAlias = (
 
 # -- time ----------------------------------------------------------------------------------------
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
@@ -268,6 +282,14 @@ def _dump_checked(value: Any, field: str) -> str | InvalidInput:
     except UnicodeEncodeError:
         return InvalidInput(field, "holds a lone surrogate, which UTF-8 cannot store")
     return text
+
+
+def payload_from_body(body: str) -> dict[str, Any]:
+    """Read a stored entry body back: its members besides the envelope keys."""
+    value: dict[str, Any] = json.loads(body)
+    if not ENVELOPE_KEYS.isdisjoint(value):
+        return {k: v for k, v in value.items() if k not in ENVELOPE_KEYS}
+    return value
 
 
 def validate_json_object(value: object, field: str) -> str | InvalidInput:
@@ -551,6 +573,11 @@ class NewEntry:
     the entry besides the envelope (for a message: ``{"message": {...}}``); it is stored as
     JSON and comes back as JSON (lists, string keys). The class methods build the format's
     entry types.
+
+    ``raw`` is for entries that arrive already serialized (an importer's JSONL line): the
+    entry's JSON text (RFC 8259, no NaN), an object whose members besides the envelope are
+    exactly ``payload``. It is then stored as it is instead of serializing ``payload`` again;
+    keeping the two equal is the caller's promise (runstore does not parse ``raw`` back).
     """
 
     id: str
@@ -558,6 +585,7 @@ class NewEntry:
     type: str
     timestamp: datetime | int
     payload: Mapping[str, Any] = attrs.field(factory=dict, hash=False)
+    raw: str | None = attrs.field(default=None, repr=False)
 
     @classmethod
     def message(
@@ -725,16 +753,15 @@ class NewEntry:
         )
 
 
-@attrs.frozen(kw_only=True)
-class ValidEntry:
+class ValidEntry(NamedTuple):
     """A :class:`NewEntry` that passed :func:`validate_entry`: the timestamp in epoch ms, the
-    payload as a plain dict and as the JSON text that is stored."""
+    payload, and the JSON text that is stored (``raw`` when given, else the payload's)."""
 
     id: str
     parent_id: str | None
     type: str
     timestamp_ms: int
-    payload: Mapping[str, Any] = attrs.field(hash=False)
+    payload: Mapping[str, Any]
     body: str
 
 
@@ -745,18 +772,19 @@ def _is_number(value: object) -> bool:
 def _shape_problem(entry_type: str, payload: Mapping[str, Any]) -> tuple[str, str] | None:
     """Return (field, reason) when ``payload`` does not fit the format's ``entry_type``."""
 
+    if entry_type == "message":
+        message = payload.get("message")
+        if type(message) is not dict and not isinstance(message, Mapping):
+            return "message", "must be a JSON object"
+        if type(message.get("role")) is not str:
+            return "message.role", "must be a string"
+        return None
+
     def need_text(key: str) -> tuple[str, str] | None:
         if not isinstance(payload.get(key), str):
             return key, "must be a string"
         return None
 
-    if entry_type == "message":
-        message = payload.get("message")
-        if not isinstance(message, Mapping):
-            return "message", "must be a JSON object"
-        if not isinstance(message.get("role"), str):
-            return "message.role", "must be a string"
-        return None
     if entry_type == "thinking_level_change":
         return need_text("thinkingLevel")
     if entry_type == "model_change":
@@ -793,6 +821,19 @@ def _shape_problem(entry_type: str, payload: Mapping[str, Any]) -> tuple[str, st
     return None
 
 
+def _fast_text(value: object, max_chars: int) -> bool:
+    """Whether ``value`` is storable text of 1..max_chars characters (the quick check)."""
+    if type(value) is not str or not 0 < len(value) <= max_chars:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput:
     """Check ``new`` on its own (not against the tree) and return it ready to store.
 
@@ -801,29 +842,47 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
     type or the header type ``session``, a naive datetime or non-integer timestamp, a payload
     that is not a JSON object with string keys, holds an envelope key (``type``, ``id``,
     ``parentId``, ``timestamp``) or does not fit its known type (for example a
-    ``model_change`` without a string ``provider``).
+    ``model_change`` without a string ``provider``), text UTF-8 cannot hold (a lone
+    surrogate).
     """
-    entry_id = _check_text(new.id, prefix + "id", max_chars=MAX_ID_CHARS)
-    if isinstance(entry_id, InvalidInput):
-        return entry_id
-    parent_id = new.parent_id
-    if parent_id is not None:
-        checked = _check_text(parent_id, prefix + "parent_id", max_chars=MAX_ID_CHARS)
-        if isinstance(checked, InvalidInput):
-            return checked
-    entry_type = _check_text(new.type, prefix + "type", max_chars=MAX_ID_CHARS)
-    if isinstance(entry_type, InvalidInput):
-        return entry_type
+    entry_id, parent_id, entry_type = new.id, new.parent_id, new.type
+    # The common case in one expression: ASCII ids and type of sensible length.
+    if not (
+        type(entry_id) is str
+        and type(entry_type) is str
+        and 0 < len(entry_id) <= MAX_ID_CHARS
+        and 0 < len(entry_type) <= MAX_ID_CHARS
+        and entry_id.isascii()
+        and entry_type.isascii()
+        and (
+            parent_id is None
+            or (
+                type(parent_id) is str
+                and 0 < len(parent_id) <= MAX_ID_CHARS
+                and parent_id.isascii()
+            )
+        )
+    ):
+        for field, value in (("id", entry_id), ("parent_id", parent_id), ("type", entry_type)):
+            if (value is not None or field != "parent_id") and not _fast_text(value, MAX_ID_CHARS):
+                return _refusal(
+                    _check_text(value, prefix + field, max_chars=MAX_ID_CHARS), prefix + field
+                )
     if entry_type == "session":
         return InvalidInput(prefix + "type", "'session' is the header, not an entry")
-    timestamp_ms = to_epoch_ms(new.timestamp, prefix + "timestamp")
-    if isinstance(timestamp_ms, InvalidInput):
-        return timestamp_ms
+    timestamp = new.timestamp
+    if type(timestamp) is int:
+        timestamp_ms = timestamp
+    else:
+        converted = to_epoch_ms(timestamp, prefix + "timestamp")
+        if isinstance(converted, InvalidInput):
+            return converted
+        timestamp_ms = converted
     payload = new.payload
-    if not isinstance(payload, Mapping):
+    if type(payload) is not dict and not isinstance(payload, Mapping):
         return InvalidInput(prefix + "payload", f"must be a mapping, not {type(payload).__name__}")
     for key in payload:
-        if not isinstance(key, str):
+        if type(key) is not str:
             return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
         if key in ENVELOPE_KEYS:
             return InvalidInput(
@@ -834,17 +893,27 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
         return InvalidInput(
             f"{prefix}payload.{problem[0]}", f"{problem[1]} in a {entry_type} entry"
         )
-    body = _dump_checked(payload, prefix + "payload")
+    raw = new.raw
+    if (
+        type(raw) is str
+        and raw
+        and (raw.isascii() or _fast_text(raw, len(raw)))
+        and (("\\ud" not in raw and "\\uD" not in raw) or _SURROGATE_ESCAPE.search(raw) is None)
+    ):
+        body: str | InvalidInput = raw
+    else:
+        # Without raw text, or when it escapes UTF-16 surrogates (which may be unpaired and
+        # so not storable as UTF-8), serialize the payload itself and check that.
+        body = _dump_checked(payload, prefix + "payload")
     if isinstance(body, InvalidInput):
         return body
-    return ValidEntry(
-        id=entry_id,
-        parent_id=parent_id,
-        type=entry_type,
-        timestamp_ms=timestamp_ms,
-        payload=payload,
-        body=body,
-    )
+    return ValidEntry(entry_id, parent_id, entry_type, timestamp_ms, payload, body)
+
+
+def _refusal(checked: str | InvalidInput, field: str) -> InvalidInput:
+    if isinstance(checked, InvalidInput):
+        return checked
+    return InvalidInput(field, "must be text of 1 to 256 characters")  # pragma: no cover
 
 
 # -- context state per entry ---------------------------------------------------------------------
@@ -876,7 +945,14 @@ def next_state(
         message = payload["message"]
         if message.get("role") == "assistant":
             provider, model = message.get("provider"), message.get("model")
-            if isinstance(provider, str) and isinstance(model, str):
+            if type(provider) is str and type(model) is str:
+                current = state.model
+                if (
+                    current is not None
+                    and current.provider == provider
+                    and current.model_id == model
+                ):
+                    return state
                 return EntryState(ModelRef(provider, model), state.thinking_level, state.anchor_id)
         return state
     if entry_type == "model_change":
@@ -949,22 +1025,94 @@ def _cost(value: object) -> Decimal:
     return Decimal(0)
 
 
-def _add_usage(summary: SessionSummary, usage: object) -> SessionSummary:
-    if not isinstance(usage, Mapping):
-        return summary
-    inp = _tokens(usage.get("input"))
-    out = _tokens(usage.get("output"))
-    read = _tokens(usage.get("cacheRead"))
-    write = _tokens(usage.get("cacheWrite"))
-    cost = usage.get("cost")
-    total_cost = _cost(cost.get("total")) if isinstance(cost, Mapping) else Decimal(0)
-    return attrs.evolve(
-        summary,
-        cached_tokens=summary.cached_tokens + read,
-        uncached_tokens=summary.uncached_tokens + inp + write,
-        total_tokens=summary.total_tokens + inp + out + read + write,
-        cost=_EXACT.add(summary.cost, total_cost),
+class SummaryBuilder:
+    """Folds entries into a :class:`SessionSummary` (mutable, for loops over many entries)."""
+
+    __slots__ = (
+        "cached_tokens",
+        "cost",
+        "entry_count",
+        "labels",
+        "message_count",
+        "model",
+        "name",
+        "thinking_level",
+        "total_tokens",
+        "uncached_tokens",
     )
+
+    def __init__(self, summary: SessionSummary) -> None:
+        self.name = summary.name
+        self.entry_count = summary.entry_count
+        self.message_count = summary.message_count
+        self.cached_tokens = summary.cached_tokens
+        self.uncached_tokens = summary.uncached_tokens
+        self.total_tokens = summary.total_tokens
+        self.cost = summary.cost
+        self.model = summary.model
+        self.thinking_level = summary.thinking_level
+        self.labels = dict(summary.labels)
+
+    def _usage(self, usage: object) -> None:
+        if type(usage) is not dict and not isinstance(usage, Mapping):
+            return
+        inp, out = usage.get("input", 0), usage.get("output", 0)
+        read, write = usage.get("cacheRead", 0), usage.get("cacheWrite", 0)
+        if not (type(inp) is int and type(out) is int and type(read) is int and type(write) is int):
+            inp, out, read, write = _tokens(inp), _tokens(out), _tokens(read), _tokens(write)
+        self.cached_tokens += read
+        self.uncached_tokens += inp + write
+        self.total_tokens += inp + out + read + write
+        cost = usage.get("cost")
+        if type(cost) is dict or isinstance(cost, Mapping):
+            total = cost.get("total")
+            if total:
+                self.cost = _EXACT.add(self.cost, _cost(total))
+
+    def add(self, entry_type: str, payload: Mapping[str, Any]) -> None:
+        """Count one more (validated) entry of ``entry_type``; see :class:`SessionSummary`."""
+        self.entry_count += 1
+        if entry_type == "message":
+            message = payload["message"]
+            self.message_count += 1
+            if message.get("role") == "assistant":
+                self._usage(message.get("usage"))
+                provider, model = message.get("provider"), message.get("model")
+                if isinstance(provider, str) and isinstance(model, str):
+                    current = self.model
+                    if current is None or current.provider != provider or current.model_id != model:
+                        self.model = ModelRef(provider, model)
+        elif entry_type in ("compaction", "branch_summary"):
+            self._usage(payload.get("usage"))
+        elif entry_type == "model_change":
+            self.model = ModelRef(payload["provider"], payload["modelId"])
+        elif entry_type == "thinking_level_change":
+            self.thinking_level = payload["thinkingLevel"]
+        elif entry_type == "session_info":
+            name = payload.get("name")
+            if isinstance(name, str) and name.strip():
+                self.name = name.strip()
+        elif entry_type == "label":
+            target, label = payload["targetId"], payload.get("label")
+            if isinstance(label, str) and label:
+                self.labels[target] = label
+            else:
+                self.labels.pop(target, None)
+
+    def build(self) -> SessionSummary:
+        """The summary of everything added so far."""
+        return SessionSummary(
+            name=self.name,
+            entry_count=self.entry_count,
+            message_count=self.message_count,
+            cached_tokens=self.cached_tokens,
+            uncached_tokens=self.uncached_tokens,
+            total_tokens=self.total_tokens,
+            cost=self.cost,
+            model=self.model,
+            thinking_level=self.thinking_level,
+            labels=dict(self.labels),
+        )
 
 
 def fold_summary(
@@ -975,36 +1123,9 @@ def fold_summary(
     The rules are those of the format's own backends (seed 004; the pi session list for the
     name): see :class:`SessionSummary`.
     """
-    summary = attrs.evolve(summary, entry_count=summary.entry_count + 1)
-    if entry_type == "message":
-        message = payload["message"]
-        summary = attrs.evolve(summary, message_count=summary.message_count + 1)
-        if message.get("role") == "assistant":
-            summary = _add_usage(summary, message.get("usage"))
-            provider, model = message.get("provider"), message.get("model")
-            if isinstance(provider, str) and isinstance(model, str):
-                summary = attrs.evolve(summary, model=ModelRef(provider, model))
-        return summary
-    if entry_type in ("compaction", "branch_summary"):
-        return _add_usage(summary, payload.get("usage"))
-    if entry_type == "model_change":
-        return attrs.evolve(summary, model=ModelRef(payload["provider"], payload["modelId"]))
-    if entry_type == "thinking_level_change":
-        return attrs.evolve(summary, thinking_level=payload["thinkingLevel"])
-    if entry_type == "session_info":
-        name = payload.get("name")
-        if isinstance(name, str) and name.strip():
-            return attrs.evolve(summary, name=name.strip())
-        return summary
-    if entry_type == "label":
-        labels = dict(summary.labels)
-        target, label = payload["targetId"], payload.get("label")
-        if isinstance(label, str) and label:
-            labels[target] = label
-        else:
-            labels.pop(target, None)
-        return attrs.evolve(summary, labels=labels)
-    return summary
+    builder = SummaryBuilder(summary)
+    builder.add(entry_type, payload)
+    return builder.build()
 
 
 # -- sessions ------------------------------------------------------------------------------------
