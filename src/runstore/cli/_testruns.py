@@ -12,6 +12,7 @@ for an argument that is not valid at all, such as ``--limit 0`` or ``RUN`` = ``x
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -64,6 +65,7 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _MESSAGE_WIDTH = 120
+_PIPE_WIDTH = 10_000  # columns when output is not a terminal: long lines are not wrapped
 
 
 # -- opening the services ---------------------------------------------------------------------
@@ -288,11 +290,15 @@ def _first_line(message: str) -> str:
     return line if len(line) <= _MESSAGE_WIDTH else line[: _MESSAGE_WIDTH - 1] + "…"
 
 
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def _counts_text(summary: RunSummary) -> str:
     parts = [f"{summary.counts.get(o.value, 0)} {o.value}" for o in Outcome
              if summary.counts.get(o.value, 0)]
     if summary.collection_errors:
-        parts.append(f"{summary.collection_errors} collection errors")
+        parts.append(_plural(summary.collection_errors, "collection error"))
     return ", ".join(parts) or "no items"
 
 
@@ -308,7 +314,11 @@ def _row(table: Table, *cells: object) -> None:
 
 
 def _print(*renderables: object) -> None:
-    out = console()
+    """Print text (never read as markup) and tables: at the terminal's width on a terminal,
+    unwrapped when piped, so node ids stay whole for grep and friends."""
+    out = console() if sys.stdout.isatty() else Console(
+        soft_wrap=False, highlight=False, width=_PIPE_WIDTH
+    )
     for renderable in renderables:
         if isinstance(renderable, str):
             out.print(renderable, markup=False)
@@ -323,7 +333,7 @@ def _run_heading(summary: RunSummary) -> str:
     return (
         f"run {summary.id}  {summary.project}  {summary.status.value}  "
         f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}\n"
-        f"{summary.total} items: {_counts_text(summary)}"
+        f"{_plural(summary.total, 'item')}: {_counts_text(summary)}"
     )
 
 
@@ -483,7 +493,7 @@ def flaky(project: str | None) -> None:
         for test in found:
             _row(table, test.nodeid, test.flips, test.failures, test.passes,
                  " ".join(_SYMBOL.get(o, "?") for o in test.window))
-        _print(f"{len(found)} flaky tests in {name}", table)
+        _print(f"{_plural(len(found), 'flaky test')} in {name}", table)
 
 
 _SYMBOL = {
@@ -777,4 +787,5 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
                        "pruned_runs": outcome.pruned_runs, "pruned_files": outcome.pruned_files})
             return
         verb = "would remove" if dry_run else "removed"
-        _print(f"{verb} {outcome.pruned_runs} runs and {outcome.pruned_files} unused file rows")
+        _print(f"{verb} {_plural(outcome.pruned_runs, 'run')} and "
+               f"{_plural(outcome.pruned_files, 'unused file row')}")
