@@ -265,7 +265,7 @@ def test_untrusted_values_are_coerced(record: Any) -> None:
     assert unprintable.exception_type == "test_sample.Unprintable"
     assert "<exception str() failed>" in unprintable.message
     bad = results["test_sample.py::test_surrogates_and_nul"].errors[0].message
-    assert bad == "AssertionError: bad text: \\udcff and \\x00 nul"
+    assert bad == "AssertionError: bad text: \\udcff and \x00 nul"
     bad.encode("utf-8")  # storable
     huge = results["test_sample.py::test_huge"].errors[0]
     assert len(huge.message) == len("AssertionError: big:") + 200_000  # the store bounds it
