@@ -7,6 +7,7 @@ import os
 import click
 
 from runstore.cli._db import db
+from runstore.cli._sessions import sessions
 from runstore.cli._settings import FORMATS, Settings
 from runstore.cli._testruns import (
     coverage,
@@ -61,6 +62,7 @@ cli.add_command(coverage)
 cli.add_command(trends)
 cli.add_command(diff)
 cli.add_command(prune)
+cli.add_command(sessions)
 
 
 def main() -> None:

@@ -1,0 +1,567 @@
+"""``runstore sessions``: import, export and read agent sessions (pi transcripts).
+
+Every command opens the database with ``build(sqlite(path))`` and talks to the
+:class:`~runstore.services.SessionRepository` only. Query commands accept ``--format json``
+and then print one JSON document; costs are decimal strings there (exact).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
+
+import click
+from returns.result import Failure, Result
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from runstore.cli._output import console, emit_json, fail
+from runstore.cli._settings import format_option, settings
+from runstore.exceptions import DatabaseOpenError
+from runstore.layers import build, sqlite
+from runstore.services.sessions import (
+    ContextMessage,
+    Entry,
+    ModelRef,
+    SessionContext,
+    SessionRecord,
+    SessionRepository,
+    SessionStorage,
+    SessionSummary,
+    iso_from_ms,
+)
+from runstore.sessions_import import ImportMode, ImportReport, export_jsonl, import_jsonl
+
+__all__ = ["sessions"]
+
+T = TypeVar("T")
+
+PROGRESS_FROM_BYTES = 1 << 20
+"""Files from this size on (bytes) get a progress bar when standard error is a terminal."""
+
+
+@click.group()
+def sessions() -> None:
+    """Agent sessions: import pi transcripts, read them as trees, export them again.
+
+    \b
+    Example:
+      runstore sessions import ~/.pi/agent/sessions/--work--/2025-11-30_x.jsonl
+      runstore sessions list
+      runstore sessions context SESSION_ID
+    """
+
+
+# -- plumbing ------------------------------------------------------------------------------------
+
+
+def _fail(reason: str, document: dict[str, Any] | None = None) -> NoReturn:
+    fail(reason, output_format=settings().output_format, document=document)
+
+
+def _get(result: Result[T, Any]) -> T:
+    if isinstance(result, Failure):
+        _fail(str(result.failure()))
+    return result.unwrap()
+
+
+@contextmanager
+def _repository(*, create: bool = False) -> Iterator[SessionRepository]:
+    path = settings().db_path
+    if not create and path != ":memory:" and not os.path.exists(path):
+        _fail(f"no database at {path} (import a session with: runstore sessions import FILE)")
+    try:
+        with build(sqlite(path)) as container:
+            yield container.get(SessionRepository)
+    except DatabaseOpenError as exc:
+        _fail(f"cannot open {path}: {exc}")
+
+
+def _json_mode() -> bool:
+    return settings().output_format == "json"
+
+
+def _out() -> Console:
+    """Standard output for tables: the terminal's width, or 240 columns when piped."""
+    out = console()
+    if not out.is_terminal:
+        out = Console(soft_wrap=False, highlight=False, width=240)
+    return out
+
+
+def _line(text: str) -> None:
+    """One line on standard output, never wrapped."""
+    click.echo(text)
+
+
+# -- documents -----------------------------------------------------------------------------------
+
+
+def _model(model: ModelRef | None) -> dict[str, str] | None:
+    return None if model is None else {"provider": model.provider, "model_id": model.model_id}
+
+
+def _summary_document(summary: SessionSummary) -> dict[str, Any]:
+    return {
+        "name": summary.name,
+        "entry_count": summary.entry_count,
+        "message_count": summary.message_count,
+        "cached_tokens": summary.cached_tokens,
+        "uncached_tokens": summary.uncached_tokens,
+        "total_tokens": summary.total_tokens,
+        "cost": str(summary.cost),
+        "model": _model(summary.model),
+        "thinking_level": summary.thinking_level,
+        "labels": dict(sorted(summary.labels.items())),
+    }
+
+
+def _session_document(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "cwd": record.cwd,
+        "parent_session": record.parent_session,
+        "metadata": dict(record.metadata),
+        "created_ms": record.created_ms,
+        "created": iso_from_ms(record.created_ms),
+        "leaf_id": record.leaf_id,
+        "summary": _summary_document(record.summary),
+    }
+
+
+def _report_document(report: ImportReport) -> dict[str, Any]:
+    return {
+        "source": report.source,
+        "session_id": report.session_id,
+        "mode": str(report.mode),
+        "version": report.version,
+        "lines": report.lines,
+        "bytes": report.bytes,
+        "entries": report.entries,
+        "leaf_id": report.leaf_id,
+        "skipped": [{"line": i.line, "reason": i.reason} for i in report.skipped],
+        "repaired": [{"line": i.line, "reason": i.reason} for i in report.repaired],
+    }
+
+
+def _cost_text(summary: SessionSummary) -> str:
+    return f"{summary.cost:.6f}"
+
+
+def _preview(message: Mapping[str, Any], width: int = 72) -> str:
+    """One line of a message's text for people (its first text, tool call or command)."""
+    role = message.get("role")
+    if role == "bashExecution":
+        text = f"$ {message.get('command', '')}"
+    elif role in ("compactionSummary", "branchSummary"):
+        text = str(message.get("summary", ""))
+    else:
+        text = _content_text(message.get("content"))
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, Sequence):
+        return ""
+    parts: list[str] = []
+    for block in content:
+        if not isinstance(block, Mapping):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            parts.append(str(block.get("text", "")))
+        elif kind == "toolCall":
+            parts.append(f"[{block.get('name', 'tool')}]")
+        elif kind == "thinking":
+            parts.append("(thinking)")
+        elif kind == "image":
+            parts.append("[image]")
+    return " ".join(parts)
+
+
+def _entry_preview(entry: Entry) -> str:
+    payload = entry.payload
+    if entry.type == "message":
+        message = payload.get("message", {})
+        return f"{message.get('role', '?')}: {_preview(message)}"
+    if entry.type == "model_change":
+        return f"model {payload.get('provider')}/{payload.get('modelId')}"
+    if entry.type == "thinking_level_change":
+        return f"thinking {payload.get('thinkingLevel')}"
+    if entry.type in ("compaction", "branch_summary"):
+        return _preview({"role": "branchSummary", "summary": payload.get("summary", "")})
+    if entry.type == "label":
+        return f"label {payload.get('targetId')} = {payload.get('label')!r}"
+    if entry.type == "session_info":
+        return f"name {payload.get('name')!r}"
+    if entry.type in ("custom", "custom_message"):
+        return f"{payload.get('customType')}: {_preview({'content': payload.get('content', '')})}"
+    return ""
+
+
+# -- import / export -----------------------------------------------------------------------------
+
+
+@sessions.command(name="import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
+@click.option(
+    "--strict",
+    "mode",
+    flag_value="strict",
+    default=True,
+    help="Refuse the file at its first bad line (the default).",
+)
+@click.option(
+    "--lenient",
+    "mode",
+    flag_value="lenient",
+    help="Import what is valid; report every line skipped or repaired.",
+)
+@click.option(
+    "--id", "session_id", default=None, help="Import under this session id instead of the header's."
+)
+@format_option
+def import_(file: str, mode: str, session_id: str | None) -> None:
+    """Import a pi session transcript (JSONL, versions 1-3) as one session.
+
+    The file is only read, never changed. Exits 1, writing nothing, when the file is
+    empty, unreadable, or (in strict mode) has a bad line, naming it.
+
+    \b
+    Example:
+      runstore sessions import --lenient session.jsonl
+    """
+    size = os.path.getsize(file)
+    err = Console(stderr=True)
+    show_bar = size >= PROGRESS_FROM_BYTES and err.is_terminal and not _json_mode()
+    with (
+        _repository(create=True) as repo,
+        Progress(
+            TextColumn("importing"),
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+            disable=not show_bar,
+        ) as progress,
+    ):
+        task = progress.add_task("import", total=size)
+        result = import_jsonl(
+            repo,
+            file,
+            mode=ImportMode(mode),
+            session_id=session_id,
+            progress=lambda done: progress.update(task, completed=done),
+        )
+        report = _get(result)
+        record = _get(repo.get(report.session_id))
+    if _json_mode():
+        emit_json({**_report_document(report), "session": _session_document(record)})
+        return
+    summary = record.summary
+    _line(
+        f"imported {report.entries} entries from {report.source} (format version "
+        f"{report.version}, {report.mode}) as session {report.session_id}"
+    )
+    _line(
+        f"messages {summary.message_count}, tokens {summary.total_tokens} "
+        f"(cached {summary.cached_tokens}, uncached {summary.uncached_tokens}), "
+        f"cost {_cost_text(summary)}, leaf {record.leaf_id}"
+    )
+    for issue in report.issues:
+        _line(f"  {issue}")
+    if not report.issues:
+        _line("every line imported as it was")
+
+
+@sessions.command()
+@click.argument("session_id")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write to this file instead of standard output.",
+)
+@format_option
+def export(session_id: str, output: str | None) -> None:
+    """Write a session as a pi transcript (JSONL, version 3) that imports back to it.
+
+    \b
+    Example:
+      runstore sessions export SESSION_ID -o session.jsonl
+    """
+    with _repository() as repo:
+        if output is None:
+            _get(export_jsonl(repo, session_id, sys.stdout))
+            return
+        partial = f"{output}.partial"
+        try:
+            with open(partial, "w", encoding="utf-8", newline="\n") as out:
+                report = export_jsonl(repo, session_id, out)
+            if isinstance(report, Failure):
+                os.unlink(partial)
+                _fail(str(report.failure()))
+            os.replace(partial, output)
+        except OSError as exc:
+            _fail(f"cannot write {output}: {exc.strerror or exc}")
+        done = report.unwrap()
+    if _json_mode():
+        emit_json(
+            {
+                "session_id": done.session_id,
+                "entries": done.entries,
+                "leaf_id": done.leaf_id,
+                "file": output,
+            }
+        )
+    else:
+        _line(f"wrote {done.entries} entries of session {done.session_id} to {output}")
+
+
+# -- queries -------------------------------------------------------------------------------------
+
+
+@sessions.command(name="list")
+@click.option("--cwd", default=None, help="Only sessions of this working directory.")
+@click.option(
+    "--limit", type=int, default=50, show_default=True, help="Sessions per page (1-1000)."
+)
+@click.option("--cursor", default=None, help="The next_cursor of the previous page.")
+@format_option
+def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
+    """List sessions, newest first.
+
+    \b
+    Example:
+      runstore sessions list --cwd "$PWD" --limit 20
+    """
+    with _repository() as repo:
+        page = _get(repo.list(cwd=cwd, limit=limit, cursor=cursor))
+    if _json_mode():
+        emit_json(
+            {
+                "sessions": [_session_document(r) for r in page.items],
+                "has_more": page.has_more,
+                "next_cursor": page.next_cursor,
+            }
+        )
+        return
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("session", "created", "entries", "messages", "tokens", "cost", "model"):
+        numeric = column in ("entries", "messages", "tokens", "cost")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
+    table.add_column("name", overflow="ellipsis", no_wrap=True, max_width=32)
+    table.add_column("cwd", overflow="ellipsis", no_wrap=True, max_width=48)
+    for record in page.items:
+        summary = record.summary
+        table.add_row(
+            record.id,
+            iso_from_ms(record.created_ms)[:19],
+            str(summary.entry_count),
+            str(summary.message_count),
+            str(summary.total_tokens),
+            _cost_text(summary),
+            str(summary.model or ""),
+            summary.name or "",
+            record.cwd,
+        )
+    out = _out()
+    if page.items:
+        out.print(table)
+    else:
+        out.print("no sessions")
+    if page.has_more:
+        out.print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
+@sessions.command()
+@click.argument("session_id")
+@format_option
+def show(session_id: str) -> None:
+    """Show one session: where it ran, its leaf and its summary.
+
+    \b
+    Example:
+      runstore sessions show SESSION_ID --format json
+    """
+    with _repository() as repo:
+        record = _get(repo.get(session_id))
+    if _json_mode():
+        emit_json(_session_document(record))
+        return
+    summary = record.summary
+    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    rows = [
+        ("session", record.id),
+        ("name", summary.name or ""),
+        ("cwd", record.cwd),
+        ("created", iso_from_ms(record.created_ms)),
+        ("parent session", record.parent_session or ""),
+        ("leaf", record.leaf_id or ""),
+        ("entries", str(summary.entry_count)),
+        ("messages", str(summary.message_count)),
+        (
+            "tokens",
+            f"{summary.total_tokens} (cached {summary.cached_tokens}, "
+            f"uncached {summary.uncached_tokens})",
+        ),
+        ("cost", str(summary.cost)),
+        ("model", str(summary.model or "")),
+        ("thinking level", summary.thinking_level),
+    ]
+    rows.extend((f"label {target}", label) for target, label in sorted(summary.labels.items()))
+    if record.metadata:
+        rows.append(("metadata", ", ".join(f"{k}={v}" for k, v in record.metadata.items())))
+    for name, value in rows:
+        table.add_row(name, value)
+    _out().print(table)
+
+
+def _context_document(session_id: str, context: SessionContext) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "leaf_id": context.leaf_id,
+        "model": _model(context.model),
+        "thinking_level": context.thinking_level,
+        "messages": [
+            {"entry_id": m.entry_id, "role": m.role, "message": dict(m.message)}
+            for m in context.messages
+        ],
+    }
+
+
+@sessions.command()
+@click.argument("session_id")
+@click.option(
+    "--leaf", default=None, help="Build the context at this entry (default: the active leaf)."
+)
+@format_option
+def context(session_id: str, leaf: str | None) -> None:
+    """Show what the model gets at a leaf: the messages, the model and the thinking level.
+
+    \b
+    Example:
+      runstore sessions context SESSION_ID --leaf e0000010
+    """
+    with _repository() as repo:
+        storage: SessionStorage = _get(repo.open(session_id))
+        built = _get(storage.build_context(leaf))
+    if _json_mode():
+        emit_json(_context_document(session_id, built))
+        return
+    _line(
+        f"leaf {built.leaf_id}, model {built.model or '-'}, thinking {built.thinking_level}, "
+        f"{len(built.messages)} messages"
+    )
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table.add_column("entry", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("text", overflow="ellipsis", no_wrap=True)
+    for message in built.messages:
+        table.add_row(message.entry_id, message.role, _message_text(message))
+    _out().print(table)
+
+
+def _message_text(message: ContextMessage) -> str:
+    return _preview(message.message)
+
+
+def _all_entries(storage: SessionStorage) -> list[Entry]:
+    entries: list[Entry] = []
+    after = 0
+    while True:
+        page = _get(storage.entries(after_seq=after, limit=1000))
+        entries.extend(page.items)
+        if not page.has_more:
+            return entries
+        after = page.items[-1].seq
+
+
+@sessions.command()
+@click.argument("session_id")
+@format_option
+def tree(session_id: str) -> None:
+    """Show the entries of a session as a tree (indented where it branches; * marks the leaf).
+
+    \b
+    Example:
+      runstore sessions tree SESSION_ID
+    """
+    with _repository() as repo:
+        storage: SessionStorage = _get(repo.open(session_id))
+        record = _get(storage.info())
+        entries = _all_entries(storage)
+    labels = record.summary.labels
+    if _json_mode():
+        emit_json(
+            {
+                "session_id": session_id,
+                "leaf_id": record.leaf_id,
+                "entries": [
+                    {
+                        "id": e.id,
+                        "parent_id": e.parent_id,
+                        "seq": e.seq,
+                        "type": e.type,
+                        "timestamp": iso_from_ms(e.timestamp_ms),
+                        "label": labels.get(e.id),
+                    }
+                    for e in entries
+                ],
+            }
+        )
+        return
+    for line in tree_lines(entries, record.leaf_id, labels):
+        _line(line)
+
+
+def tree_lines(
+    entries: Sequence[Entry], leaf_id: str | None, labels: Mapping[str, str]
+) -> list[str]:
+    """Lines drawing ``entries`` as a tree: a chain stays at one depth, each branch of a
+    fork is drawn below it with ``├─``/``└─``; ``*`` marks the leaf."""
+    children: dict[str | None, list[Entry]] = {}
+    known = {e.id for e in entries}
+    for entry in entries:
+        parent = entry.parent_id if entry.parent_id in known else None
+        children.setdefault(parent, []).append(entry)
+    lines: list[str] = []
+
+    def describe(entry: Entry) -> str:
+        marks = " *" if entry.id == leaf_id else ""
+        label = f" [{labels[entry.id]}]" if entry.id in labels else ""
+        return f"{entry.id} {entry.type}{label}{marks}  {_entry_preview(entry)}".rstrip()
+
+    # Each stack item: (entry, prefix for its line, prefix for what follows it).
+    stack: list[tuple[Entry, str, str]] = []
+    roots = children.get(None, [])
+    for index, root in reversed(list(enumerate(roots))):
+        last = index == len(roots) - 1
+        if len(roots) == 1:
+            stack.append((root, "", ""))
+        else:
+            stack.append((root, "└─ " if last else "├─ ", "   " if last else "│  "))
+    while stack:
+        entry, first, rest = stack.pop()
+        lines.append(first + describe(entry))
+        kids = children.get(entry.id, [])
+        if len(kids) == 1:
+            stack.append((kids[0], rest, rest))
+            continue
+        for index, kid in reversed(list(enumerate(kids))):
+            last = index == len(kids) - 1
+            stack.append(
+                (kid, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
+            )
+    return lines
