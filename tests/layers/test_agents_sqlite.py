@@ -103,13 +103,21 @@ def test_hot_list_queries_read_only_headers_through_the_clustered_key(
 ) -> None:
     agents.messages.append_many("t", [NewMessage(role="user", content=i) for i in range(100)])
     query = check_list_query(after, before, roles, 50).unwrap()
-    sql, params = page_query(1, query)
-    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
-    assert plan[0].startswith("SEARCH m USING PRIMARY KEY (thread_key=?"), plan
-    assert plan[1] == "SEARCH r USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN", plan
-    assert len(plan) == 2, "no temp b-tree for ORDER BY, no other table"
-    assert "agent_message_bodies" not in sql
-    assert "content" not in sql
+    sql, params = page_query("t", query)
+    plan = {row[0]: (row[1], row[3]) for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)}
+    details = [detail for _, detail in plan.values()]
+    assert not [d for d in details if d.startswith("SCAN") or "TEMP B-TREE" in d], details
+    top = [detail for parent, detail in plan.values() if parent == 0]
+    assert top[0].startswith("SEARCH m USING PRIMARY KEY (thread_key=?"), details
+    assert "SEARCH r USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN" in top
+    # Bodies are read only by the correlated subquery of each returned row, by key.
+    body_reads = [d for d in details if " b " in f" {d} " or "agent_message_bodies" in d]
+    assert body_reads == [
+        "SEARCH b USING INDEX sqlite_autoindex_agent_message_bodies_1 (thread_key=? AND seq=?)"
+    ]
+    (parent,) = [p for p, d in plan.values() if d == body_reads[0]]
+    assert plan[parent][1].startswith("CORRELATED SCALAR SUBQUERY")
+    assert "content" not in sql.replace("b.content", "")
 
 
 def test_listing_never_reads_a_body_it_does_not_return(

@@ -18,10 +18,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import apsw
 from returns.result import Failure, Result, Success
 
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
+from runstore.layers._sqlite_errors import from_apsw
 from runstore.services.agents import (
     MAX_TITLE_CHARS,
     ActiveRunExists,
@@ -98,7 +100,7 @@ _CHECKPOINT_COLUMNS = (
 
 _HEADER_COLUMNS = (
     "m.seq, m.role, r.id, m.input_tokens, m.output_tokens, m.cache_read_tokens,"
-    " m.cache_write_tokens, m.cost, m.created_at_ms"
+    " m.cache_write_tokens, m.cost, m.created_at_ms, m.thread_key"
 )
 
 
@@ -148,15 +150,20 @@ def _checkpoint(row: Row) -> ContextCheckpoint:
     )
 
 
-def _message(thread_id: str, header: Row, content: str) -> Message:
+_NO_USAGE = TokenUsage()
+
+
+def _message(thread_id: ThreadId, header: Row, content: str) -> Message:
+    # The hot path of every listing: one record per row, nothing else.
+    usage = header[3:7]
     return Message(
-        thread_id=ThreadId(thread_id),
+        thread_id=thread_id,
         seq=header[0],
         role=header[1],
         content=decode_json(content),
-        run_id=None if header[2] is None else AgentRunId(header[2]),
-        usage=TokenUsage(header[3], header[4], header[5], header[6]),
-        cost=decode_cost(header[7]),
+        run_id=header[2],
+        usage=_NO_USAGE if usage == (0, 0, 0, 0) else TokenUsage(*usage),
+        cost=None if header[7] is None else Decimal(header[7]),
         created_at_ms=header[8],
     )
 
@@ -636,7 +643,7 @@ class SqliteMessageStore(_Base):
                 "SELECT content FROM agent_message_bodies WHERE thread_key = ? AND seq = ?",
                 (key, seq),
             )
-            return Success(_message(thread_id, header, content))
+            return Success(_message(ThreadId(thread_id), header, content))
 
         return self._db.read("get message", read)
 
@@ -656,42 +663,27 @@ class SqliteMessageStore(_Base):
         checked = check_id("thread_id", thread_id)
         if isinstance(checked, Failure):
             return checked
-        return self._db.read("list messages", lambda: self._list(thread_id, query.unwrap()))
+        try:
+            return self._list(thread_id, query.unwrap())
+        except apsw.Error as exc:
+            return Failure(from_apsw(exc, operation="list messages", table="agent_messages"))
 
     def _list(self, thread_id: str, query: ListQuery) -> Result[Page[Message], AgentError]:
-        db = self._db
-        key = self._thread_key(thread_id)
-        if key is None:
-            return Failure(NotFound("thread", thread_id))
-        sql, params = page_query(key, query)
-        headers = db.execute(sql, params)
-        has_more = len(headers) > query.limit
-        headers = headers[: query.limit]
-        if not query.forward:
-            headers.reverse()
-        if not headers:
+        # One statement per page: it is its own consistent snapshot, so no transaction.
+        sql, params = page_query(thread_id, query)
+        rows = self._db.execute(sql, params)
+        if not rows:
+            if self._thread_key(thread_id) is None:
+                return Failure(NotFound("thread", thread_id))
             return Success(Page(items=(), has_more=False))
-        seqs = [h[0] for h in headers]
-        if query.roles is None:
-            # Without a role filter the page is every stored message between its ends.
-            body_rows = db.execute(
-                "SELECT seq, content FROM agent_message_bodies"
-                " WHERE thread_key = ? AND seq BETWEEN ? AND ?",
-                (key, seqs[0], seqs[-1]),
-            )
-        else:
-            marks = ", ".join("?" * len(seqs))
-            body_rows = db.execute(
-                f"SELECT seq, content FROM agent_message_bodies"
-                f" WHERE thread_key = ? AND seq IN ({marks})",
-                (key, *seqs),
-            )
-        bodies: dict[int, str] = dict(body_rows)
-        items = tuple(_message(thread_id, h, bodies[h[0]]) for h in headers)
-        cursor = None
-        if has_more:
-            cursor = str(items[-1].seq if query.forward else items[0].seq)
-        return Success(Page(items=items, has_more=has_more, next_cursor=cursor))
+        if not query.forward:
+            rows.reverse()
+        typed_id = ThreadId(thread_id)
+        items = tuple(_message(typed_id, row, row[10]) for row in rows)
+        if rows[0][11] is None:
+            return Success(Page(items=items, has_more=False))
+        cursor = str(items[-1].seq if query.forward else items[0].seq)
+        return Success(Page(items=items, has_more=True, next_cursor=cursor))
 
     def delete_by_run(self, thread_id: str, run_id: str) -> Result[int, AgentError]:
         """Delete the run's messages and recompute counters (see ``MessageStore.delete_by_run``)."""
@@ -728,32 +720,42 @@ class SqliteMessageStore(_Base):
         return self._db.transact("delete messages by run", unit)
 
 
-def page_query(thread_key: int, query: ListQuery) -> tuple[str, tuple[Any, ...]]:
-    """The header query of one page: ``limit + 1`` rows (the extra one says ``has_more``).
+def page_query(thread_id: str, query: ListQuery) -> tuple[str, dict[str, Any]]:
+    """The one statement that reads a page: its headers, their bodies, and ``has_more``.
 
-    It reads only ``agent_messages`` (through its clustered primary key) and the run ids;
-    never a body. Exposed for the query-plan test.
+    The thread's key comes from the unique index on ``agent_threads.id``; headers come from
+    ``agent_messages`` through its clustered ``(thread_key, seq)`` key, in page order, and
+    stop after ``limit`` rows. The body column is a correlated subquery, evaluated only for
+    the rows returned (rows the role filter drops never reach it), so no other body is read.
+    ``has_more`` is one more probe of the headers: whether a ``limit + 1``-th row matches.
+    Exposed for the query-plan test.
     """
-    where = ["m.thread_key = ?"]
-    params: list[Any] = [thread_key]
+    where = ["m.thread_key = (SELECT key FROM agent_threads WHERE id = :thread)"]
+    params: dict[str, Any] = {"thread": thread_id, "limit": query.limit}
     if query.after_seq is not None:
-        where.append("m.seq > ?")
-        params.append(query.after_seq)
+        where.append("m.seq > :after")
+        params["after"] = query.after_seq
     if query.before_seq is not None:
-        where.append("m.seq < ?")
-        params.append(query.before_seq)
+        where.append("m.seq < :before")
+        params["before"] = query.before_seq
     if query.roles is not None:
-        roles = sorted(query.roles)
-        where.append(f"m.role IN ({', '.join('?' * len(roles))})")
-        params.extend(roles)
+        names = []
+        for index, role in enumerate(sorted(query.roles)):
+            names.append(f":role{index}")
+            params[f"role{index}"] = role
+        where.append(f"m.role IN ({', '.join(names)})")
     order = "ASC" if query.forward else "DESC"
-    params.append(query.limit + 1)
+    condition = " AND ".join(where)
     sql = (
-        f"SELECT {_HEADER_COLUMNS} FROM agent_messages m"
-        " LEFT JOIN agent_runs r ON r.key = m.run_key"
-        f" WHERE {' AND '.join(where)} ORDER BY m.seq {order} LIMIT ?"
+        f"SELECT {_HEADER_COLUMNS},"
+        " (SELECT b.content FROM agent_message_bodies b"
+        "   WHERE b.thread_key = m.thread_key AND b.seq = m.seq),"
+        f" (SELECT 1 FROM agent_messages m WHERE {condition}"
+        f"   ORDER BY m.seq {order} LIMIT 1 OFFSET :limit)"
+        " FROM agent_messages m LEFT JOIN agent_runs r ON r.key = m.run_key"
+        f" WHERE {condition} ORDER BY m.seq {order} LIMIT :limit"
     )
-    return sql, tuple(params)
+    return sql, params
 
 
 class SqliteCheckpointStore(_Base):
