@@ -24,7 +24,7 @@ CREATE TABLE agent_runs (
     key            INTEGER PRIMARY KEY,
     id             TEXT NOT NULL UNIQUE,
     thread_key     INTEGER NOT NULL REFERENCES agent_threads (key) ON DELETE CASCADE,
-    execution_id   TEXT,                              -- checked against the execution ledger in code
+    execution_id   TEXT REFERENCES executions (id),   -- also checked in code (project, status)
     status         TEXT NOT NULL
                    CHECK (status IN ('running', 'succeeded', 'failed', 'cancelled')),
     failure        TEXT,                              -- JSON object, for failed/cancelled runs
@@ -34,6 +34,7 @@ CREATE TABLE agent_runs (
 ) STRICT;
 
 CREATE INDEX agent_runs_thread ON agent_runs (thread_key);
+CREATE INDEX agent_runs_execution ON agent_runs (execution_id);
 
 -- Single flight: at most one running run per thread, whatever code path writes.
 CREATE UNIQUE INDEX agent_runs_single_flight ON agent_runs (thread_key) WHERE status = 'running';
