@@ -39,6 +39,7 @@ from runstore.layers._testruns_memory import (
     InMemoryDataStore,
     in_memory_test_runs,
 )
+from runstore.layers._testruns_sqlite import SqliteDataReader, SqliteDataStore, sqlite_test_runs
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
 from runstore.services.clock import Clock, SystemClock
 
@@ -56,6 +57,8 @@ __all__ = [
     "Layer",
     "SqliteActionRunStorage",
     "SqliteAgentStorage",
+    "SqliteDataReader",
+    "SqliteDataStore",
     "SqliteDatabase",
     "SqliteExecutionStorage",
     "SqliteSessionRepository",
@@ -128,6 +131,7 @@ def sqlite(
         sqlite_execution_ledger(),
         sqlite_agent_storage(),
         sqlite_sessions(),
+        sqlite_test_runs(),
     )
 
 

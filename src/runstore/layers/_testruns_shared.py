@@ -21,7 +21,8 @@ Text rules (one place, both layers):
 
 Failure signatures (:func:`failure_signature`): the first 16 hex digits of the SHA-256 of
 ``exception type``, the *normalized* message and the *failing frame*, joined by U+001F.
-The message is normalized by taking its first non-blank line and masking, in this order,
+The message is normalized by taking the first 1,000 characters of its first non-blank line
+and masking, in this order,
 quoted strings (``'...'`` and ``"..."`` -> ``<str>``), hex addresses (``0x7f3a...`` ->
 ``<hex>``), paths (anything with a ``/`` or ``\\`` separator -> ``<path>``) and numbers
 (integers, decimals, exponents, with sign -> ``<num>``), then collapsing whitespace and
@@ -447,16 +448,19 @@ class PreparedCoverage:
 
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _HEX = re.compile(r"\b0[xX][0-9a-fA-F]+\b")
-_PATH = re.compile(r"(?:[A-Za-z]:)?[\w.~\-]*(?:[/\\][\w.~\-]*)+")
+_PATH = re.compile(r"(?<![\w.~\-])(?:[A-Za-z]:)?[\w.~\-]*(?:[/\\][\w.~\-]*)+")
 _NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
 _SPACE = re.compile(r"\s+")
 _NORMALIZED_LIMIT = 500
+_NORMALIZED_INPUT = 1_000
 
 
 def normalize_message(message: str) -> str:
-    """Normalize a message for signatures (module docstring): first non-blank line, masks
+    """Normalize a message for signatures (module docstring): first non-blank line (its first
+    1,000 characters), masks
     for quoted strings, hex addresses, paths and numbers, whitespace collapsed, <= 500 chars."""
     line = next((part for part in message.splitlines() if part.strip()), "")
+    line = line.strip()[:_NORMALIZED_INPUT]
     line = _QUOTED.sub("<str>", line)
     line = _HEX.sub("<hex>", line)
     line = _PATH.sub(lambda m: "<path>" if len(m.group(0)) > 1 else m.group(0), line)
