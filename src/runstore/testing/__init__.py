@@ -23,6 +23,17 @@ from runstore.testing._executions import (
     non_json_values,
     phase_outcomes,
 )
+from runstore.testing._sessions import (
+    ENTRY_TYPES,
+    SessionFactory,
+    SessionsContract,
+    SessionsContractViolation,
+    SessionsMachine,
+    entry_payloads,
+    model_sessions_layer,
+    session_json_values,
+    sessions_state_machine,
+)
 from runstore.testing._testruns_contract import (
     DAY_MS,
     T0_MS,
@@ -47,6 +58,7 @@ from runstore.testing._testruns_contract import (
 
 __all__: list[str] = [
     "DAY_MS",
+    "ENTRY_TYPES",
     "T0_MS",
     "AgentStorageContract",
     "AgentStorageMachine",
@@ -58,11 +70,16 @@ __all__: list[str] = [
     "LayerFactory",
     "LedgerFactory",
     "RunRecordsMachine",
+    "SessionFactory",
+    "SessionsContract",
+    "SessionsContractViolation",
+    "SessionsMachine",
     "action_run_failures",
     "agent_state_machine",
     "broken_sequence_layer",
     "collection_errors",
     "contract_state_machine",
+    "entry_payloads",
     "environments",
     "error_infos",
     "execution_failures",
@@ -75,10 +92,13 @@ __all__: list[str] = [
     "ledger_json_values",
     "ledger_state_machine",
     "make_item",
+    "model_sessions_layer",
     "node_ids",
     "non_json_values",
     "phase_outcomes",
     "phases_for",
+    "session_json_values",
+    "sessions_state_machine",
     "stack_frames",
     "utc",
 ]

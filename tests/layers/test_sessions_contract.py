@@ -1,0 +1,35 @@
+"""The sessions contract on every shipped layer: in memory, SQLite in memory, a file."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from hypothesis import settings
+
+from runstore.layers import Layer, in_memory, sqlite
+from runstore.testing import SessionFactory, SessionsContract
+
+
+class TestInMemorySessions(SessionsContract):
+    # The in-memory layer is also the model: a few examples show the machine runs on it.
+    state_machine_settings: ClassVar[settings] = settings(
+        SessionsContract.state_machine_settings, max_examples=5
+    )
+
+    def make_layer(self) -> Layer:
+        return in_memory()
+
+
+class TestSqliteMemorySessions(SessionsContract):
+    def make_layer(self) -> Layer:
+        return sqlite(":memory:")
+
+
+class TestSqliteFileSessions(SessionsContract):
+    @pytest.fixture
+    def layer_factory(self, tmp_path: Path) -> SessionFactory:
+        numbers = itertools.count()
+        return lambda: sqlite(tmp_path / f"sessions-{next(numbers)}.db")
