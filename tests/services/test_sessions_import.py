@@ -1,0 +1,280 @@
+"""The JSONL importer on made-up transcripts: versions, repairs, batches, strictness."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from returns.result import Failure
+
+from runstore.layers import build, in_memory, sqlite
+from runstore.services import Conflict, SessionRepository
+from runstore.sessions_import import (
+    BadLine,
+    EmptySource,
+    ImportReport,
+    SourceUnreadable,
+    import_jsonl,
+)
+
+HEADER = {
+    "type": "session",
+    "version": 3,
+    "id": "s",
+    "timestamp": "2025-11-30T10:00:00.000Z",
+    "cwd": "/w",
+}
+STAMP = "2025-11-30T10:00:01.000Z"
+
+
+def msg(
+    entry_id: str | None, parent: str | None, role: str = "user", **extra: Any
+) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "type": "message",
+        "timestamp": STAMP,
+        "message": {"role": role, "content": "x", **extra},
+    }
+    if entry_id is not None:
+        line["id"], line["parentId"] = entry_id, parent
+    return line
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def repo(request: pytest.FixtureRequest) -> Iterator[SessionRepository]:
+    layer = sqlite(":memory:") if request.param == "sqlite" else in_memory()
+    with build(layer) as container:
+        yield container.get(SessionRepository)
+
+
+def write(tmp_path: Path, *lines: Any, name: str = "t.jsonl") -> Path:
+    path = tmp_path / name
+    text = "".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def ids(repo: SessionRepository, session_id: str = "s") -> list[tuple[str, str | None]]:
+    entries = repo.open(session_id).unwrap().entries(limit=1000).unwrap().items
+    return [(e.id, e.parent_id) for e in entries]
+
+
+def lenient(repo: SessionRepository, path: Path, **kw: Any) -> ImportReport:
+    return import_jsonl(repo, path, mode="lenient", **kw).unwrap()
+
+
+def test_version_1_gets_ids_chained_parents_and_a_kept_entry(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    v1 = {"type": "session", "id": "s", "timestamp": STAMP, "cwd": "/w", "thinkingLevel": "off"}
+    compaction = {
+        "type": "compaction",
+        "timestamp": STAMP,
+        "summary": "so far",
+        "firstKeptEntryIndex": 2,
+        "tokensBefore": 50,
+    }
+    path = write(
+        tmp_path,
+        v1,
+        msg(None, None),
+        msg(None, None, "assistant"),
+        msg(None, None),
+        compaction,
+        msg(None, None),
+    )
+    report = import_jsonl(repo, path).unwrap()
+    assert report.version == 1
+    assert ids(repo) == [
+        ("00000001", None),
+        ("00000002", "00000001"),
+        ("00000003", "00000002"),
+        ("00000004", "00000003"),
+        ("00000005", "00000004"),
+    ]
+    kept = repo.open("s").unwrap().entry("00000004").unwrap()
+    assert dict(kept.payload) == {
+        "summary": "so far",
+        "firstKeptEntryId": "00000002",
+        "tokensBefore": 50,
+    }
+    context = repo.open("s").unwrap().build_context().unwrap()
+    assert [m.entry_id for m in context.messages] == [
+        "00000004",
+        "00000002",
+        "00000003",
+        "00000005",
+    ]
+    assert repo.get("s").unwrap().metadata == {"thinkingLevel": "off"}
+
+
+def test_version_1_kept_index_that_names_no_entry(repo: SessionRepository, tmp_path: Path) -> None:
+    v1 = {"type": "session", "id": "s", "timestamp": STAMP, "cwd": "/w"}
+    compaction = {
+        "type": "compaction",
+        "timestamp": STAMP,
+        "summary": "s",
+        "firstKeptEntryIndex": 0,
+        "tokensBefore": 1,
+    }
+    path = write(tmp_path, v1, msg(None, None), compaction, msg(None, None))
+    refused = import_jsonl(repo, path).failure()
+    assert isinstance(refused, BadLine)
+    assert refused.line == 3
+    report = lenient(repo, path)
+    assert [(i.line, i.action) for i in report.issues] == [(3, "skipped")]
+    assert ids(repo) == [("00000001", None), ("00000003", "00000001")]
+
+
+def test_versions_1_and_2_rename_hook_messages(repo: SessionRepository, tmp_path: Path) -> None:
+    path = write(tmp_path, {**HEADER, "version": 2}, msg("a", None, "hookMessage", customType="x"))
+    import_jsonl(repo, path).unwrap()
+    entry = repo.open("s").unwrap().entry("a").unwrap()
+    assert entry.payload["message"]["role"] == "custom"
+
+
+def test_header_members_become_the_session(repo: SessionRepository, tmp_path: Path) -> None:
+    header = {
+        **HEADER,
+        "parentSession": "/old.jsonl",
+        "metadata": {"profile": "r"},
+        "extra": [1],
+        "leafId": "a",
+    }
+    path = write(tmp_path, header, msg("a", None), msg("b", "a"))
+    import_jsonl(repo, path).unwrap()
+    record = repo.get("s").unwrap()
+    assert (record.cwd, record.parent_session, record.created_ms) == (
+        "/w",
+        "/old.jsonl",
+        1_764_496_800_000,
+    )
+    assert record.metadata == {"extra": [1], "profile": "r"}
+    assert record.leaf_id == "a"
+
+
+def test_unreadable_lines_are_skipped_and_reported(repo: SessionRepository, tmp_path: Path) -> None:
+    path = tmp_path / "mixed.jsonl"
+    lines = [
+        json.dumps(HEADER).encode(),
+        json.dumps(msg("a", None)).encode(),
+        b"\xff\xfe not utf-8",
+        b'{"type": "custom", "id": "n", "parentId": "a", "timestamp": "'
+        + STAMP.encode()
+        + b'", "v": NaN}',
+        b"[1, 2]",
+        b"   ",
+        json.dumps({"id": "t", "parentId": "a"}).encode(),
+        json.dumps(msg("b", "a")).encode() + b"\r",
+    ]
+    path.write_bytes(b"\xef\xbb\xbf" + b"\n".join(lines) + b"\n")
+    strict = import_jsonl(repo, path).failure()
+    assert isinstance(strict, BadLine)
+    assert (strict.line, strict.reason.startswith("not UTF-8")) == (3, True)
+    report = lenient(repo, path)
+    assert [(i.line, i.action) for i in report.issues] == [
+        (3, "skipped"),
+        (4, "skipped"),
+        (5, "skipped"),
+        (7, "skipped"),
+    ]
+    assert ids(repo) == [("a", None), ("b", "a")]
+    assert report.lines == 8
+
+
+def test_children_of_a_skipped_entry_go_to_its_parent(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    bad = {"type": "model_change", "id": "m", "parentId": "a", "timestamp": STAMP, "provider": "p"}
+    path = write(tmp_path, HEADER, msg("a", None), bad, msg("b", "m"), msg("c", "b"))
+    assert isinstance(import_jsonl(repo, path).failure(), BadLine)
+    report = lenient(repo, path, batch_entries=2)
+    assert ids(repo) == [("a", None), ("b", "a"), ("c", "b")]
+    assert [(i.line, i.action) for i in report.issues] == [(3, "skipped"), (4, "repaired")]
+
+
+def test_repairs_of_parents_and_timestamps(repo: SessionRepository, tmp_path: Path) -> None:
+    no_parent = {"type": "message", "id": "b", "timestamp": STAMP, "message": {"role": "user"}}
+    bad_time = {**msg("c", "b"), "timestamp": "soon"}
+    orphan = msg("d", "gone")
+    path = write(tmp_path, HEADER, msg("a", None), no_parent, bad_time, orphan)
+    report = lenient(repo, path, batch_entries=1)
+    assert ids(repo) == [("a", None), ("b", None), ("c", "b"), ("d", None)]
+    assert [(i.line, i.action) for i in report.issues] == [
+        (3, "repaired"),
+        (4, "repaired"),
+        (5, "repaired"),
+    ]
+    entry = repo.open("s").unwrap().entry("c").unwrap()
+    assert entry.timestamp_ms == 1_764_496_801_000  # the previous entry's time
+
+
+def test_repeated_ids_across_batches(repo: SessionRepository, tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        HEADER,
+        msg("a", None),
+        msg("b", "a"),
+        msg("c", "b"),
+        msg("a", None),
+        msg("d", "c"),
+    )
+    refused = import_jsonl(repo, path, batch_entries=2).failure()
+    assert isinstance(refused, BadLine)
+    assert refused.line == 5
+    assert repo.list().unwrap().items == ()
+    report = lenient(repo, path, batch_entries=2)
+    assert ids(repo) == [("a", None), ("b", "a"), ("c", "b"), ("d", "c")]
+    assert report.entries == 4
+
+
+def test_an_existing_session_is_a_conflict_and_an_id_can_be_given(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    path = write(tmp_path, HEADER, msg("a", None))
+    import_jsonl(repo, path).unwrap()
+    again = import_jsonl(repo, path)
+    assert isinstance(again.failure(), Conflict)
+    copy = import_jsonl(repo, path, session_id="copy").unwrap()
+    assert copy.session_id == "copy"
+    assert ids(repo, "copy") == [("a", None)]
+
+
+def test_empty_and_missing_sources(repo: SessionRepository, tmp_path: Path) -> None:
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n\n")
+    assert isinstance(import_jsonl(repo, blank, mode="lenient").failure(), EmptySource)
+    garbage = write(tmp_path, "nope", "[]", name="garbage.jsonl")
+    got = import_jsonl(repo, garbage, mode="lenient")
+    assert isinstance(got, Failure)
+    assert isinstance(got.failure(), EmptySource)
+    assert isinstance(import_jsonl(repo, tmp_path / "absent.jsonl").failure(), SourceUnreadable)
+    assert isinstance(import_jsonl(repo, tmp_path).failure(), SourceUnreadable)
+    assert repo.list().unwrap().items == ()
+
+
+def test_progress_is_reported_in_bytes(repo: SessionRepository, tmp_path: Path) -> None:
+    path = write(tmp_path, HEADER, *[msg(f"e{n}", f"e{n - 1}" if n else None) for n in range(10)])
+    seen: list[int] = []
+    report = import_jsonl(repo, path, batch_entries=3, progress=seen.append).unwrap()
+    assert seen == sorted(seen)
+    assert seen[-1] == path.stat().st_size == report.bytes
+    assert len(seen) >= 4
+
+
+def test_a_header_only_file_is_an_empty_session(repo: SessionRepository, tmp_path: Path) -> None:
+    report = import_jsonl(repo, write(tmp_path, HEADER)).unwrap()
+    assert (report.entries, report.leaf_id) == (0, None)
+    assert repo.get("s").unwrap().summary.entry_count == 0
+
+
+def test_programmer_errors_raise() -> None:
+    with build(in_memory()) as container:
+        repo: SessionRepository = container.get(SessionRepository)
+        with pytest.raises(ValueError, match="sloppy"):
+            import_jsonl(repo, "x", mode="sloppy")
+        with pytest.raises(ValueError, match="batch"):
+            import_jsonl(repo, "x", batch_entries=0)
