@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from runstore.layers import ConnectionSettings, build, connect, open_database, sqlite
 from runstore.layers._agents_sqlite import page_query
@@ -59,8 +59,17 @@ def _item(index: int) -> dict[str, Any]:
 # -- runstore ----------------------------------------------------------------------------------
 
 
-def runstore_round(folder: Path, messages: int, page: int, synchronous: str) -> tuple[float, float]:
-    """Return (append seconds, read seconds) through the services."""
+class Timings(NamedTuple):
+    """Seconds for the appends, for reading everything back, and for as many newest-page
+    reads as reading everything takes pages."""
+
+    append: float
+    read_back: float
+    newest_pages: float
+
+
+def runstore_round(folder: Path, messages: int, page: int, synchronous: str) -> Timings:
+    """Time the services."""
     settings = ConnectionSettings(synchronous=synchronous)
     with build(sqlite(folder / f"runstore-{synchronous}.db", settings)) as container:
         agents: AgentStorage = container.get(AgentStorage)
@@ -80,7 +89,18 @@ def runstore_round(folder: Path, messages: int, page: int, synchronous: str) -> 
                     return read
                 after = got.items[-1].seq
 
-        return appended, _best_of(READ_PASSES, read_all, messages)
+        pages = -(-messages // page)
+
+        def newest() -> int:
+            return sum(
+                len(agents.messages.list("bench", limit=page).unwrap().items) for _ in range(pages)
+            )
+
+        return Timings(
+            appended,
+            _best_of(READ_PASSES, read_all, messages),
+            _best_of(READ_PASSES, newest, pages * page),
+        )
 
 
 # -- raw apsw ------------------------------------------------------------------------------------
@@ -110,8 +130,8 @@ def _best_of(passes: int, read_all: Callable[[], int], expected: int) -> float:
     return best
 
 
-def raw_round(folder: Path, messages: int, page: int) -> tuple[float, float]:
-    """Return (append seconds, read seconds) for the same statements on bare apsw."""
+def raw_round(folder: Path, messages: int, page: int) -> Timings:
+    """Time the same statements on bare apsw."""
     import json
 
     path = folder / "raw.db"
@@ -143,9 +163,25 @@ def raw_round(folder: Path, messages: int, page: int) -> tuple[float, float]:
                 return read
             after = rows[-1][0]
 
-    elapsed = _best_of(READ_PASSES, read_all, messages)
+    pages = -(-messages // page)
+    newest_sql, newest_params = page_query(
+        "bench", check_list_query(None, None, None, page).unwrap()
+    )
+
+    def newest() -> int:
+        read = 0
+        for _ in range(pages):
+            rows: list[Any] = connection.execute(newest_sql, newest_params).fetchall()
+            read += len([json.loads(row[10]) for row in rows])
+        return read
+
+    timings = Timings(
+        appended,
+        _best_of(READ_PASSES, read_all, messages),
+        _best_of(READ_PASSES, newest, pages * page),
+    )
     connection.close()
-    return appended, elapsed
+    return timings
 
 
 # -- the OpenAI Agents SDK -----------------------------------------------------------------------
@@ -159,10 +195,10 @@ def _sdk_session_class() -> Any | None:
     return getattr(module, "SQLiteSession", None)
 
 
-def sdk_round(session_class: Any, folder: Path, messages: int, page: int) -> tuple[float, float]:
-    """Return (append seconds, read seconds) through ``SQLiteSession`` (async API)."""
+def sdk_round(session_class: Any, folder: Path, messages: int, page: int) -> Timings:
+    """Time ``SQLiteSession`` (async API): reading everything back is one ``get_items()``."""
 
-    async def work() -> tuple[float, float]:
+    async def work() -> Timings:
         session = session_class("bench", folder / "sdk.db")
         items = [_item(i) for i in range(messages)]
         started = time.perf_counter()
@@ -170,18 +206,20 @@ def sdk_round(session_class: Any, folder: Path, messages: int, page: int) -> tup
             await session.add_items([item])
         appended = time.perf_counter() - started
         pages = -(-messages // page)
-        elapsed = float("inf")
+        newest = read_back = float("inf")
         for _ in range(READ_PASSES):
             started = time.perf_counter()
             read = 0
             for _ in range(pages):
                 read += len(await session.get_items(limit=page))
-            elapsed = min(elapsed, time.perf_counter() - started)
+            newest = min(newest, time.perf_counter() - started)
             assert read == pages * page
-        everything = await session.get_items()
-        assert len(everything) == messages
+            started = time.perf_counter()
+            everything = await session.get_items()
+            read_back = min(read_back, time.perf_counter() - started)
+            assert len(everything) == messages
         session.close()
-        return appended, elapsed
+        return Timings(appended, read_back, newest)
 
     return asyncio.run(work())
 
@@ -210,14 +248,22 @@ def tail_page_seconds(folder: Path, size: int, page: int, repeats: int) -> float
         return statistics.median(samples)
 
 
-def _best(rounds: list[tuple[float, float]]) -> tuple[float, float]:
-    return min(r[0] for r in rounds), min(r[1] for r in rounds)
+def _best(rounds: list[Timings]) -> Timings:
+    return Timings(*(min(values) for values in zip(*rounds, strict=True)))
 
 
-def _line(name: str, append_s: float, read_s: float, messages: int) -> None:
+def _line(name: str, t: Timings, messages: int) -> None:
     print(
-        f"  {name:<34} append {append_s:7.3f} s ({messages / append_s:9,.0f} msg/s)"
-        f"   read {read_s * 1000:8.1f} ms"
+        f"  {name:<31} append {t.append:7.3f} s ({messages / t.append:7,.0f} msg/s)"
+        f"  read back {t.read_back * 1000:7.1f} ms  newest pages {t.newest_pages * 1000:7.1f} ms"
+    )
+
+
+def _ratios(name: str, ours: Timings, theirs: Timings, note: str = "") -> None:
+    print(
+        f"  {name:<31} append {ours.append / theirs.append:5.2f}x"
+        f"  read back {ours.read_back / theirs.read_back:5.2f}x"
+        f"  newest pages {ours.newest_pages / theirs.newest_pages:5.2f}x{note}"
     )
 
 
@@ -232,55 +278,46 @@ def main(argv: list[str] | None = None) -> int:
     messages, page = args.messages, args.page
 
     session_class = _sdk_session_class()
-    runs: dict[str, list[tuple[float, float]]] = {
-        "runstore (synchronous=NORMAL)": [],
-        "runstore (synchronous=FULL)": [],
-        "raw apsw (same SQL, NORMAL)": [],
-    }
-    sdk_name = "openai-agents SQLiteSession"
-    if session_class is not None:
-        runs[sdk_name] = []
-    steps: dict[str, Callable[[Path], tuple[float, float]]] = {
-        "runstore (synchronous=NORMAL)": lambda f: runstore_round(f, messages, page, "NORMAL"),
-        "runstore (synchronous=FULL)": lambda f: runstore_round(f, messages, page, "FULL"),
-        "raw apsw (same SQL, NORMAL)": lambda f: raw_round(f, messages, page),
+    normal, full, raw, sdk = (
+        "runstore (synchronous=NORMAL)",
+        "runstore (synchronous=FULL)",
+        "raw apsw (same SQL, NORMAL)",
+        "openai-agents SQLiteSession",
+    )
+    steps: dict[str, Callable[[Path], Timings]] = {
+        normal: lambda f: runstore_round(f, messages, page, "NORMAL"),
+        full: lambda f: runstore_round(f, messages, page, "FULL"),
+        raw: lambda f: raw_round(f, messages, page),
     }
     if session_class is not None:
-        steps[sdk_name] = lambda f: sdk_round(session_class, f, messages, page)
+        steps[sdk] = lambda f: sdk_round(session_class, f, messages, page)
+    runs: dict[str, list[Timings]] = {name: [] for name in steps}
 
-    print(f"{messages:,} appends (one per call), then read back in pages of {page}:")
+    pages = -(-messages // page)
+    print(
+        f"{messages:,} appends (one call each), then: read back (runstore and raw: {pages}"
+        f" forward pages of {page}; the SDK: get_items(), its one way to read a whole"
+        f" session), and {pages} reads of the newest {page} (the SDK: get_items(limit={page}))."
+    )
     for round_ in range(args.rounds):
         order = list(steps) if round_ % 2 == 0 else list(reversed(steps))
         for name in order:
             with tempfile.TemporaryDirectory() as folder:
                 runs[name].append(steps[name](Path(folder)))
     best = {name: _best(results) for name, results in runs.items()}
-    for name, (append_s, read_s) in best.items():
-        _line(name, append_s, read_s, messages)
+    for name, timings in best.items():
+        _line(name, timings, messages)
 
-    ours = best["runstore (synchronous=NORMAL)"]
-    ours_full = best["runstore (synchronous=FULL)"]
-    raw = best["raw apsw (same SQL, NORMAL)"]
-    print("ratios (lower is better for runstore):")
-    print(
-        f"  runstore / raw apsw          append {ours[0] / raw[0]:5.2f}x   "
-        f"read {ours[1] / raw[1]:5.2f}x"
-    )
+    print("ratios (runstore / other; lower is better for runstore):")
+    _ratios("runstore / raw apsw", best[normal], best[raw])
     if session_class is None:
         print(
-            "  runstore / SDK               skipped: the 'openai-agents' package is not installed"
+            "  runstore / SDK: skipped, the 'openai-agents' package is not installed"
             " (pip install openai-agents to compare with its SQLiteSession)"
         )
     else:
-        sdk = best[sdk_name]
-        print(
-            f"  runstore / SDK               append {ours[0] / sdk[0]:5.2f}x   "
-            f"read {ours[1] / sdk[1]:5.2f}x   (target <= 1.00)"
-        )
-        print(
-            f"  runstore FULL / SDK          append {ours_full[0] / sdk[0]:5.2f}x   "
-            f"read {ours_full[1] / sdk[1]:5.2f}x   (same fsync policy as the SDK)"
-        )
+        _ratios("runstore / SDK", best[normal], best[sdk], "  (target <= 1.00)")
+        _ratios("runstore FULL / SDK (same fsync)", best[full], best[sdk])
 
     with tempfile.TemporaryDirectory() as folder:
         small = tail_page_seconds(Path(folder), 1_000, page, args.tail_repeats)
