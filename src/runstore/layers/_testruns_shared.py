@@ -308,6 +308,8 @@ def _enum(kind: type[T], value: object, field: str) -> T:
 
 
 def _sequence(value: object, field: str) -> Sequence[Any]:
+    if type(value) is tuple or type(value) is list:
+        return value
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         invalid(field, f"must be a sequence (tuple or list), got {_type_name(value)}")
     return value
@@ -365,9 +367,13 @@ class PreparedSubtest:
     error: PreparedError | None
 
 
-@attrs.frozen
+@attrs.define
 class PreparedCase:
-    """One validated item, ready to store: every text normalized and bounded."""
+    """One validated item, ready to store: every text normalized and bounded.
+
+    Never changed once made (not frozen only because frozen construction costs twice as much
+    on the write path, which makes one per item).
+    """
 
     nodeid: str
     module_path: str
@@ -658,8 +664,192 @@ def _case(value: object, field: str) -> PreparedCase:
     )
 
 
-def _last_wins(items: Iterable[T], key: Any) -> tuple[T, ...]:
+_INF = math.inf
+
+
+def _short_ascii(value: object) -> bool:
+    """Plain ASCII ``str`` within ``MAX_MESSAGE_CHARS``: needs no normalization."""
+    return type(value) is str and value.isascii() and len(value) <= MAX_MESSAGE_CHARS
+
+
+def _capture_ready(value: object) -> bool:
+    return value == "" or (
+        type(value) is str and len(value) <= MAX_CAPTURE_CHARS and value.isascii()
+    )
+
+
+_FAILING = frozenset({Outcome.FAILED, Outcome.ERROR})
+_SKIPPING = frozenset({Outcome.SKIPPED, Outcome.XFAILED})
+_CALL_KEPT = frozenset({Outcome.XFAILED, Outcome.XPASSED, Outcome.SKIPPED})
+_SETUP, _CALL, _TEARDOWN = Phase.SETUP, Phase.CALL, Phase.TEARDOWN
+
+
+def _plain_frames(frames: object) -> bool:
+    if type(frames) is not tuple or len(frames) > MAX_FRAMES:
+        return False
+    for frame in frames:
+        if type(frame) is not StackFrame:
+            return False
+        path, line = frame.path, frame.line
+        if not (type(path) is str and path.isascii() and len(path) <= MAX_TEXT_CHARS):
+            return False
+        if not _short_ascii(frame.function) or type(frame.is_project) is not bool:
+            return False
+        if line is not None and not (type(line) is int and 1 <= line < _MAX_MS):
+            return False
+    return True
+
+
+def _plain_link(value: object) -> PreparedError | None:
+    if type(value) is not ErrorInfo:
+        return None
+    phase, message, text, frames = value.phase, value.message, value.text, value.frames
+    if type(phase) is not Phase or not _short_ascii(value.exception_type):
+        return None
+    if not (type(message) is str and message.isascii() and len(message) <= MAX_MESSAGE_CHARS):
+        return None
+    if not (type(text) is str and text.isascii() and len(text) <= MAX_TEXT_CHARS):
+        return None
+    if not _plain_frames(frames):
+        return None
+    return PreparedError(
+        phase, value.exception_type, message, False, text, False, frames
+    )
+
+
+def _plain_error(value: object) -> PreparedError | None:
+    """The prepared form of an error chain that needs no normalization (see _plain_case)."""
+    head = _plain_link(value)
+    if head is None:
+        return None
+    causes: list[PreparedError] = []
+    cause = value.cause  # type: ignore[attr-defined]
+    while cause is not None:
+        if len(causes) == MAX_CAUSES:
+            return None
+        link = _plain_link(cause)
+        if link is None:
+            return None
+        causes.append(link)
+        cause = cause.cause
+    signature, normalized, frame = failure_signature(head.exception_type, head.message, head.frames)
+    return attrs.evolve(
+        head,
+        causes=tuple(causes),
+        signature=signature,
+        normalized_message=normalized,
+        signature_frame=frame,
+    )
+
+
+def _plain_case(value: object) -> PreparedCase | None:
+    """The prepared form of an item that needs no normalization, built without the field
+    bookkeeping of :func:`_case`; None when any part needs the careful path (which gives the
+    same result for every item this accepts: same phases, same outcome by
+    ``derive_outcome``'s precedence, same total duration summed in the same order)."""
+    if type(value) is not TestResult:
+        return None
+    nodeid, module_path = value.nodeid, value.module_path
+    if not (type(nodeid) is str and nodeid and nodeid.isascii()):
+        return None
+    if not (type(module_path) is str and module_path and module_path.isascii()):
+        return None
+    name, parametrize_id = value.name, value.parametrize_id
+    if not _short_ascii(name) or (parametrize_id is not None and not _short_ascii(parametrize_id)):
+        return None
+    line, markers = value.line, value.markers
+    if line is not None and not (type(line) is int and 1 <= line < _MAX_MS):
+        return None
+    if type(markers) is not tuple or (markers and not all(_short_ascii(m) for m in markers)):
+        return None
+    if value.attempts != () or value.subtests != ():
+        return None
+    errors_in = value.errors
+    errors: tuple[PreparedError, ...] = ()
+    if errors_in != ():
+        if type(errors_in) is not tuple:
+            return None
+        plain = [_plain_error(e) for e in errors_in]
+        if None in plain:
+            return None
+        errors = tuple(plain)  # type: ignore[arg-type]
+    stdout, stderr, log = value.stdout, value.stderr, value.log
+    if not (_capture_ready(stdout) and _capture_ready(stderr) and _capture_ready(log)):
+        return None
+    phases = value.phases
+    if type(phases) is not tuple or not phases:
+        return None
+    setup = call = teardown = None
+    total: float = 0
+    reason_of_item = None
+    last = -1
+    for phase in phases:
+        if type(phase) is not PhaseResult:
+            return None
+        kind, outcome, duration, reason = (
+            phase.phase,
+            phase.outcome,
+            phase.duration_ms,
+            phase.skip_reason,
+        )
+        if type(outcome) is not Outcome or type(duration) is not float:
+            return None
+        if kind is _SETUP and last < 0:
+            setup, last = outcome, 0
+        elif kind is _CALL and last < 1:
+            call, last = outcome, 1
+        elif kind is _TEARDOWN and last < 2:
+            teardown, last = outcome, 2
+        else:
+            return None
+        if not 0.0 < duration < _INF and (duration != 0.0 or math.copysign(1.0, duration) < 0):
+            return None
+        total += duration
+        if reason is not None:
+            if not _short_ascii(reason):
+                return None
+            if reason_of_item is None:
+                reason_of_item = reason
+    # derive_outcome's precedence (module docstring of runstore.services.testruns)
+    if setup in _FAILING:
+        derived = Outcome.ERROR
+    elif call is None and setup in _SKIPPING:
+        derived = setup
+    elif call in _FAILING:
+        derived = Outcome.FAILED
+    elif teardown in _FAILING:
+        derived = Outcome.ERROR
+    elif call in _CALL_KEPT:
+        derived = call
+    else:
+        derived = Outcome.PASSED
+    return PreparedCase(
+        nodeid,
+        module_path,
+        name,
+        parametrize_id,
+        line,
+        markers,
+        phases,
+        derived,
+        total + 0.0,
+        reason_of_item,
+        errors,
+        stdout,
+        False,
+        stderr,
+        False,
+        log,
+        False,
+        (),
+        (),
+    )
+
+
+def _last_wins(items: Sequence[T], key: Any) -> tuple[T, ...]:
     """Keep the last item per key, in the order of those last occurrences."""
+    if len({key(item) for item in items}) == len(items):
+        return tuple(items)
     chosen: dict[Any, T] = {}
     for item in items:
         k = key(item)
@@ -670,7 +860,7 @@ def _last_wins(items: Iterable[T], key: Any) -> tuple[T, ...]:
 
 def _results(results: object) -> tuple[PreparedCase, ...]:
     items = _sequence(results, "results")
-    cases = [_case(item, f"results[{i}]") for i, item in enumerate(items)]
+    cases = [_plain_case(item) or _case(item, f"results[{i}]") for i, item in enumerate(items)]
     return _last_wins(cases, lambda c: c.nodeid)
 
 

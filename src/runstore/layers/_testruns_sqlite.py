@@ -8,8 +8,8 @@ the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit), so children ca
 their parents without a round trip per row; run ids come from ``AUTOINCREMENT`` and are never
 reused, even after pruning.
 
-Id caches. ``files`` and ``tests`` ids, module ids and the items already stored in a running
-run are cached in ``TxDict`` mirrors of the database: an entry added by a unit that rolls back
+Id caches. ``files`` ids and module ids are cached in ``TxDict`` mirrors of the database
+(test ids are looked up per batch: one indexed probe each): an entry added by a unit that rolls back
 (a savepoint the caller recovers from, a fault, a full disk) disappears with the rows it
 named, so a later write re-creates the row instead of pointing at one that is gone (the bug
 seed 000 fixed with ``withPersistSavepoint``; here it cannot happen). Each unit first compares
@@ -125,6 +125,8 @@ _RUN_COLUMNS = (
     " n_passed, n_failed, n_skipped, n_xfailed, n_xpassed, n_error, n_collection_errors"
 )
 _COUNT_COLUMNS = tuple(f"n_{o.value}" for o in OUTCOME_ORDER)
+_BULK_LOOKUP = 256
+"""Batches of at least this many items look test ids up by reading the project's range."""
 
 
 def _summary(row: Row) -> RunSummary:
@@ -171,10 +173,6 @@ def _phases_of(columns: Sequence[Any]) -> tuple[PhaseResult, ...]:
     return tuple(phases)
 
 
-def _markers_json(markers: tuple[str, ...]) -> str | None:
-    return json.dumps(markers, ensure_ascii=False) if markers else None
-
-
 def _not_found_run(run_id: int) -> Failure[NotFound]:
     return Failure(NotFound("run", str(run_id)))
 
@@ -186,9 +184,7 @@ class SqliteDataStore:
         self._db = db
         self._clock = clock
         self._files: TxDict[str, int] = db.mirror()
-        self._tests: TxDict[tuple[str, str], int] = db.mirror()
         self._modules: TxDict[tuple[int, int], int] = db.mirror()
-        self._run_cases: TxDict[int, TxDict[int, str]] = db.mirror()
         self._seen: TxDict[str, int] = db.mirror()
 
     # -- caches ----------------------------------------------------------------------------------
@@ -200,9 +196,10 @@ class SqliteDataStore:
         if seen == version:
             return
         if seen is not None:
-            for cache in (self._files, self._tests, self._modules, self._run_cases):
-                if cache:
-                    cache.clear()
+            if self._files:
+                self._files.clear()
+            if self._modules:
+                self._modules.clear()
         self._seen["data_version"] = version
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Row]:
@@ -229,36 +226,43 @@ class SqliteDataStore:
                 cache[p] = found[p]
         return found
 
-    def _test_ids(self, project: str, nodeids: Sequence[str]) -> tuple[dict[str, int], set[int]]:
-        """Ids of ``nodeids`` in ``project`` (created when new) and the set of new ids."""
-        cache = self._tests
+    def _test_ids(self, project: str, nodeids: Sequence[str]) -> tuple[dict[str, int], bool]:
+        """Ids of ``nodeids`` in ``project``, creating the new ones; and whether any existed.
+
+        Looked up, not cached (a mirror of every test would cost more to keep than it saves):
+        a large batch reads the project's ids in one indexed range when the project is not
+        much larger than the batch, a small one probes each id. New tests get ids from
+        ``max(id) + 1`` (the unit holds the write lock).
+        """
+        db = self._db
         found: dict[str, int] = {}
-        missing: list[str] = []
-        for nodeid in nodeids:
-            known = cache.get((project, nodeid))
-            if known is None:
-                missing.append(nodeid)
-            else:
-                found[nodeid] = known
-        created: set[int] = set()
-        if missing:
-            looked = self._many(
+        if len(nodeids) >= _BULK_LOOKUP:
+            known = db.scalar("SELECT count(*) FROM tests WHERE project = ?", (project,))
+            bulk = known <= 4 * len(nodeids)
+        else:
+            bulk = False
+        if bulk:
+            wanted = set(nodeids)
+            for nodeid, test_id in db.execute(
+                "SELECT nodeid, id FROM tests WHERE project = ?", (project,)
+            ):
+                if nodeid in wanted:
+                    found[nodeid] = test_id
+        else:
+            for nodeid, test_id in self._many(
                 "SELECT ?2, (SELECT id FROM tests WHERE project = ?1 AND nodeid = ?2)",
-                [(project, n) for n in missing],
-            )
-            new = [n for n, i in looked if i is None]
-            found.update((n, i) for n, i in looked if i is not None)
-            if new:
-                ids = self._many(
-                    "INSERT INTO tests (project, nodeid) VALUES (?, ?) RETURNING id",
-                    [(project, n) for n in new],
-                )
-                for n, row in zip(new, ids, strict=True):
-                    found[n] = row[0]
-                    created.add(row[0])
-            for n in missing:
-                cache[(project, n)] = found[n]
-        return found, created
+                [(project, n) for n in nodeids],
+            ):
+                if test_id is not None:
+                    found[nodeid] = test_id
+        existed = bool(found)
+        new = [n for n in nodeids if n not in found]
+        if new:
+            first = self._next_id("tests")
+            rows = [(first + k, project, n) for k, n in enumerate(new)]
+            db.executemany("INSERT INTO tests (id, project, nodeid) VALUES (?, ?, ?)", rows)
+            found.update((n, i) for i, _, n in rows)
+        return found, existed
 
     def _module_ids(self, run_id: int, file_ids: Iterable[int]) -> dict[int, int]:
         cache = self._modules
@@ -281,18 +285,6 @@ class SqliteDataStore:
             for f in missing:
                 cache[(run_id, f)] = found[f]
         return found
-
-    def _stored_cases(self, run_id: int) -> TxDict[int, str]:
-        """Test id -> outcome of the items already stored in a running run (cached)."""
-        known = self._run_cases.get(run_id)
-        if known is None:
-            known = self._db.mirror()
-            for test_id, outcome in self._db.execute(
-                "SELECT test_id, outcome FROM test_cases WHERE run_id = ?", (run_id,)
-            ):
-                known[test_id] = outcome
-            self._run_cases[run_id] = known
-        return known
 
     def _next_id(self, table: str) -> int:
         return int(self._db.scalar(f"SELECT coalesce(max(id), 0) + 1 FROM {table}"))
@@ -443,21 +435,22 @@ class SqliteDataStore:
 
     def _store_cases(self, run_id: int, project: str, cases: Sequence[PreparedCase]) -> None:
         db = self._db
-        file_ids = self._file_ids(path for case in cases for path in case.paths())
-        module_ids = self._module_ids(run_id, {file_ids[c.module_path] for c in cases})
-        test_ids, created = self._test_ids(project, [c.nodeid for c in cases])
-        stored = self._stored_cases(run_id)
-        delta: Counter[str] = Counter()
-        replaced: list[tuple[int, int]] = []
+        modules = {c.module_path for c in cases}
+        paths = set(modules)
         for case in cases:
-            test_id = test_ids[case.nodeid]
-            if test_id not in created:
-                old = stored.get(test_id)
-                if old is not None:
-                    replaced.append((run_id, test_id))
-                    delta[old] -= 1
-        if replaced:
-            db.executemany("DELETE FROM test_cases WHERE run_id = ? AND test_id = ?", replaced)
+            if case.errors or case.attempts or case.subtests:
+                paths.update(case.paths())
+        file_ids = self._file_ids(paths)
+        module_ids = self._module_ids(run_id, {file_ids[m] for m in modules})
+        test_ids, existed = self._test_ids(project, [c.nodeid for c in cases])
+        delta: Counter[str] = Counter()
+        if existed and db.one("SELECT 1 FROM test_cases WHERE run_id = ? LIMIT 1", (run_id,)):
+            # A rerun of items already stored in this run: replace them (their rows cascade).
+            for (outcome,) in self._many(
+                "DELETE FROM test_cases WHERE run_id = ? AND test_id = ? RETURNING outcome",
+                [(run_id, test_ids[c.nodeid]) for c in cases],
+            ):
+                delta[outcome] -= 1
         case_id = self._next_id("test_cases") if cases else 0
         error_id = self._next_id("test_errors")
         case_rows: list[tuple[Any, ...]] = []
@@ -466,25 +459,44 @@ class SqliteDataStore:
         subtests: list[tuple[Any, ...]] = []
         errors: list[tuple[Any, ...]] = []
         frames: list[tuple[Any, ...]] = []
+        tally: Counter[Outcome] = Counter()
+        module_of = {m: module_ids[file_ids[m]] for m in modules}
         for case in cases:
-            test_id = test_ids[case.nodeid]
-            outcome = case.outcome.value
+            outcome = case.outcome
+            phases = case.phases
+            markers = case.markers
+            if len(phases) == 3:
+                setup, call, teardown = phases
+                columns: Sequence[Any] = (
+                    setup.outcome,
+                    setup.duration_ms,
+                    setup.skip_reason,
+                    call.outcome,
+                    call.duration_ms,
+                    call.skip_reason,
+                    teardown.outcome,
+                    teardown.duration_ms,
+                    teardown.skip_reason,
+                ) if call.phase is Phase.CALL else _phase_columns(phases)
+            else:
+                columns = _phase_columns(phases)
             case_rows.append(
                 (
                     case_id,
                     run_id,
-                    test_id,
-                    module_ids[file_ids[case.module_path]],
+                    test_ids[case.nodeid],
+                    module_of[case.module_path],
                     outcome,
                     case.duration_ms,
                     case.name,
                     case.parametrize_id,
                     case.line,
-                    _markers_json(case.markers),
-                    *_phase_columns(case.phases),
+                    json.dumps(markers, ensure_ascii=False) if markers else None,
+                    *columns,
                     len(case.attempts),
                 )
             )
+            tally[outcome] += 1
             if case.stdout or case.stderr or case.log:
                 outputs.append(
                     (
@@ -530,9 +542,9 @@ class SqliteDataStore:
                         errors,
                         frames,
                     )
-            stored[test_id] = outcome
-            delta[outcome] += 1
             case_id += 1
+        for outcome, count in tally.items():
+            delta[outcome.value] += count
         if case_rows:
             db.executemany(
                 "INSERT INTO test_cases (id, run_id, test_id, module_id, outcome, duration_ms,"
@@ -659,7 +671,6 @@ class SqliteDataStore:
             if final in (RunStatus.PASSED, RunStatus.FAILED):
                 self._record_history(rid, finished_ms)
                 self._record_signatures(rid, project, finished_ms)
-            self._run_cases.pop(rid, None)
             return Success(self._read_summary(rid))
 
         return self._db.transact("finish_run", write)
@@ -746,8 +757,6 @@ class SqliteDataStore:
                 (name, limit),
             )
             ids = sorted(row[0] for row in rows)
-            for run_id in ids:
-                self._run_cases.pop(run_id, None)
             return Success(tuple(RunId(i) for i in ids))
 
         return self._db.transact("abort_stale_runs", write)
@@ -841,33 +850,24 @@ class SqliteDataStore:
                     " RETURNING id"
                 )
             }
-            gone_tests = {
-                r[0]
-                for r in db.execute(
-                    "DELETE FROM tests"
-                    " WHERE NOT EXISTS (SELECT 1 FROM test_cases c WHERE c.test_id = tests.id)"
-                    " AND NOT EXISTS (SELECT 1 FROM test_history h WHERE h.test_id = tests.id)"
-                    " RETURNING id"
-                )
-            }
-            self._forget(set(plan.doomed), gone_files, gone_tests)
+            db.execute(
+                "DELETE FROM tests"
+                " WHERE NOT EXISTS (SELECT 1 FROM test_cases c WHERE c.test_id = tests.id)"
+                " AND NOT EXISTS (SELECT 1 FROM test_history h WHERE h.test_id = tests.id)"
+            )
+            self._forget(set(plan.doomed), gone_files)
             return Success(PruneRunsResult(len(plan.doomed), len(gone_files)))
 
         return self._db.transact("prune_runs", write)
 
-    def _forget(self, runs: set[int], files: set[int], tests: set[int]) -> None:
+    def _forget(self, runs: set[int], files: set[int]) -> None:
         """Drop cache entries naming deleted rows (journalled like every mirror change)."""
         if files:
             for path in [p for p, i in self._files.items() if i in files]:
                 del self._files[path]
-        if tests:
-            for test in [k for k, i in self._tests.items() if i in tests]:
-                del self._tests[test]
         if runs:
             for module in [k for k in self._modules if k[0] in runs]:
                 del self._modules[module]
-            for run_id in runs & self._run_cases.keys():
-                del self._run_cases[run_id]
 
     def compact(self, *, full: bool = False) -> Result[None, DataStoreError]:
         """Give pages freed by pruning back to the file system, outside any transaction.
