@@ -22,11 +22,12 @@ Text rules (one place, both layers):
 Failure signatures (:func:`failure_signature`): the first 16 hex digits of the SHA-256 of
 ``exception type``, the *normalized* message and the *failing frame*, joined by U+001F.
 The message is normalized by taking the first 1,000 characters of its first non-blank line
-and masking, in this order,
-quoted strings (``'...'`` and ``"..."`` -> ``<str>``), hex addresses (``0x7f3a...`` ->
-``<hex>``), paths (anything with a ``/`` or ``\\`` separator -> ``<path>``) and numbers
-(integers, decimals, exponents, with sign -> ``<num>``), then collapsing whitespace and
-keeping at most 500 characters. The failing frame is the innermost stored frame that is
+and masking, in this order: quoted strings (``'...'``, ``"..."`` -> ``<str>``); hex
+addresses (``0x7f3a...`` -> ``<hex>``); paths, anything with a ``/`` or ``\\`` separator
+(-> ``<path>``); numbers, integers, decimals and exponents with their sign, unless glued to
+a preceding letter, digit, ``_`` or ``.`` (-> ``<num>``, so ``test_1`` stays and
+``after 5s`` becomes ``after <num>s``). Then whitespace runs collapse to one space and at
+most 500 characters are kept. The failing frame is the innermost stored frame that is
 project code, else the innermost frame, as ``path:function`` (no line number, so an edit
 above the failure does not change the signature), or empty without frames. The masking
 follows the seed's ``normalizeAssertionShape`` idea: values that change between runs
@@ -455,7 +456,7 @@ class PreparedCoverage:
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"")
 _HEX = re.compile(r"\b0[xX][0-9a-fA-F]+\b")
 _PATH = re.compile(r"(?<![\w.~\-])(?:[A-Za-z]:)?[\w.~\-]*(?:[/\\][\w.~\-]*)+")
-_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+_NUMBER = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _SPACE = re.compile(r"\s+")
 _NORMALIZED_LIMIT = 500
 _NORMALIZED_INPUT = 1_000
@@ -1211,12 +1212,8 @@ def classify(outcome: Outcome, previous: Sequence[Outcome]) -> Classification:
         return Classification.FLAKY
     if not any(failed_before):
         return Classification.STABLE
-    if failed_before[0]:
-        streak = 0
-        while streak < len(failed_before) and failed_before[streak]:
-            streak += 1
-        if not any(failed_before[streak:]):
-            return Classification.RECOVERED
+    if failed_before[0] and not any(failed_before[1:]):
+        return Classification.RECOVERED
     return Classification.FLAKY
 
 

@@ -138,9 +138,8 @@ class Classification(StrEnum):
     - ``persistent_failure``: failing now, and every previous window entry failed.
     - ``flaky``: the window (previous entries and now) mixes failing and passing outcomes and
       neither rule above or ``recovered`` applies.
-    - ``recovered``: passing now, the previous entries begin with a run of failing outcomes
-      (at least one), and every entry before that run passed (or there are none): a test
-      that failed once or several times in a row and now passes again.
+    - ``recovered``: passing now, the previous entry failed, and the entries before it passed
+      (or there are none).
     - ``stable``: passing now and every previous window entry passed (or there are none);
       also any item that did not execute (skipped, xfailed).
 
