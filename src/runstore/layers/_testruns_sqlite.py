@@ -705,12 +705,12 @@ class SqliteDataStore:
         db = self._db
         heads = db.execute(
             "SELECT e.signature, e.exception_type, e.message, e.signature_frame"
-            " FROM test_cases c JOIN test_errors e ON e.case_id = c.id AND e.attempt = 0"
+            " FROM test_cases c CROSS JOIN test_errors e ON e.case_id = c.id AND e.attempt = 0"
             "  AND e.ordinal = 0 AND e.depth = 0 AND e.subtest IS NULL"
             f" WHERE c.run_id = ? AND c.outcome IN {_FAILING_SQL}"
             " UNION ALL"
             " SELECT e.signature, e.exception_type, e.message, e.signature_frame"
-            " FROM collection_errors ce JOIN test_errors e ON e.collection_error_id = ce.id"
+            " FROM collection_errors ce CROSS JOIN test_errors e ON e.collection_error_id = ce.id"
             "  AND e.depth = 0"
             " WHERE ce.run_id = ?",
             (run_id, run_id),
@@ -1108,7 +1108,7 @@ class SqliteDataReader:
                 (rid,),
             )
             case_heads = self._heads(
-                "FROM test_cases o JOIN test_errors e ON e.case_id = o.id AND e.attempt = 0"
+                "FROM test_cases o CROSS JOIN test_errors e ON e.case_id = o.id AND e.attempt = 0"
                 " AND e.ordinal = 0 AND e.subtest IS NULL",
                 f"WHERE o.run_id = ? AND o.outcome IN {_FAILING_SQL}",
                 (rid,),
@@ -1117,7 +1117,8 @@ class SqliteDataReader:
                 "SELECT id, nodeid FROM collection_errors WHERE run_id = ?", (rid,)
             )
             collection_heads = self._heads(
-                "FROM collection_errors o JOIN test_errors e ON e.collection_error_id = o.id",
+                "FROM collection_errors o"
+                " CROSS JOIN test_errors e ON e.collection_error_id = o.id",
                 "WHERE o.run_id = ?",
                 (rid,),
             )
@@ -1211,7 +1212,7 @@ class SqliteDataReader:
         def read() -> Result[tuple[FlakyTest, ...], DataReaderError]:
             rows = self._db.execute(
                 "SELECT t.nodeid, h.seq, h.run_id, h.outcome"
-                " FROM tests t JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
+                " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
                 (name,),
             )
             grouped: dict[str, list[tuple[int, int | None, Outcome]]] = {}
