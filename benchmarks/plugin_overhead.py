@@ -64,7 +64,7 @@ def measure(folder: Path, args: list[str]) -> tuple[float, int]:
 def variants(scratch: Path, with_reportlog: bool) -> dict[str, list[str]]:
     found = {
         "plain": [],
-        "--runstore": ["--runstore", "--runstore-db", str(scratch / "runstore.db")],
+        "--runstore": ["--runstore", f"--runstore-db={scratch / 'runstore.db'}"],
     }
     if with_reportlog:
         found["reportlog"] = ["--report-log", str(scratch / "report.jsonl")]
@@ -91,8 +91,10 @@ def time_suite(tests: int, rounds: int) -> None:
     print(f"time, {tests} trivial tests, median of {rounds} rounds:")
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"  {name:<11} {median:7.2f} s   x{median / plain:.3f} of plain   "
-              f"(rounds: {', '.join(f'{s:.2f}' for s in samples)})")
+        print(
+            f"  {name:<11} {median:7.2f} s   x{median / plain:.3f} of plain   "
+            f"(rounds: {', '.join(f'{s:.2f}' for s in samples)})"
+        )
     if not with_reportlog:
         print("  reportlog   not measured: pip install pytest-reportlog")
     ratio = statistics.median(times["--runstore"]) / plain
@@ -112,8 +114,10 @@ def memory_suite(tests: int) -> None:
     plain = peaks["plain"]
     print(f"peak RSS, {tests} trivial tests:")
     for name, peak in peaks.items():
-        print(f"  {name:<11} {peak / 1024:8.1f} MiB   x{peak / plain:.3f} of plain   "
-              f"({seconds[name]:.1f} s)")
+        print(
+            f"  {name:<11} {peak / 1024:8.1f} MiB   x{peak / plain:.3f} of plain   "
+            f"({seconds[name]:.1f} s)"
+        )
     print(f"  --runstore memory {100 * (peaks['--runstore'] / plain - 1):+.1f}% (target <= +10%)")
 
 

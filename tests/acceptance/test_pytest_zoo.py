@@ -75,7 +75,7 @@ def fresh_copy(folder: str, into: Path) -> Path:
 
 def pytest_command(folder: Path, db: Path, junit: Path, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "pytest", "--runstore", "--runstore-db", str(db),
+        sys.executable, "-m", "pytest", "--runstore", f"--runstore-db={db}",
         f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider", *args,
     ]
 
@@ -184,6 +184,22 @@ def short_summary(output: str) -> dict[str, set[str]]:
     return words
 
 
+_JUNIT_CUT = "...\n[truncated; full report in element text]"
+
+
+def assert_same_message(stored: str, truncated: bool, junit: str, nodeid: str) -> None:
+    """The stored message is junitxml's, where either one was cut at its own cap."""
+    if junit.endswith(_JUNIT_CUT):  # junitxml (pytest 9) cuts long messages too
+        junit = junit[: -len(_JUNIT_CUT)]
+        shorter = min(len(junit), len(stored))
+        assert stored[:shorter] == junit[:shorter], nodeid
+        assert truncated or len(stored) >= len(junit), nodeid
+    elif truncated:
+        assert junit.startswith(stored), nodeid
+    else:
+        assert stored == junit, nodeid
+
+
 def assert_agrees(ran: Ran) -> None:
     """runstore's record agrees with junitxml and -rA item by item."""
     expected = junit_items(ran.junit)
@@ -194,19 +210,17 @@ def assert_agrees(ran: Ran) -> None:
     for key, want in items.items():
         test = recorded[key]
         outcome = test.outcome.value
-        assert outcome == ("passed" if want.outcome == "passed" and outcome == "xpassed"
-                           else want.outcome), (test.nodeid, want)
+        # junitxml writes an xpass as a pass; -rA tells them apart below.
+        allowed = {"passed", "xpassed"} if want.outcome == "passed" else {want.outcome}
+        assert outcome in allowed, (test.nodeid, want)
         if want.reason is not None:
             assert test.skip_reason == want.reason, test.nodeid
         if want.outcome in ("failed", "error"):
             failure = ran.failures[test.nodeid]
             assert failure.phase.value == want.phase, test.nodeid
             assert want.message is not None
-            stored = as_junit_writes(failure.message)
-            if failure.message_truncated:
-                assert want.message.startswith(stored), test.nodeid
-            else:
-                assert stored == want.message, test.nodeid
+            assert_same_message(as_junit_writes(failure.message), failure.message_truncated,
+                                want.message, test.nodeid)
         teardown = next((p for p in test.phases if p.phase is Phase.TEARDOWN), None)
         assert (teardown is not None and teardown.outcome is Outcome.FAILED) == (
             want.teardown_error or (want.outcome == "error" and want.phase == "teardown")
@@ -219,7 +233,13 @@ def assert_agrees(ran: Ran) -> None:
     by_outcome: dict[Outcome, set[str]] = {}
     for test in ran.tests.values():
         by_outcome.setdefault(test.outcome, set()).add(test.nodeid)
-    assert words.get("PASSED", set()) == by_outcome.get(Outcome.PASSED, set())
+    # A passing call followed by a teardown error is a PASSED line and an ERROR line.
+    passed_calls = {
+        t.nodeid for t in ran.tests.values()
+        if t.outcome is Outcome.ERROR
+        and any(p.phase is Phase.CALL and p.outcome is Outcome.PASSED for p in t.phases)
+    }
+    assert words.get("PASSED", set()) == by_outcome.get(Outcome.PASSED, set()) | passed_calls
     assert words.get("XPASS", set()) == by_outcome.get(Outcome.XPASSED, set())
     assert words.get("XFAIL", set()) == by_outcome.get(Outcome.XFAILED, set())
     assert words.get("FAILED", set()) == by_outcome.get(Outcome.FAILED, set())
@@ -389,7 +409,9 @@ def _comparable(ran: Ran) -> dict[str, Any]:
 
 
 @needs_zoo
-@pytest.mark.parametrize("folder", ["outcomes", "messages", "names"])
+# Not "messages": pytest-xdist itself cannot send a report holding a lone surrogate (execnet
+# encodes strings as UTF-8), and a plain `pytest -n 2` run there ends in INTERNALERROR.
+@pytest.mark.parametrize("folder", ["outcomes", "names"])
 def test_xdist_records_what_a_serial_run_records(tmp_path: Path, folder: str) -> None:
     pytest.importorskip("xdist")
     serial = record(fresh_copy(folder, tmp_path / "serial"), tmp_path / "serial.db")
@@ -466,7 +488,7 @@ def test_real_suite_matches_junitxml(
     subprocess.run([str(throwaway_venv), "-m", "pip", "install", "-q", str(source)], check=True)
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
-        [str(throwaway_venv), "-m", "pytest", "--runstore", "--runstore-db", str(db),
+        [str(throwaway_venv), "-m", "pytest", "--runstore", f"--runstore-db={db}",
          "--runstore-project", "real", f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider",
          tests_at, *extra],
         cwd=source, env=_env(), capture_output=True, text=True, errors="replace", timeout=600,
