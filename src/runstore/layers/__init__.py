@@ -80,6 +80,7 @@ __all__ = [
     "sqlite_database",
     "sqlite_execution_ledger",
     "sqlite_sessions",
+    "sqlite_test_runs",
     "system_clock",
 ]
 
