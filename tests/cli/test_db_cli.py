@@ -242,21 +242,13 @@ def test_every_command_has_help_with_an_example(command: tuple[str, ...]) -> Non
 
 def test_python_dash_m_runstore_works(tmp_path: Path) -> None:
     path = tmp_path / "module.db"
-    env = {**os.environ, "RUNSTORE_DB": str(path)}
     migrate = subprocess.run(
-        [sys.executable, "-m", "runstore", "db", "migrate"],
+        [sys.executable, "-m", "runstore", "--format", "json", "db", "migrate"],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "RUNSTORE_DB": str(path)},
         check=False,
     )
     assert migrate.returncode == 0, migrate.stderr
-    status = subprocess.run(
-        [sys.executable, "-m", "runstore", "--format", "json", "db", "status"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert status.returncode == 0, status.stderr
-    assert [a["id"] for a in json.loads(status.stdout)["migrations"]["applied"]] == SHIPPED_IDS
+    assert [a["id"] for a in json.loads(migrate.stdout)["migrations"]["applied"]] == SHIPPED_IDS
+    assert path.is_file()
