@@ -1022,10 +1022,12 @@ def decode_lines(text: str) -> tuple[int, ...]:
 
 
 def valid_run_id(value: object, field: str = "run_id") -> Result[RunId, InvalidInput]:
-    """A run id must be an ``int`` (not ``bool``); any int is accepted (unknown ones are
-    ``NotFound`` later)."""
+    """A run id must be an ``int`` (not ``bool``) that fits in 64 bits; unknown ones are
+    ``NotFound`` later."""
     if isinstance(value, bool) or not isinstance(value, int):
         return Failure(InvalidInput(field, f"must be an integer run id, got {_type_name(value)}"))
+    if not -(2**63) <= value < 2**63:
+        return Failure(InvalidInput(field, f"out of range for a run id: {value}"))
     return Success(RunId(int(value)))
 
 
@@ -1110,7 +1112,7 @@ def decode_cursor(cursor: object) -> Result[tuple[int, int] | None, InvalidInput
     if not isinstance(cursor, str):
         return Failure(InvalidInput("cursor", f"must be text or None, got {_type_name(cursor)}"))
     match = _CURSOR.match(cursor)
-    if match is None:
+    if match is None or int(match.group(2)) >= 2**63:
         return Failure(InvalidInput("cursor", "not a cursor returned by list_runs"))
     return Success((int(match.group(1)), int(match.group(2))))
 
