@@ -533,10 +533,14 @@ class DataStore(Protocol):
         """Store one batch of item results of a running run; return how many items were stored.
 
         A node id already stored in this run is replaced by the new result (a rerun of the
-        same item). Failures: ``NotFound("run", id)``; ``IllegalTransition`` when the run
-        is no longer ``running``; ``InvalidInput`` for an empty node id, a non-finite or
-        negative duration, or an item without phases (nothing of the batch is stored);
-        ``Busy``; ``StorageFailure``.
+        same item); a node id given twice in one batch keeps the later item, and the count
+        returned is of distinct node ids. Phases must be in order (setup, call, teardown),
+        each at most once. Input is checked before the run is looked at. Failures:
+        ``NotFound("run", id)``; ``IllegalTransition("run", id, status, "running")`` when
+        the run is no longer ``running``; ``InvalidInput`` (naming the field, e.g.
+        ``results[3].phases[0].duration_ms``) for an empty node id, a non-finite or negative
+        duration, an item without phases, a value of the wrong type (nothing of the batch
+        is stored); ``Busy``; ``StorageFailure``.
         """
         ...
 
@@ -566,8 +570,8 @@ class DataStore(Protocol):
     ) -> Result[tuple[RunId, ...], DataStoreError]:
         """Mark ``aborted`` every ``running`` run of ``project`` last written before ``older_than``.
 
-        Returns the ids it aborted (ascending). Failures: ``InvalidInput`` (naive datetime),
-        ``Busy``, ``StorageFailure``.
+        Returns the ids it aborted (ascending); an aborted run's ``finished_at_ms`` is its
+        last write. Failures: ``InvalidInput`` (naive datetime), ``Busy``, ``StorageFailure``.
         """
         ...
 
@@ -576,6 +580,7 @@ class DataStore(Protocol):
     ) -> Result[int, DataStoreError]:
         """Store per-file coverage of a run (replacing any it had); return the number of files.
 
+        Any run status is accepted. ``missing_lines`` are stored sorted and without repeats.
         Failures: ``NotFound``; ``InvalidInput`` for negative counts, missing greater than
         total, or a duplicate path; ``Busy``; ``StorageFailure``.
         """
@@ -588,7 +593,8 @@ class DataStore(Protocol):
         ``max_age_days``, drops older runs; never a ``running`` run. Coverage rows of a doomed
         run move to the lowest surviving run of its invocation unless a survivor already has
         coverage. History rows and failure signatures survive (history with a NULL run).
-        Then every ``files`` row nothing references is removed.
+        Then every ``files`` row nothing references is removed (on every call, also when no
+        run was pruned). Running runs count in the ranking but are never removed.
         Failures: ``InvalidInput`` (``keep_runs < 1``, ``max_age_days <= 0``), ``Busy``,
         ``StorageFailure``.
         """
@@ -600,7 +606,8 @@ class DataReader(Protocol):
     """Answers questions about stored test runs. Reads never change anything."""
 
     def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
-        """The newest run of ``project`` by (start desc, id desc); ``NotFound`` when none."""
+        """The newest run of ``project`` by (start desc, id desc); ``NotFound("project",
+        project)`` when it has none."""
         ...
 
     def get_run(self, run_id: RunId) -> Result[RunSummary, DataReaderError]:
@@ -626,7 +633,10 @@ class DataReader(Protocol):
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
         """Failing items and collection errors of a run with errors, frames and signatures,
-        sorted by node id; ``NotFound`` when the run is missing."""
+        sorted by node id (a collection error first on a tie); ``NotFound`` when the run is
+        missing. ``causes`` are the first error's cause chain, nearest first, each without a
+        cause of its own; a failing item stored without an error has empty texts, the
+        failing phase and signature ``""``."""
         ...
 
     def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
@@ -649,7 +659,10 @@ class DataReader(Protocol):
     def find_tests(
         self, project: str, fragment: str, *, limit: int = 20
     ) -> Result[tuple[str, ...], DataReaderError]:
-        """Node ids of ``project`` containing ``fragment`` (exact match first), sorted."""
+        """Node ids of ``project`` containing ``fragment`` (exact match first), sorted.
+
+        Searched among node ids with a stored item or a history entry in ``project``; the
+        fragment is plain text (no wildcards)."""
         ...
 
     def slowest(
@@ -666,10 +679,14 @@ class DataReader(Protocol):
     def coverage_trend(
         self, project: str, *, limit: int = 50
     ) -> Result[tuple[CoverageTrendPoint, ...], DataReaderError]:
-        """Total coverage of the newest ``limit`` runs of ``project`` that have coverage,
-        oldest first."""
+        """Total coverage of the newest ``limit`` runs of ``project`` that have coverage
+        (their own or a sibling's, as ``coverage`` reads it), oldest first."""
         ...
 
     def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
-        """What changed from ``run_a`` to ``run_b``; ``NotFound`` when either is missing."""
+        """What changed from ``run_a`` to ``run_b``; ``NotFound`` when either is missing.
+
+        ``newly_failing``: in both, failing in ``b`` but not in ``a``; ``fixed``: in both,
+        failing in ``a`` and passed or xpassed in ``b``; ``added`` / ``removed``: only in
+        ``b`` / only in ``a``."""
         ...
