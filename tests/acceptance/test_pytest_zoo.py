@@ -59,9 +59,15 @@ class Ran:
 
 
 def _env() -> dict[str, str]:
+    # Only the plugins a run needs are loaded (-p below): starting pytest with every plugin
+    # the development environment has installed costs seconds per run.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNSTORE_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     return env
+
+
+XDIST = ("-p", "xdist.plugin", "-n", "2")
 
 
 def fresh_copy(folder: str, into: Path) -> Path:
@@ -75,8 +81,8 @@ def fresh_copy(folder: str, into: Path) -> Path:
 
 def pytest_command(folder: Path, db: Path, junit: Path, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "pytest", "--runstore", f"--runstore-db={db}",
-        f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider", *args,
+        sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+        f"--runstore-db={db}", f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider", *args,
     ]
 
 
@@ -252,12 +258,26 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "runs" / "runstore.db"
 
 
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The serial run of a zoo folder, recorded once per module (xdist is compared to it)."""
+    done: dict[str, Ran] = {}
+
+    def get(folder: str) -> Ran:
+        if folder not in done:
+            scratch = tmp_path_factory.mktemp(f"serial-{folder}")
+            done[folder] = record(fresh_copy(folder, scratch), scratch / "runstore.db")
+        return done[folder]
+
+    return get
+
+
 # -- the zoo --------------------------------------------------------------------------------------
 
 
 @needs_zoo
-def test_outcomes(tmp_path: Path, db: Path) -> None:
-    ran = record(fresh_copy("outcomes", tmp_path), db)
+def test_outcomes(serial: Any) -> None:
+    ran = serial("outcomes")
     assert ran.returncode == 1
     assert_agrees(ran)
     assert ran.run.status is RunStatus.FAILED
@@ -283,8 +303,8 @@ def test_outcomes(tmp_path: Path, db: Path) -> None:
 
 
 @needs_zoo
-def test_names(tmp_path: Path, db: Path) -> None:
-    ran = record(fresh_copy("names", tmp_path), db)
+def test_names(serial: Any) -> None:
+    ran = serial("names")
     assert_agrees(ran)
     duplicates = {"pkg_a/test_same.py::test_duplicate_name",
                   "pkg_b/test_same.py::test_duplicate_name"}
@@ -411,26 +431,29 @@ def _comparable(ran: Ran) -> dict[str, Any]:
 @needs_zoo
 # Not "messages": pytest-xdist itself cannot send a report holding a lone surrogate (execnet
 # encodes strings as UTF-8), and a plain `pytest -n 2` run there ends in INTERNALERROR.
-@pytest.mark.parametrize("folder", ["outcomes", "names"])
-def test_xdist_records_what_a_serial_run_records(tmp_path: Path, folder: str) -> None:
+@pytest.mark.parametrize(
+    "folder", ["outcomes", pytest.param("names", marks=pytest.mark.slow)]
+)
+def test_xdist_records_what_a_serial_run_records(
+    tmp_path: Path, db: Path, folder: str, serial: Any
+) -> None:
     pytest.importorskip("xdist")
-    serial = record(fresh_copy(folder, tmp_path / "serial"), tmp_path / "serial.db")
-    parallel = record(fresh_copy(folder, tmp_path / "xdist"), tmp_path / "xdist.db", "-n", "2")
+    parallel = record(fresh_copy(folder, tmp_path), db, *XDIST)
     assert_agrees(parallel)
-    assert _comparable(parallel) == _comparable(serial)
+    assert _comparable(parallel) == _comparable(serial(folder))
 
 
 @needs_zoo
 def test_xdist_records_collection_errors_once(tmp_path: Path, db: Path) -> None:
     pytest.importorskip("xdist")
-    ran = record(fresh_copy("collection", tmp_path), db, "-n", "2")
+    ran = record(fresh_copy("collection", tmp_path), db, *XDIST)
     assert ran.run.collection_errors == 1
     assert ran.run.status is RunStatus.FAILED
 
 
 @needs_zoo
 def test_two_processes_record_into_one_database_at_once(tmp_path: Path, db: Path) -> None:
-    folders = [fresh_copy(name, tmp_path) for name in ("outcomes", "names", "messages")]
+    folders = [fresh_copy(name, tmp_path) for name in ("outcomes", "names")]
     running = [
         subprocess.Popen(
             pytest_command(f, db, tmp_path / f"{f.name}.xml"), cwd=f, env=_env(),
@@ -488,8 +511,9 @@ def test_real_suite_matches_junitxml(
     subprocess.run([str(throwaway_venv), "-m", "pip", "install", "-q", str(source)], check=True)
     junit = tmp_path / "junit.xml"
     done = subprocess.run(
-        [str(throwaway_venv), "-m", "pytest", "--runstore", f"--runstore-db={db}",
-         "--runstore-project", "real", f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider",
+        [str(throwaway_venv), "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+         f"--runstore-db={db}",
+         "--runstore-project=real", f"--junitxml={junit}", "-rA", "-p", "no:cacheprovider",
          tests_at, *extra],
         cwd=source, env=_env(), capture_output=True, text=True, errors="replace", timeout=600,
         check=False,

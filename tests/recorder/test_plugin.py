@@ -21,20 +21,28 @@ from runstore.services.testruns import DataReader, Outcome, RunStatus, RunSummar
 SUMMARY = re.compile(r"^runstore: .*$", re.M)
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(*, autoload: bool = False, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNSTORE_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if not autoload:  # load only runstore (and what a test names): pytest starts seconds faster
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env.update(extra)
     return env
 
 
+def pytest_args(*args: str, autoload: bool = False) -> list[str]:
+    """The command line of a pytest process: runstore's plugin by its entry point when
+    ``autoload``, else named with ``-p`` (as the entry point names it)."""
+    plugin = () if autoload else ("-p", "runstore.pytest_plugin")
+    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args]
+
+
 def run_pytest(
-    folder: Path, *args: str, env: dict[str, str] | None = None
+    folder: Path, *args: str, env: dict[str, str] | None = None, autoload: bool = False
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-        cwd=folder, env=env or _env(), capture_output=True, text=True, errors="replace",
-        timeout=120, check=False,
+        pytest_args(*args, autoload=autoload), cwd=folder, env=env or _env(autoload=autoload),
+        capture_output=True, text=True, errors="replace", timeout=120, check=False,
     )
 
 
@@ -86,7 +94,7 @@ def test_disabled_plugin_imports_nothing_but_its_options(tmp_path: Path) -> None
                                        "runstore.services", "apsw"))]
             assert loaded == []
     """)
-    done = run_pytest(folder, "-q")
+    done = run_pytest(folder, "-q", autoload=True)  # installed, found by its entry point
     assert done.returncode == 0, done.stdout
     assert SUMMARY.search(done.stdout) is None
     assert not (folder / ".runstore").exists()
@@ -180,7 +188,8 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
 def test_a_busy_database_warns_once_and_the_tests_go_on(tmp_path: Path) -> None:
     folder = write(tmp_path / "proj", test_simple=SIMPLE)
     db = folder / ".runstore" / "runstore.db"
-    run_pytest(folder, "--runstore")  # create and migrate it
+    with build(sqlite(db)):  # create and migrate it
+        pass
     holder = apsw.Connection(str(db))
     holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
     try:
@@ -223,8 +232,8 @@ def test_a_killed_run_keeps_its_finished_batches_and_is_aborted_later(tmp_path: 
     """)
     db = folder / ".runstore" / "runstore.db"
     process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--runstore"],
-        cwd=folder, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        pytest_args("--runstore"), cwd=folder, env=_env(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
@@ -256,7 +265,7 @@ def test_reruns_are_attempts_of_one_item(tmp_path: Path) -> None:
                 MARK.write_text("1")
                 assert False, "first attempt"
     """)
-    done = run_pytest(folder, "--runstore", "--reruns", "2")
+    done = run_pytest(folder, "-p", "pytest_rerunfailures", "--runstore", "--reruns", "2")
     assert done.returncode == 0, done.stdout
     run, tests = latest(folder / ".runstore" / "runstore.db", "proj")
     item = tests["test_flaky.py::test_second_time_lucky"]
@@ -287,7 +296,8 @@ def test_coverage_measured_by_pytest_cov_is_stored(tmp_path: Path) -> None:
             """,
         },
     )
-    done = run_pytest(folder, "--runstore", "--cov=shapes", "--cov-branch", "--cov-report=")
+    done = run_pytest(folder, "-p", "pytest_cov.plugin", "--runstore", "--cov=shapes",
+                      "--cov-branch", "--cov-report=")
     assert done.returncode == 0, done.stdout
     with build(sqlite(folder / ".runstore" / "runstore.db")) as container:
         reader = container.get(DataReader)
