@@ -324,6 +324,7 @@ class Recorder:
                 kinds = [c.classification for c in classified.unwrap()]
                 new = kinds.count(Classification.NEW_FAILURE)
                 flaky = kinds.count(Classification.FLAKY)
+                recovered = kinds.count(Classification.RECOVERED)
                 if new:
                     parts.append(_plural(new, "new failure"))
                 if flaky:
@@ -333,6 +334,8 @@ class Recorder:
                     parts.append(f"{failing} failing, none new")
                 elif not parts and not summary.collection_errors:
                     parts.append("no failures")
+                if recovered:
+                    parts.append(f"{recovered} recovered")
             if summary.collection_errors:
                 parts.append(_plural(summary.collection_errors, "collection error"))
             detail = "recorded: " + ", ".join(parts)
