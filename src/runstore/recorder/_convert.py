@@ -398,7 +398,9 @@ class ItemAssembler:
         description = _subtest_description(report.context)
         pending.subtests.append(SubtestResult(description, outcome, _duration_ms(report), error))
 
-    def _result(self, pending: _Pending, report: Any | None) -> TestResult:
+    def _result(
+        self, pending: _Pending, report: Any | None, attempts: tuple[TestResult, ...] = ()
+    ) -> TestResult:
         name, param = split_nodeid(pending.nodeid)
         phases = tuple(pending.phases)
         stdout = stderr = log = ""
@@ -419,6 +421,7 @@ class ItemAssembler:
             stdout=stdout,
             stderr=stderr,
             log=log,
+            attempts=attempts,
             subtests=tuple(pending.subtests),
         )
 
@@ -431,4 +434,4 @@ class ItemAssembler:
         del self._pending[pending.nodeid]
         if not pending.phases:
             return None
-        return attrs.evolve(self._result(pending, report), attempts=tuple(pending.attempts))
+        return self._result(pending, report, tuple(pending.attempts))
