@@ -12,10 +12,10 @@ Only the process that sees every report records: a plain pytest process, or the
   killed run keeps what finished before its last second and memory stays flat.
 - The run ends ``interrupted`` on Ctrl-C (``pytest_keyboard_interrupt``, also called for
   ``pytest.exit``, but not for pytest's own stop after collection errors) or an internal
-  error, ``failed`` when an item failed, a collector failed
-  or pytest exited with "tests failed", else ``passed``. A ``running`` run of this project
-  whose process is gone (same host, dead pid) or that was started more than
-  :data:`STALE_AFTER` ago is marked ``aborted`` before a new run begins.
+  error; ``failed`` when an item failed, a collector failed or pytest exited with "tests
+  failed"; else ``passed``. Before a run begins, a ``running`` run of the same project
+  whose process is gone (same host, dead pid), or last written more than
+  :data:`STALE_AFTER` ago, is marked ``aborted``.
 - Nothing here changes pytest's outcome, exit code or output beyond one summary line. The
   first database failure (busy, broken, refused) is reported once on that line; recording
   stops and the tests go on.
@@ -76,7 +76,7 @@ BATCH_SECONDS = 1.0
 """Oldest age (s) of a buffered item before the buffer is written at the next report."""
 
 STALE_AFTER = timedelta(hours=24)
-"""A ``running`` run started longer ago than this is taken as abandoned, whatever its host."""
+"""A ``running`` run last written longer ago than this is abandoned, whatever its host."""
 
 CONNECTION = ConnectionSettings(busy_timeout_ms=2_000, busy_budget_ms=5_000)
 """Wait at most ~5 s for a busy database in one write, then give up and warn."""
