@@ -268,14 +268,13 @@ class InMemorySessionRepository:
             appended: builtins.list[Entry] = []
             next_seq = row.next_seq
             for position, new in enumerate(entries):
-                prefix = f"entries[{position}]." if batch else ""
-                if not isinstance(new, NewEntry):
-                    return Failure(
-                        InvalidInput(prefix.rstrip(".") or "entry", "must be a NewEntry")
-                    )
-                valid = validate_entry(new, prefix)
+                valid = (
+                    validate_entry(new)
+                    if type(new) is NewEntry
+                    else InvalidInput("entry", "must be a NewEntry")
+                )
                 if isinstance(valid, InvalidInput):
-                    return Failure(valid)
+                    return Failure(_in_batch(valid, position) if batch else valid)
                 if (session_id, valid.id) in self._entries:
                     return Failure(DuplicateEntry(session_id, valid.id, position))
                 parent_state: EntryState | None = None
@@ -415,6 +414,16 @@ class InMemorySessionRepository:
 
     def record(self, session_id: str) -> Result[SessionRecord, SessionError]:
         return self.get(session_id)
+
+
+def _in_batch(refused: InvalidInput, position: int) -> InvalidInput:
+    """The refusal of the entry at ``position`` of a batch, its field named ``entries[i].``."""
+    field = (
+        f"entries[{position}]"
+        if refused.field == "entry"
+        else f"entries[{position}].{refused.field}"
+    )
+    return InvalidInput(field, refused.reason)
 
 
 @attrs.frozen

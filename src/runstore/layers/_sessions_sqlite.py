@@ -135,6 +135,16 @@ def _summary_from(
     )
 
 
+def _in_batch(refused: InvalidInput, position: int) -> InvalidInput:
+    """The refusal of the entry at ``position`` of a batch, its field named ``entries[i].``."""
+    field = (
+        f"entries[{position}]"
+        if refused.field == "entry"
+        else f"entries[{position}].{refused.field}"
+    )
+    return InvalidInput(field, refused.reason)
+
+
 def _entry_from(row: Row) -> Entry:
     entry_id, parent_id, seq, entry_type, timestamp_ms, body = row
     payload = payload_from_body(body) if body is not None else {}
@@ -423,7 +433,7 @@ class SqliteSessionRepository:
                 entry_rows.append(
                     (key, eid, seq, parent, etype, ts, provider, model_id, thinking, anchor)
                 )
-                body_rows.append((key, seq, body))
+                body_rows.append((key, seq, eid, body))
                 builder.add(etype, payload_from_body(body))
             summary = builder.build()
             self._insert_rows(entry_rows, body_rows)
@@ -457,7 +467,8 @@ class SqliteSessionRepository:
             entry_rows,
         )
         self._db.executemany(
-            "INSERT INTO session_bodies (session_key, seq, body) VALUES (?, ?, ?)", body_rows
+            "INSERT INTO session_bodies (session_key, seq, entry_id, body) VALUES (?, ?, ?, ?)",
+            body_rows,
         )
 
     def _store_head(self, key: int, head: _Head) -> None:
@@ -517,16 +528,17 @@ class SqliteSessionRepository:
             # of the entries before it still come first, as if checked one by one.
             valid: builtins.list[ValidEntry] = []
             refused: InvalidInput | None = None
+            append = valid.append
             for position, new in enumerate(entries):
-                prefix = f"entries[{position}]." if batch else ""
-                if not isinstance(new, NewEntry):
-                    refused = InvalidInput(prefix.rstrip(".") or "entry", "must be a NewEntry")
+                checked = (
+                    validate_entry(new)
+                    if type(new) is NewEntry
+                    else InvalidInput("entry", "must be a NewEntry")
+                )
+                if type(checked) is InvalidInput:
+                    refused = _in_batch(checked, position) if batch else checked
                     break
-                checked = validate_entry(new, prefix)
-                if isinstance(checked, InvalidInput):
-                    refused = checked
-                    break
-                valid.append(checked)
+                append(checked)  # type: ignore[arg-type]
             first_seq = self._head(key).next_seq
             outcome = self._append_valid(session_id, key, valid)
             if isinstance(outcome, Failure):
@@ -599,7 +611,7 @@ class SqliteSessionRepository:
             entry_rows.append(
                 (key, entry_id, next_seq, parent_id, entry_type, timestamp_ms, *columns)
             )
-            body_rows.append((key, next_seq, body))
+            body_rows.append((key, next_seq, entry_id, body))
             next_seq += 1
             add(entry_type, payload)
         # The caches are written with the rows; a unit that fails after this point (a
@@ -731,7 +743,7 @@ class SqliteSessionRepository:
             stop = min(last, after_seq + limit)
             rows = self._db.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM session_bodies AS b JOIN session_entries AS e"
-                " ON e.session_key = b.session_key AND e.seq = b.seq"
+                " ON e.session_key = b.session_key AND e.id = b.entry_id"
                 " WHERE b.session_key = ? AND b.seq > ? AND b.seq <= ? ORDER BY b.seq",
                 (key, after_seq, stop),
             )

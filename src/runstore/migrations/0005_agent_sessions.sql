@@ -42,19 +42,20 @@ CREATE TABLE session_entries (
     thinking_level TEXT NOT NULL,
     anchor_id      TEXT,
     PRIMARY KEY (session_key, id),
-    UNIQUE (session_key, seq),
     FOREIGN KEY (session_key, parent_id) REFERENCES session_entries (session_key, id)
 ) STRICT, WITHOUT ROWID;
 
 -- children() and the parent foreign key (child columns session_key, parent_id).
 CREATE INDEX session_entries_parent ON session_entries (session_key, parent_id, seq);
 
+-- The append-only log of a session: seq -> entry and its JSON body. Its primary key makes
+-- seq unique per session and serves entries(after_seq); the body is read only when needed.
 CREATE TABLE session_bodies (
-    session_key INTEGER NOT NULL,
-    seq         INTEGER NOT NULL,
+    session_key INTEGER NOT NULL REFERENCES sessions (key) ON DELETE CASCADE,
+    seq         INTEGER NOT NULL CHECK (seq >= 1),
+    entry_id    TEXT NOT NULL,
     body        TEXT NOT NULL,
-    PRIMARY KEY (session_key, seq),
-    FOREIGN KEY (session_key, seq) REFERENCES session_entries (session_key, seq) ON DELETE CASCADE
+    PRIMARY KEY (session_key, seq)
 ) STRICT;
 
 CREATE TABLE session_summaries (

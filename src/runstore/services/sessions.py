@@ -888,7 +888,16 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
             return InvalidInput(
                 prefix + "payload", f"{key!r} belongs to the envelope, not the payload"
             )
-    problem = _shape_problem(entry_type, payload)
+    if entry_type == "message":  # the common case, checked inline
+        message = payload.get("message")
+        problem = (
+            None
+            if (type(message) is dict or isinstance(message, Mapping))
+            and type(message.get("role")) is str
+            else _shape_problem(entry_type, payload)
+        )
+    else:
+        problem = _shape_problem(entry_type, payload)
     if problem is not None:
         return InvalidInput(
             f"{prefix}payload.{problem[0]}", f"{problem[1]} in a {entry_type} entry"
@@ -898,7 +907,7 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
         type(raw) is str
         and raw
         and (raw.isascii() or _fast_text(raw, len(raw)))
-        and (("\\ud" not in raw and "\\uD" not in raw) or _SURROGATE_ESCAPE.search(raw) is None)
+        and ("\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None)
     ):
         body: str | InvalidInput = raw
     else:

@@ -425,7 +425,7 @@ class _Import:
     def entry(self, item: Parsed) -> ImportFailure | None:
         value, line = item.value, item.line
         entry_type = value.get("type")
-        if not isinstance(entry_type, str) or not entry_type:
+        if type(entry_type) is not str or not entry_type:
             self.unmapped.add(self.index)
             return self.bad(line, "an entry without a type")
         if self.version is None:
@@ -469,9 +469,9 @@ class _Import:
                 payload["message"] = {**message, "role": "custom"}
                 raw = None
         stamp = value.get("timestamp")
-        timestamp = ms_from_iso(stamp) if isinstance(stamp, str) else None
-        if isinstance(stamp, int) and not isinstance(stamp, bool):
-            timestamp = stamp
+        timestamp = (
+            ms_from_iso(stamp) if type(stamp) is str else stamp if type(stamp) is int else None
+        )
         if timestamp is None:
             fallback = self.last_ts if self.last_ts is not None else 0
             fixed = self.repair(
@@ -480,7 +480,7 @@ class _Import:
             if fixed is not None:
                 return fixed
             timestamp = fallback
-        if parent_id is not None and parent_id in self.skipped_parents:
+        if self.skipped_parents and parent_id in self.skipped_parents:
             resolved = self.resolve(parent_id)
             fixed = self.repair(
                 line, f"parent {parent_id!r} was skipped", f"attached to {resolved!r} instead"

@@ -77,25 +77,23 @@ class LineReader:
         self.consumed = 0
 
     def __iter__(self) -> Iterator[Parsed | Unreadable]:
-        decode = _DECODER.decode
+        scan = _DECODER.raw_decode
         for raw_line in self._source:
             self.lines += 1
             self.consumed += len(raw_line)
             line = raw_line.rstrip(b"\r\n")
             if self.lines == 1 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
+            # The common case first: one UTF-8 JSON object filling the line.
             try:
-                # The common case first: one UTF-8 JSON object.
                 text = line.decode("utf-8")
-                value = decode(text)
+                value, end = scan(text) if text[:1] == "{" else (None, -1)
             except ValueError:
-                if line.strip():
-                    yield from _parse(self.lines, line)
-                continue
-            if type(value) is dict:
+                value, end = None, -1
+            if end == len(text) and type(value) is dict:
                 yield Parsed(self.lines, value, text)
-            else:
-                yield Unreadable(self.lines, f"a JSON {type(value).__name__}, not an object")
+            elif line.strip():
+                yield from _parse(self.lines, line)
 
 
 def _parse(number: int, line: bytes) -> Iterator[Parsed | Unreadable]:
