@@ -10,6 +10,7 @@ import pytest
 from returns.result import Failure, Success
 
 from runstore.layers import Container, SqliteDatabase, SqliteSessionRepository, build, sqlite
+from runstore.layers._sessions_sqlite import _PATH_SQL
 from runstore.services import (
     Clock,
     NewEntry,
@@ -121,6 +122,10 @@ def test_hot_queries_use_their_indexes(container: Container) -> None:
     assert "sessions_cwd_key" in listing
     assert "TEMP B-TREE" not in listing
     assert "SCAN" not in listing.replace("SCAN m", "")  # the summary is looked up by key
+    walk = _plan(db, _PATH_SQL, {"key": 1, "start": "x", "stop": None, "all_bodies": 0})
+    assert "SEARCH e USING PRIMARY KEY" in walk  # one primary-key step per ancestor
+    assert "SEARCH b USING INDEX" in walk  # bodies by (session_key, seq), never scanned
+    assert "SCAN b" not in walk
     page = _plan(
         db,
         "SELECT b.body FROM session_bodies AS b"
