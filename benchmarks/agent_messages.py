@@ -229,7 +229,7 @@ def sdk_round(session_class: Any, folder: Path, messages: int, page: int) -> Tim
 
 def tail_page_seconds(folder: Path, size: int, page: int, repeats: int) -> float:
     """Median seconds to read the newest ``page`` messages of a ``size``-message thread."""
-    with build(sqlite(folder / f"tail-{size}.db")) as container:
+    with build(sqlite(Path(tempfile.mkdtemp(dir=folder)) / "tail.db")) as container:
         agents: AgentStorage = container.get(AgentStorage)
         agents.threads.create("long", project_id="p").unwrap()
         batch = 1_000
