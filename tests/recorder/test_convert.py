@@ -49,10 +49,11 @@ def record(pytester: pytest.Pytester) -> Any:
         source: str, *args: str, name: str = "test_sample"
     ) -> tuple[dict[str, TestResult], list[CollectionError | TestResult]]:
         pytester.makepyfile(**{name: textwrap.dedent(source)})
-        reports = _Reports()
-        pytester.inline_run(*args, plugins=[Annotator(), reports])
         resolver = PathResolver(str(pytester.path), str(pytester.path))
         assembler = ItemAssembler(resolver)
+        reports = _Reports()
+        # As in a recording process: markers reach the assembler through the sink.
+        pytester.inline_run(*args, plugins=[Annotator(assembler.note_markers), reports])
         results: dict[str, TestResult] = {}
         for report in reports.tests:
             finished = assembler.add(report)

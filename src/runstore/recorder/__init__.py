@@ -49,9 +49,11 @@ __all__ = [
 
 def install(config: pytest.Config) -> None:
     """Register runstore's hooks on ``config`` for this session (see the module docstring)."""
-    config.pluginmanager.register(Annotator(), "runstore-annotator")
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller records
+        config.pluginmanager.register(Annotator(), "runstore-annotator")
         return
     if config.getoption("collectonly", False):
         return
-    config.pluginmanager.register(Recorder(config, resolve_settings(config)), "runstore-recorder")
+    recorder = Recorder(config, resolve_settings(config))
+    config.pluginmanager.register(Annotator(recorder.note_markers), "runstore-annotator")
+    config.pluginmanager.register(recorder, "runstore-recorder")

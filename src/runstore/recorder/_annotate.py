@@ -6,7 +6,9 @@ item's markers. The process that runs the test (the only process without ``pytes
 a worker with it) adds them to the report as plain data, which ``pytest-xdist`` serializes
 along with the report, so the controller that records sees the same facts as a serial run:
 
-- ``report.runstore_markers``: sorted marker names of the item (on the setup report);
+- ``report.runstore_markers``: sorted marker names of the item (on the setup report, when it
+  has any; a recording process takes them through a callback instead, because pytest keeps
+  every report until the session ends and one more attribute costs each of them memory);
 - ``report.runstore_exc``: the exception chain of a failing report, oldest cause first, as a
   list of ``{"type": str, "message": str, "frames": [[path, line, function], ...]}``
   (frames outermost first, at most ``MAX_FRAMES`` innermost ones; ``message`` is the
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any
 
@@ -26,7 +28,14 @@ import pytest
 from runstore.recorder._text import safe_str
 from runstore.services.testruns import MAX_FRAMES
 
-__all__ = ["EXC_ATTR", "MARKERS_ATTR", "Annotator", "describe_exception", "type_name"]
+__all__ = [
+    "EXC_ATTR",
+    "MARKERS_ATTR",
+    "Annotator",
+    "MarkersSink",
+    "describe_exception",
+    "type_name",
+]
 
 MARKERS_ATTR = "runstore_markers"
 EXC_ATTR = "runstore_exc"
@@ -88,11 +97,20 @@ def describe_exception(exc: BaseException) -> list[dict[str, Any]]:
     return chain
 
 
+MarkersSink = Callable[[str, list[str]], None]
+"""Takes (node id, sorted marker names) of an item about to report its setup."""
+
+
 class Annotator:
     """pytest hooks that attach :data:`MARKERS_ATTR` and :data:`EXC_ATTR` to reports.
 
     Registered wherever tests run while recording is enabled; it never changes an outcome.
+    With ``on_markers`` (in the process that records) markers go there instead of onto the
+    report.
     """
+
+    def __init__(self, on_markers: MarkersSink | None = None) -> None:
+        self._on_markers = on_markers
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -101,7 +119,11 @@ class Annotator:
         report = yield
         try:
             if call.when == "setup":
-                setattr(report, MARKERS_ATTR, sorted({m.name for m in item.iter_markers()}))
+                names = sorted({m.name for m in item.iter_markers()})
+                if self._on_markers is not None:
+                    self._on_markers(report.nodeid, names)
+                elif names:
+                    setattr(report, MARKERS_ATTR, names)
             if call.excinfo is not None and report.outcome == "failed":
                 setattr(report, EXC_ATTR, describe_exception(call.excinfo.value))
         except Exception:  # never let describing a report break the run

@@ -347,6 +347,13 @@ class ItemAssembler:
     def __init__(self, resolver: PathResolver) -> None:
         self._resolver = resolver
         self._pending: dict[str, _Pending] = {}
+        self._markers: dict[str, tuple[str, ...]] = {}
+
+    def note_markers(self, nodeid: str, names: list[str]) -> None:
+        """Remember the markers of an item whose setup report comes next (an
+        :class:`~runstore.recorder.Annotator` sink)."""
+        if names:
+            self._markers[clean_text(nodeid)] = tuple(clean_text(n) for n in names)
 
     @property
     def unfinished(self) -> int:
@@ -361,7 +368,8 @@ class ItemAssembler:
             line = None
             if isinstance(location, tuple) and len(location) > 1 and isinstance(location[1], int):
                 line = location[1] + 1
-            pending = _Pending(nodeid, _module_path(nodeid, location), line)
+            markers = self._markers.pop(nodeid, ())
+            pending = _Pending(nodeid, _module_path(nodeid, location), line, markers)
             self._pending[nodeid] = pending
         return pending
 

@@ -188,6 +188,10 @@ class Recorder:
         self._problem: str | None = None
         self._line: str | None = None
 
+    def note_markers(self, nodeid: str, names: list[str]) -> None:
+        """Take an item's markers from the :class:`~runstore.recorder.Annotator`."""
+        self._assembler.note_markers(nodeid, names)
+
     # -- the database --------------------------------------------------------------------
 
     def _warn(self, reason: str) -> None:
