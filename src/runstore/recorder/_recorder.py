@@ -262,14 +262,17 @@ class Recorder:
             self._results.clear()
             self._collection_errors.clear()
             return
+        # A buffer is emptied only once written: a Ctrl-C during a write leaves it for the
+        # final flush (writing an item twice replaces it, so that is harmless).
         if self._collection_errors:
-            errors, self._collection_errors = self._collection_errors, []
-            if self._ok(store.record_collection_errors(run_id, errors),
+            if self._ok(store.record_collection_errors(run_id, self._collection_errors),
                         "writing collection errors") is None:
                 return
+            self._collection_errors = []
         if self._results:
-            results, self._results = self._results, []
-            self._ok(store.record_results(run_id, results), "writing results")
+            if self._ok(store.record_results(run_id, self._results), "writing results") is None:
+                return
+            self._results = []
 
     def _buffer(self, record: TestResult | CollectionError) -> None:
         if not self._results and not self._collection_errors:
