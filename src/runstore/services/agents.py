@@ -682,7 +682,10 @@ def check_usage(value: object) -> Result[TokenUsage, InvalidInput]:
     if not isinstance(value, TokenUsage):
         return Failure(InvalidInput("usage", f"must be TokenUsage, got {type(value).__name__}"))
     for name in ("input", "output", "cache_read", "cache_write"):
-        checked = check_count(f"usage.{name}", getattr(value, name))
+        count = getattr(value, name)
+        if type(count) is int and 0 <= count <= MAX_INT:
+            continue  # the common case, without building a Result per field
+        checked = check_count(f"usage.{name}", count)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
     return Success(value)
@@ -815,11 +818,16 @@ def check_messages(
 ) -> Result[tuple[MessageDraft, ...], InvalidInput]:
     """Check every message of an append; the field names carry the index (``messages[3].role``)
     when more than one is given."""
-    if isinstance(messages, NewMessage) or not isinstance(messages, Sequence):
+    # list and tuple first: the common case, without the slower ABC check.
+    if isinstance(messages, list | tuple) or (
+        isinstance(messages, Sequence) and not isinstance(messages, NewMessage)
+    ):
+        batch: Sequence[object] = messages
+    else:
         return Failure(InvalidInput("messages", "must be a sequence of NewMessage"))
     drafts: list[MessageDraft] = []
-    many = len(messages) > 1
-    for index, message in enumerate(messages):
+    many = len(batch) > 1
+    for index, message in enumerate(batch):
         prefix = f"messages[{index}]." if many else ""
         if not isinstance(message, NewMessage):
             return Failure(InvalidInput(f"{prefix}message", "must be a NewMessage"))
