@@ -1,31 +1,34 @@
 """Benchmark: append 10,000 agent messages and read them back in pages of 50.
 
 Run: ``.venv/bin/python benchmarks/agent_messages.py [--messages 10000] [--page 50]
-[--rounds 3] [--tail-messages 100000]``.
+[--chunk 250] [--passes 5] [--tail-messages 100000] [--full]``.
 
-Three stores do the same work in the same run, each on a fresh database file per round,
-rounds alternating, the best round of each counting:
+The stores do the same work in the same run, each on its own fresh database file, and take
+turns in small slices (``--chunk`` appends, then one read pass each, the order rotating) so
+that all of them meet the same machine load; each store's time is the sum of its append
+slices and the best of its ``--passes`` read passes.
 
 - **runstore**: ``MessageStore.append`` once per message (each its own unit of work: the
-  thread's counter row, the header and the body), then ``MessageStore.list`` forward in
-  pages of ``--page`` until ``has_more`` is False. Run twice: with the default
-  ``synchronous=NORMAL`` and with ``FULL`` (what Python's ``sqlite3`` module, and so the
-  SDK, leaves in place).
+  thread's counter row, the header and the body), then ``MessageStore.list``: forward in
+  pages of ``--page`` until ``has_more`` is False (the read-back), and the newest
+  ``--page`` as many times as that takes pages. Default ``synchronous=NORMAL``; ``--full``
+  adds a runstore with ``FULL``, the setting Python's ``sqlite3`` (and so the SDK) keeps.
 - **raw apsw**: the layer's own statements on an identically configured apsw connection,
-  ``BEGIN IMMEDIATE`` / ``COMMIT`` around each append, the same two queries per page, no
-  validation, no records, no Results: the floor.
+  ``BEGIN IMMEDIATE`` / ``COMMIT`` around each append, the same page query, ``json.loads``
+  of each body, but no validation, no records, no Results: the floor.
 - **OpenAI Agents SDK** ``SQLiteSession`` (``pip install openai-agents``; skipped with a
-  message when it is missing): ``await session.add_items([item])`` once per message, then
-  ``await session.get_items(limit=page)`` as many times as runstore reads pages. The SDK
-  has no cursor: ``get_items(limit)`` returns the newest ``limit`` items, its only way to
-  read part of a session, so that is the page read it is timed on.
+  message when it is missing): ``await session.add_items([item])`` once per message. It has
+  no cursor, so its read-back is one ``await session.get_items()`` (its one way to read a
+  whole session) and its page read is ``get_items(limit=page)``, which returns the newest
+  ``page`` items.
 
-Ratios printed: runstore / raw apsw and runstore / SDK for appends and for page reads; the
-target is runstore not slower than the SDK (ratio <= 1.0).
+Ratios printed: runstore / raw apsw and runstore / SDK; the target is runstore not slower
+than the SDK (ratio <= 1.0).
 
-Then the cost of a page at the end of a long thread: the newest ``--page`` messages of a
-``--tail-messages`` thread against the same page of a 1,000-message thread (the clustered
-``(thread_key, seq)`` key makes it a seek, not a scan); the target is at most 1.5x.
+Then the cost of a page at the end of a long thread: the newest ``--page`` messages (and the
+same page read forward) of a ``--tail-messages`` thread against a 1,000-message thread, the
+two interleaved; the clustered ``(thread_key, seq)`` key makes it a seek, not a scan. The
+target is at most 1.5x.
 """
 
 from __future__ import annotations
@@ -33,15 +36,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from runstore.layers import ConnectionSettings, build, connect, open_database, sqlite
+from runstore.layers import ConnectionSettings, Container, build, connect, open_database, sqlite
 from runstore.layers._agents_sqlite import page_query
 from runstore.services.agents import AgentStorage, NewMessage, check_list_query
 
@@ -56,54 +59,56 @@ def _item(index: int) -> dict[str, Any]:
     }
 
 
-# -- runstore ----------------------------------------------------------------------------------
+class Store:
+    """One contestant: appends a slice of items, reads everything back, reads newest pages."""
+
+    name = ""
+
+    async def append(self, items: list[dict[str, Any]]) -> None:
+        raise NotImplementedError
+
+    async def read_back(self) -> int:
+        raise NotImplementedError
+
+    async def newest_pages(self, pages: int) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the store's connection."""
 
 
-class Timings(NamedTuple):
-    """Seconds for the appends, for reading everything back, and for as many newest-page
-    reads as reading everything takes pages."""
-
-    append: float
-    read_back: float
-    newest_pages: float
-
-
-def runstore_round(folder: Path, messages: int, page: int, synchronous: str) -> Timings:
-    """Time the services."""
-    settings = ConnectionSettings(synchronous=synchronous)
-    with build(sqlite(folder / f"runstore-{synchronous}.db", settings)) as container:
-        agents: AgentStorage = container.get(AgentStorage)
-        agents.threads.create("bench", project_id="p").unwrap()
-        items = [_item(i) for i in range(messages)]
-        started = time.perf_counter()
-        for item in items:
-            agents.messages.append("bench", role=item["role"], content=item).unwrap()
-        appended = time.perf_counter() - started
-
-        def read_all() -> int:
-            after, read = 0, 0
-            while True:
-                got = agents.messages.list("bench", after_seq=after, limit=page).unwrap()
-                read += len(got.items)
-                if not got.has_more:
-                    return read
-                after = got.items[-1].seq
-
-        pages = -(-messages // page)
-
-        def newest() -> int:
-            return sum(
-                len(agents.messages.list("bench", limit=page).unwrap().items) for _ in range(pages)
-            )
-
-        return Timings(
-            appended,
-            _best_of(READ_PASSES, read_all, messages),
-            _best_of(READ_PASSES, newest, pages * page),
+class Runstore(Store):
+    def __init__(self, folder: Path, page: int, synchronous: str) -> None:
+        self.name = f"runstore (synchronous={synchronous})"
+        self._built = build(
+            sqlite(folder / "runstore.db", ConnectionSettings(synchronous=synchronous))
         )
+        container: Container = self._built.__enter__()
+        self.agents: AgentStorage = container.get(AgentStorage)
+        self.agents.threads.create("bench", project_id="p").unwrap()
+        self.page = page
 
+    async def append(self, items: list[dict[str, Any]]) -> None:
+        append = self.agents.messages.append
+        for item in items:
+            append("bench", role=item["role"], content=item).unwrap()
 
-# -- raw apsw ------------------------------------------------------------------------------------
+    async def read_back(self) -> int:
+        after, read = 0, 0
+        while True:
+            got = self.agents.messages.list("bench", after_seq=after, limit=self.page).unwrap()
+            read += len(got.items)
+            if not got.has_more:
+                return read
+            after = got.items[-1].seq
+
+    async def newest_pages(self, pages: int) -> int:
+        listing = self.agents.messages.list
+        return sum(len(listing("bench", limit=self.page).unwrap().items) for _ in range(pages))
+
+    def close(self) -> None:
+        self._built.__exit__(None, None, None)
+
 
 _BUMP = (
     "UPDATE agent_threads SET head_seq = head_seq + 1, message_count = message_count + 1,"
@@ -115,76 +120,78 @@ _HEADER = (
     " cache_read_tokens, cache_write_tokens, cost, created_at_ms)"
     " VALUES (?, ?, ?, NULL, 0, 0, 0, 0, NULL, ?)"
 )
-_BODY = "INSERT INTO agent_message_bodies (thread_key, seq, content) VALUES (?, ?, ?)"
-READ_PASSES = 5
-"""Reading changes nothing, so each round reads everything this many times; the best counts."""
+_BODY = "INSERT INTO agent_message_bodies (id, content) VALUES (? * 4294967296 + ?, ?)"
 
 
-def _best_of(passes: int, read_all: Callable[[], int], expected: int) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        started = time.perf_counter()
-        read = read_all()
-        best = min(best, time.perf_counter() - started)
-        assert read == expected, read
-    return best
+class RawApsw(Store):
+    name = "raw apsw (same SQL, NORMAL)"
 
+    def __init__(self, folder: Path, page: int) -> None:
+        path = folder / "raw.db"
+        open_database(path).unwrap().close()  # the same schema, migrated
+        self.connection = connect(path).unwrap()
+        self.connection.execute(
+            "INSERT INTO agent_threads (id, project_id, title, metadata, status, created_at_ms,"
+            " updated_at_ms) VALUES ('bench', 'p', '', '{}', 'open', 0, 0)"
+        )
+        self.page = page
 
-def raw_round(folder: Path, messages: int, page: int) -> Timings:
-    """Time the same statements on bare apsw."""
-    import json
+    async def append(self, items: list[dict[str, Any]]) -> None:
+        connection = self.connection
+        now = int(time.time() * 1000)
+        for item in items:
+            connection.execute("BEGIN IMMEDIATE")
+            key, seq = connection.execute(_BUMP, (now, now, "bench")).fetchall()[0]
+            connection.execute(_HEADER, (key, seq, item["role"], now))
+            connection.execute(_BODY, (key, seq, json.dumps(item, ensure_ascii=False)))
+            connection.execute("COMMIT")
 
-    path = folder / "raw.db"
-    open_database(path).unwrap().close()  # the same schema, migrated
-    connection = connect(path).unwrap()
-    connection.execute(
-        "INSERT INTO agent_threads (id, project_id, title, metadata, status, created_at_ms,"
-        " updated_at_ms) VALUES ('bench', 'p', '', '{}', 'open', 0, 0)"
-    )
-    items = [_item(i) for i in range(messages)]
-    now = int(time.time() * 1000)
-    started = time.perf_counter()
-    for item in items:
-        connection.execute("BEGIN IMMEDIATE")
-        key, seq = connection.execute(_BUMP, (now, now, "bench")).fetchall()[0]
-        connection.execute(_HEADER, (key, seq, item["role"], now))
-        connection.execute(_BODY, (key, seq, json.dumps(item, ensure_ascii=False)))
-        connection.execute("COMMIT")
-    appended = time.perf_counter() - started
+    def _page(self, after: int | None) -> list[Any]:
+        sql, params = page_query("bench", check_list_query(after, None, None, self.page).unwrap())
+        rows: list[Any] = self.connection.execute(sql, params).fetchall()
+        return rows
 
-    def read_all() -> int:
+    async def read_back(self) -> int:
         after, read = 0, 0
         while True:
-            query = check_list_query(after, None, None, page).unwrap()
-            sql, params = page_query("bench", query)
-            rows: list[Any] = connection.execute(sql, params).fetchall()
+            rows = self._page(after)
             read += len([json.loads(row[10]) for row in rows])
             if rows[0][11] is None:
                 return read
             after = rows[-1][0]
 
-    pages = -(-messages // page)
-    newest_sql, newest_params = page_query(
-        "bench", check_list_query(None, None, None, page).unwrap()
-    )
-
-    def newest() -> int:
+    async def newest_pages(self, pages: int) -> int:
         read = 0
         for _ in range(pages):
-            rows: list[Any] = connection.execute(newest_sql, newest_params).fetchall()
-            read += len([json.loads(row[10]) for row in rows])
+            read += len([json.loads(row[10]) for row in self._page(None)])
         return read
 
-    timings = Timings(
-        appended,
-        _best_of(READ_PASSES, read_all, messages),
-        _best_of(READ_PASSES, newest, pages * page),
-    )
-    connection.close()
-    return timings
+    def close(self) -> None:
+        self.connection.close()
 
 
-# -- the OpenAI Agents SDK -----------------------------------------------------------------------
+class AgentsSdk(Store):
+    name = "openai-agents SQLiteSession"
+
+    def __init__(self, session_class: Any, folder: Path, page: int) -> None:
+        self.session = session_class("bench", folder / "sdk.db")
+        self.page = page
+
+    async def append(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            await self.session.add_items([item])
+
+    async def read_back(self) -> int:
+        return len(await self.session.get_items())
+
+    async def newest_pages(self, pages: int) -> int:
+        read = 0
+        for _ in range(pages):
+            read += len(await self.session.get_items(limit=self.page))
+        return read
+
+    def close(self) -> None:
+        self.session.close()
 
 
 def _sdk_session_class() -> Any | None:
@@ -195,137 +202,121 @@ def _sdk_session_class() -> Any | None:
     return getattr(module, "SQLiteSession", None)
 
 
-def sdk_round(session_class: Any, folder: Path, messages: int, page: int) -> Timings:
-    """Time ``SQLiteSession`` (async API): reading everything back is one ``get_items()``."""
-
-    async def work() -> Timings:
-        session = session_class("bench", folder / "sdk.db")
-        items = [_item(i) for i in range(messages)]
-        started = time.perf_counter()
-        for item in items:
-            await session.add_items([item])
-        appended = time.perf_counter() - started
-        pages = -(-messages // page)
-        newest = read_back = float("inf")
-        for _ in range(READ_PASSES):
-            started = time.perf_counter()
-            read = 0
-            for _ in range(pages):
-                read += len(await session.get_items(limit=page))
-            newest = min(newest, time.perf_counter() - started)
-            assert read == pages * page
-            started = time.perf_counter()
-            everything = await session.get_items()
-            read_back = min(read_back, time.perf_counter() - started)
-            assert len(everything) == messages
-        session.close()
-        return Timings(appended, read_back, newest)
-
-    return asyncio.run(work())
+async def contest(
+    stores: list[Store], messages: int, page: int, chunk: int, passes: int
+) -> dict[str, list[float]]:
+    """Return per store: [append seconds, best read-back seconds, best newest-pages seconds]."""
+    times = {store.name: [0.0, float("inf"), float("inf")] for store in stores}
+    items = [_item(i) for i in range(messages)]
+    for turn, start in enumerate(range(0, messages, chunk), start=1):
+        for store in stores[turn % len(stores) :] + stores[: turn % len(stores)]:
+            began = time.perf_counter()
+            await store.append(items[start : start + chunk])
+            times[store.name][0] += time.perf_counter() - began
+    pages = -(-messages // page)
+    for pass_ in range(passes):
+        for store in stores[pass_ % len(stores) :] + stores[: pass_ % len(stores)]:
+            began = time.perf_counter()
+            read = await store.read_back()
+            times[store.name][1] = min(times[store.name][1], time.perf_counter() - began)
+            assert read == messages, (store.name, read)
+            began = time.perf_counter()
+            read = await store.newest_pages(pages)
+            times[store.name][2] = min(times[store.name][2], time.perf_counter() - began)
+            assert read == pages * page, (store.name, read)
+    return times
 
 
-# -- a page at the end of a long thread ----------------------------------------------------------
-
-
-def tail_page_seconds(folder: Path, size: int, page: int, repeats: int) -> float:
-    """Median seconds to read the newest ``page`` messages of a ``size``-message thread."""
-    with build(sqlite(Path(tempfile.mkdtemp(dir=folder)) / "tail.db")) as container:
+def tail_pages(folder: Path, sizes: tuple[int, int], page: int, repeats: int) -> list[float]:
+    """Median seconds per (newest page + the same page forward), per thread size, interleaved."""
+    with build(sqlite(folder / "tail.db")) as container:
         agents: AgentStorage = container.get(AgentStorage)
-        agents.threads.create("long", project_id="p").unwrap()
-        batch = 1_000
-        for start in range(0, size, batch):
-            count = min(batch, size - start)
-            drafts = [NewMessage(role="user", content=_item(start + i)) for i in range(count)]
-            agents.messages.append_many("long", drafts).unwrap()
-        samples: list[float] = []
+        for size in sizes:
+            thread = f"t{size}"
+            agents.threads.create(thread, project_id="p").unwrap()
+            for start in range(0, size, 1_000):
+                count = min(1_000, size - start)
+                drafts = [NewMessage(role="user", content=_item(start + i)) for i in range(count)]
+                agents.messages.append_many(thread, drafts).unwrap()
+        samples: list[list[float]] = [[] for _ in sizes]
         for _ in range(repeats):
-            started = time.perf_counter()
-            got = agents.messages.list("long", limit=page).unwrap()
-            forward = agents.messages.list("long", after_seq=size - page, limit=page).unwrap()
-            samples.append(time.perf_counter() - started)
-            assert got.items[-1].seq == size
-            assert forward.items == got.items
-        return statistics.median(samples)
-
-
-def _best(rounds: list[Timings]) -> Timings:
-    return Timings(*(min(values) for values in zip(*rounds, strict=True)))
-
-
-def _line(name: str, t: Timings, messages: int) -> None:
-    print(
-        f"  {name:<31} append {t.append:7.3f} s ({messages / t.append:7,.0f} msg/s)"
-        f"  read back {t.read_back * 1000:7.1f} ms  newest pages {t.newest_pages * 1000:7.1f} ms"
-    )
-
-
-def _ratios(name: str, ours: Timings, theirs: Timings, note: str = "") -> None:
-    print(
-        f"  {name:<31} append {ours.append / theirs.append:5.2f}x"
-        f"  read back {ours.read_back / theirs.read_back:5.2f}x"
-        f"  newest pages {ours.newest_pages / theirs.newest_pages:5.2f}x{note}"
-    )
+            for index, size in enumerate(sizes):
+                thread = f"t{size}"
+                began = time.perf_counter()
+                newest = agents.messages.list(thread, limit=page).unwrap()
+                forward = agents.messages.list(thread, after_seq=size - page, limit=page).unwrap()
+                samples[index].append(time.perf_counter() - began)
+                assert newest.items[-1].seq == size
+                assert forward.items == newest.items
+        return [statistics.median(s) for s in samples]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--page", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chunk", type=int, default=250)
+    parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--tail-messages", type=int, default=100_000)
     parser.add_argument("--tail-repeats", type=int, default=300)
+    parser.add_argument("--full", action="store_true", help="add runstore with synchronous=FULL")
     args = parser.parse_args(argv)
     messages, page = args.messages, args.page
-
     session_class = _sdk_session_class()
-    normal, full, raw, sdk = (
-        "runstore (synchronous=NORMAL)",
-        "runstore (synchronous=FULL)",
-        "raw apsw (same SQL, NORMAL)",
-        "openai-agents SQLiteSession",
-    )
-    steps: dict[str, Callable[[Path], Timings]] = {
-        normal: lambda f: runstore_round(f, messages, page, "NORMAL"),
-        full: lambda f: runstore_round(f, messages, page, "FULL"),
-        raw: lambda f: raw_round(f, messages, page),
-    }
-    if session_class is not None:
-        steps[sdk] = lambda f: sdk_round(session_class, f, messages, page)
-    runs: dict[str, list[Timings]] = {name: [] for name in steps}
+
+    with tempfile.TemporaryDirectory() as root:
+        folders = [Path(tempfile.mkdtemp(dir=root)) for _ in range(4)]
+        stores: list[Store] = [Runstore(folders[0], page, "NORMAL"), RawApsw(folders[1], page)]
+        if args.full:
+            stores.append(Runstore(folders[2], page, "FULL"))
+        if session_class is not None:
+            stores.append(AgentsSdk(session_class, folders[3], page))
+        try:
+            times = asyncio.run(contest(stores, messages, page, args.chunk, args.passes))
+        finally:
+            for store in stores:
+                store.close()
 
     pages = -(-messages // page)
     print(
-        f"{messages:,} appends (one call each), then: read back (runstore and raw: {pages}"
-        f" forward pages of {page}; the SDK: get_items(), its one way to read a whole"
-        f" session), and {pages} reads of the newest {page} (the SDK: get_items(limit={page}))."
+        f"{messages:,} appends, one call each, in slices of {args.chunk} taking turns; then"
+        f" best of {args.passes}: read back ({pages} forward pages of {page}; the SDK:"
+        f" one get_items()) and {pages} reads of the newest {page}:"
     )
-    for round_ in range(args.rounds):
-        order = list(steps) if round_ % 2 == 0 else list(reversed(steps))
-        for name in order:
-            with tempfile.TemporaryDirectory() as folder:
-                runs[name].append(steps[name](Path(folder)))
-    best = {name: _best(results) for name, results in runs.items()}
-    for name, timings in best.items():
-        _line(name, timings, messages)
-
+    for name, (append_s, back_s, newest_s) in times.items():
+        print(
+            f"  {name:<30} append {append_s:7.3f} s ({messages / append_s:7,.0f} msg/s)"
+            f"  read back {back_s * 1000:7.1f} ms  newest pages {newest_s * 1000:7.1f} ms"
+        )
+    ours = times["runstore (synchronous=NORMAL)"]
     print("ratios (runstore / other; lower is better for runstore):")
-    _ratios("runstore / raw apsw", best[normal], best[raw])
+    others = [("raw apsw", RawApsw.name, "")]
+    if session_class is not None:
+        others.append(("SDK", AgentsSdk.name, "  (target <= 1.00)"))
+    for label, name, note in others:
+        theirs = times[name]
+        print(
+            f"  runstore / {label:<19} append {ours[0] / theirs[0]:5.2f}x"
+            f"  read back {ours[1] / theirs[1]:5.2f}x"
+            f"  newest pages {ours[2] / theirs[2]:5.2f}x{note}"
+        )
+    if args.full and session_class is not None:
+        full, sdk = times["runstore (synchronous=FULL)"], times[AgentsSdk.name]
+        print(f"  runstore FULL / SDK (same fsync) append {full[0] / sdk[0]:5.2f}x")
     if session_class is None:
         print(
             "  runstore / SDK: skipped, the 'openai-agents' package is not installed"
             " (pip install openai-agents to compare with its SQLiteSession)"
         )
-    else:
-        _ratios("runstore / SDK", best[normal], best[sdk], "  (target <= 1.00)")
-        _ratios("runstore FULL / SDK (same fsync)", best[full], best[sdk])
 
     with tempfile.TemporaryDirectory() as folder:
-        small = tail_page_seconds(Path(folder), 1_000, page, args.tail_repeats)
-        large = tail_page_seconds(Path(folder), args.tail_messages, page, args.tail_repeats)
+        small, large = tail_pages(
+            Path(folder), (1_000, args.tail_messages), page, args.tail_repeats
+        )
     print(
         f"newest {page} + the same page forward, median of {args.tail_repeats}:"
-        f" 1,000-message thread {small * 1e6:7.0f} us,"
-        f" {args.tail_messages:,}-message thread {large * 1e6:7.0f} us,"
+        f" 1,000-message thread {small * 1e6:6.0f} us,"
+        f" {args.tail_messages:,}-message thread {large * 1e6:6.0f} us,"
         f" ratio {large / small:4.2f}x (target <= 1.50)"
     )
     return 0

@@ -112,9 +112,7 @@ def test_hot_list_queries_read_only_headers_through_the_clustered_key(
     assert "SEARCH r USING INTEGER PRIMARY KEY (rowid=?) LEFT-JOIN" in top
     # Bodies are read only by the correlated subquery of each returned row, by key.
     body_reads = [d for d in details if " b " in f" {d} " or "agent_message_bodies" in d]
-    assert body_reads == [
-        "SEARCH b USING INDEX sqlite_autoindex_agent_message_bodies_1 (thread_key=? AND seq=?)"
-    ]
+    assert body_reads == ["SEARCH b USING INTEGER PRIMARY KEY (rowid=?)"]
     (parent,) = [p for p, d in plan.values() if d == body_reads[0]]
     assert plan[parent][1].startswith("CORRELATED SCALAR SUBQUERY")
     assert "content" not in sql.replace("b.content", "")
@@ -133,7 +131,8 @@ def test_listing_never_reads_a_body_it_does_not_return(
     # Poison every other body: a read of any of them would fail to decode.
     marks = ", ".join("?" * len(returned))
     db.execute(
-        f"UPDATE agent_message_bodies SET content = 'not json' WHERE seq NOT IN ({marks})",
+        f"UPDATE agent_message_bodies SET content = 'not json'"
+        f" WHERE (id & 4294967295) NOT IN ({marks})",
         returned,
     )
     assert agents.messages.list("t", after_seq=10, roles=["tool"], limit=5).unwrap() == page
@@ -174,12 +173,29 @@ def test_deleting_a_thread_removes_its_rows_from_every_table(
         )
     ]
     assert set(tables) == AGENT_TABLES, "a new agent table must be added to this test"
+    owner = {"agent_threads": "key", "agent_message_bodies": "id >> 32"}
     for table in tables:
-        column = "key" if table == "agent_threads" else "thread_key"
+        column = owner.get(table, "thread_key")
         assert db.scalar(f"SELECT count(*) FROM {table} WHERE {column} = ?", (keys["t"],)) == 0
         kept = db.scalar(f"SELECT count(*) FROM {table} WHERE {column} = ?", (keys["keep"],))
         assert kept * 2 == before[table], table
     assert db.execute("PRAGMA foreign_key_check") == []
+    orphans = db.scalar(
+        "SELECT count(*) FROM agent_message_bodies b WHERE NOT EXISTS (SELECT 1 FROM"
+        " agent_messages m WHERE m.thread_key = b.id >> 32 AND m.seq = (b.id & 4294967295))"
+    )
+    assert orphans == 0
+
+
+def test_deleting_by_run_deletes_the_bodies_too(db: SqliteDatabase, agents: AgentStorage) -> None:
+    agents.runs.start("r", thread_id="t").unwrap()
+    agents.messages.append_many(
+        "t", [NewMessage(role="tool", content="x" * 5000, run_id="r") for _ in range(20)]
+    ).unwrap()
+    agents.messages.append("t", role="user", content="kept").unwrap()
+    assert agents.messages.delete_by_run("t", "r") == Success(20)
+    assert db.scalar("SELECT count(*) FROM agent_message_bodies") == 1
+    assert db.scalar("SELECT id & 4294967295 FROM agent_message_bodies") == 21
 
 
 # -- faults ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ Every write is one unit of work on the container's :class:`SqliteDatabase` (``BE
 IMMEDIATE``), so the thread's counter row, the messages and the checks between them commit
 together or not at all, across threads and processes alike. Message headers and bodies are
 apart: listing reads headers through the clustered ``(thread_key, seq)`` key and then the
-bodies of exactly the rows it returns.
+bodies of exactly the rows it returns, each by a rowid computed from its header.
 
 This layer keeps no in-process cache: counters live in the thread row, and another process
 may change it at any moment, so every unit reads what it needs under its own lock.
@@ -80,6 +80,9 @@ __all__ = [
 ]
 
 Row = tuple[Any, ...]
+
+BODY_STRIDE = 2**32
+"""A body's rowid is ``thread_key * BODY_STRIDE + seq`` (migration 0004 bounds both)."""
 
 _THREAD_COLUMNS = (
     "t.key, t.id, t.project_id, t.title, t.metadata, t.status,"
@@ -587,15 +590,14 @@ class SqliteMessageStore(_Base):
             )
             for index, draft in enumerate(drafts)
         ]
-        bodies = [
-            (thread_key, first + index, draft.content_json) for index, draft in enumerate(drafts)
-        ]
+        base = thread_key * BODY_STRIDE
+        bodies = [(base + first + index, draft.content_json) for index, draft in enumerate(drafts)]
         insert_header = (
             "INSERT INTO agent_messages (thread_key, seq, role, run_key, input_tokens,"
             " output_tokens, cache_read_tokens, cache_write_tokens, cost, created_at_ms)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        insert_body = "INSERT INTO agent_message_bodies (thread_key, seq, content) VALUES (?, ?, ?)"
+        insert_body = "INSERT INTO agent_message_bodies (id, content) VALUES (?, ?)"
         if count == 1:
             db.execute(insert_header, headers[0])
             db.execute(insert_body, bodies[0])
@@ -640,8 +642,7 @@ class SqliteMessageStore(_Base):
             if header is None:
                 return Failure(NotFound("message", f"{thread_id}#{seq}"))
             content = self._db.scalar(
-                "SELECT content FROM agent_message_bodies WHERE thread_key = ? AND seq = ?",
-                (key, seq),
+                "SELECT content FROM agent_message_bodies WHERE id = ?", (key * BODY_STRIDE + seq,)
             )
             return Success(_message(ThreadId(thread_id), header, content))
 
@@ -749,7 +750,7 @@ def page_query(thread_id: str, query: ListQuery) -> tuple[str, dict[str, Any]]:
     sql = (
         f"SELECT {_HEADER_COLUMNS},"
         " (SELECT b.content FROM agent_message_bodies b"
-        "   WHERE b.thread_key = m.thread_key AND b.seq = m.seq),"
+        f"   WHERE b.id = m.thread_key * {BODY_STRIDE} + m.seq),"
         f" (SELECT 1 FROM agent_messages m WHERE {condition}"
         f"   ORDER BY m.seq {order} LIMIT 1 OFFSET :limit)"
         " FROM agent_messages m LEFT JOIN agent_runs r ON r.key = m.run_key"

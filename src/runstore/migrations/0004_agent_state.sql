@@ -1,12 +1,13 @@
 -- Agent state: threads, their runs, their messages and their context checkpoints.
 --
--- Every table of this domain carries the integer key of the thread it belongs to
--- (agent_threads.key, or thread_key elsewhere) and cascades from agent_threads, so deleting a
--- thread deletes every row of it. Text ids are the callers'; the integer keys never leave
--- the database.
+-- Every row of this domain belongs to one thread: the tables carry its integer key
+-- (agent_threads.key, thread_key elsewhere) and cascade from agent_threads, and a message
+-- body's rowid is its thread's key * 2^32 + its seq, deleted with its header by a trigger.
+-- So deleting a thread deletes every row of it. Text ids are the callers'; the integer keys
+-- never leave the database.
 
 CREATE TABLE agent_threads (
-    key                INTEGER PRIMARY KEY,
+    key                INTEGER PRIMARY KEY CHECK (key BETWEEN 1 AND 2147483647),
     id                 TEXT NOT NULL UNIQUE,
     project_id         TEXT NOT NULL,
     title              TEXT NOT NULL,
@@ -42,7 +43,7 @@ CREATE UNIQUE INDEX agent_runs_single_flight ON agent_runs (thread_key) WHERE st
 -- Message headers: small rows clustered by (thread, seq). Listing reads only these.
 CREATE TABLE agent_messages (
     thread_key         INTEGER NOT NULL REFERENCES agent_threads (key) ON DELETE CASCADE,
-    seq                INTEGER NOT NULL CHECK (seq >= 1),
+    seq                INTEGER NOT NULL CHECK (seq BETWEEN 1 AND 4294967295),
     role               TEXT NOT NULL,
     run_key            INTEGER REFERENCES agent_runs (key),
     input_tokens       INTEGER NOT NULL CHECK (input_tokens >= 0),
@@ -57,13 +58,17 @@ CREATE TABLE agent_messages (
 CREATE INDEX agent_messages_run ON agent_messages (run_key);
 
 -- Message bodies, apart from the headers so that no listing ever reads one it does not return.
+-- The rowid is computed from the header (thread_key * 2^32 + seq): a body is one rowid lookup
+-- away from its header and an append writes no extra index.
 CREATE TABLE agent_message_bodies (
-    thread_key INTEGER NOT NULL,
-    seq        INTEGER NOT NULL,
-    content    TEXT NOT NULL,                         -- JSON value
-    PRIMARY KEY (thread_key, seq),
-    FOREIGN KEY (thread_key, seq) REFERENCES agent_messages (thread_key, seq) ON DELETE CASCADE
+    id      INTEGER PRIMARY KEY,                      -- thread_key * 4294967296 + seq
+    content TEXT NOT NULL                             -- JSON value
 ) STRICT;
+
+CREATE TRIGGER agent_messages_delete_body AFTER DELETE ON agent_messages
+BEGIN
+    DELETE FROM agent_message_bodies WHERE id = old.thread_key * 4294967296 + old.seq;
+END;
 
 CREATE TABLE agent_checkpoints (
     key                 INTEGER PRIMARY KEY,
