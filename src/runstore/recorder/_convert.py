@@ -26,7 +26,6 @@ import attrs
 from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
 from runstore.recorder._text import clean_text, safe_str
 from runstore.services.testruns import (
-    FAILING_OUTCOMES,
     MAX_FRAMES,
     CollectionError,
     ErrorInfo,
@@ -36,7 +35,6 @@ from runstore.services.testruns import (
     StackFrame,
     SubtestResult,
     TestResult,
-    derive_outcome,
 )
 
 __all__ = [
@@ -44,6 +42,7 @@ __all__ = [
     "PathResolver",
     "collection_record",
     "error_from_report",
+    "is_failing",
     "is_subtest_report",
     "split_nodeid",
 ]
@@ -320,19 +319,28 @@ def is_subtest_report(report: Any) -> bool:
     return context is not None and hasattr(context, "msg") and hasattr(context, "kwargs")
 
 
-@attrs.define
 class _Pending:
     """What has arrived so far of one item (mutable; lives until the item finishes)."""
 
-    nodeid: str
-    module_path: str
-    line: int | None
-    markers: tuple[str, ...] = ()
-    phases: list[PhaseResult] = attrs.Factory(list)
-    errors: list[ErrorInfo] = attrs.Factory(list)
-    subtests: list[SubtestResult] = attrs.Factory(list)
-    attempts: list[TestResult] = attrs.Factory(list)
-    rerun: bool = False
+    __slots__ = ("attempts", "errors", "line", "markers", "module_path", "nodeid", "phases",
+                 "rerun", "subtests")
+
+    def __init__(self, nodeid: str, module_path: str, line: int | None,
+                 markers: tuple[str, ...]) -> None:
+        self.nodeid = nodeid
+        self.module_path = module_path
+        self.line = line
+        self.markers = markers
+        self.phases: list[PhaseResult] = []
+        self.errors: list[ErrorInfo] = []
+        self.subtests: list[SubtestResult] = []
+        self.attempts: list[TestResult] = []
+        self.rerun = False
+
+
+def is_failing(phases: Sequence[PhaseResult]) -> bool:
+    """Whether items with these phases fail (``failed`` or ``error``): a phase failed."""
+    return any(p.outcome is Outcome.FAILED for p in phases)
 
 
 class ItemAssembler:
@@ -341,19 +349,20 @@ class ItemAssembler:
     Feed every test report to :meth:`add`; it returns the finished ``TestResult`` when the
     report finished an item (its teardown, or a report of an unknown phase such as a
     crashed ``pytest-xdist`` worker's), else None. Only unfinished items are held, so
-    memory does not grow with the number of items.
+    memory does not grow with the number of items. :meth:`add` runs for every phase of
+    every test, so the plain passing phase takes the shortest path.
     """
 
     def __init__(self, resolver: PathResolver) -> None:
         self._resolver = resolver
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, _Pending] = {}  # by node id as reported
         self._markers: dict[str, tuple[str, ...]] = {}
 
     def note_markers(self, nodeid: str, names: list[str]) -> None:
         """Remember the markers of an item whose setup report comes next (an
         :class:`~runstore.recorder.Annotator` sink)."""
         if names:
-            self._markers[clean_text(nodeid)] = tuple(clean_text(n) for n in names)
+            self._markers[nodeid] = tuple(clean_text(n) for n in names)
 
     @property
     def unfinished(self) -> int:
@@ -361,37 +370,46 @@ class ItemAssembler:
         return len(self._pending)
 
     def _start(self, report: Any) -> _Pending:
-        nodeid = clean_text(report.nodeid)
-        pending = self._pending.get(nodeid)
-        if pending is None:
-            location = getattr(report, "location", None)
-            line = None
-            if isinstance(location, tuple) and len(location) > 1 and isinstance(location[1], int):
-                line = location[1] + 1
-            markers = self._markers.pop(nodeid, ())
-            pending = _Pending(nodeid, _module_path(nodeid, location), line, markers)
-            self._pending[nodeid] = pending
+        raw = report.nodeid
+        nodeid = clean_text(raw)
+        location = getattr(report, "location", None)
+        line = None
+        if isinstance(location, tuple) and len(location) > 1 and isinstance(location[1], int):
+            line = location[1] + 1
+        pending = _Pending(nodeid, _module_path(nodeid, location), line,
+                           self._markers.pop(raw, ()))
+        self._pending[raw] = pending
         return pending
 
     def add(self, report: Any) -> TestResult | None:
         """Take one test report; return the item's result when this report finished it."""
-        pending = self._start(report)
-        if is_subtest_report(report):
+        pending = self._pending.get(report.nodeid) or self._start(report)
+        when = report.when
+        if when == "call" and is_subtest_report(report):
             self._add_subtest(pending, report)
             return None
-        markers = getattr(report, MARKERS_ATTR, None)
-        if isinstance(markers, list):
-            pending.markers = tuple(clean_text(str(m)) for m in markers)
-        phase = _PHASES.get(report.when, Phase.CALL)
-        judged = _phase_outcome(report)
-        if judged is not None:
-            outcome, reason, rerun = judged
-            result = PhaseResult(phase, outcome, _duration_ms(report), reason)
-            pending.phases = [p for p in pending.phases if p.phase != phase] + [result]
-            if outcome is Outcome.FAILED:
-                pending.errors.append(error_from_report(self._resolver, report, phase))
-            pending.rerun = pending.rerun or rerun
-        if report.when in _PHASES and report.when != "teardown":
+        phase = _PHASES.get(when, Phase.CALL)
+        if when == "setup":
+            markers = getattr(report, MARKERS_ATTR, None)
+            if isinstance(markers, list):
+                pending.markers = tuple(clean_text(str(m)) for m in markers)
+        if report.outcome == "passed" and getattr(report, "wasxfail", None) is None:
+            result = PhaseResult(phase, Outcome.PASSED, _duration_ms(report))
+        else:
+            judged = _phase_outcome(report)
+            if judged is None:
+                result = None
+            else:
+                outcome, reason, rerun = judged
+                result = PhaseResult(phase, outcome, _duration_ms(report), reason)
+                if outcome is Outcome.FAILED:
+                    pending.errors.append(error_from_report(self._resolver, report, phase))
+                pending.rerun = pending.rerun or rerun
+        if result is not None:
+            if any(p.phase is phase for p in pending.phases):  # a phase reported twice
+                pending.phases = [p for p in pending.phases if p.phase is not phase]
+            pending.phases.append(result)
+        if when == "setup" or when == "call":
             return None
         return self._finish_attempt(pending, report)
 
@@ -412,7 +430,7 @@ class ItemAssembler:
         name, param = split_nodeid(pending.nodeid)
         phases = tuple(pending.phases)
         stdout = stderr = log = ""
-        if report is not None and derive_outcome(phases) in FAILING_OUTCOMES:
+        if report is not None and is_failing(phases):
             # The last report carries the output captured in every phase so far.
             stdout = safe_str(getattr(report, "capstdout", ""))
             stderr = safe_str(getattr(report, "capstderr", ""))
@@ -439,7 +457,7 @@ class ItemAssembler:
             pending.phases, pending.errors, pending.subtests = [], [], []
             pending.rerun = False
             return None
-        del self._pending[pending.nodeid]
+        del self._pending[report.nodeid]
         if not pending.phases:
             return None
         return self._result(pending, report, tuple(pending.attempts))

@@ -37,7 +37,12 @@ import pytest
 from returns.result import Failure, Result
 
 from runstore.layers import ConnectionSettings, Layer, build, merge, sqlite
-from runstore.recorder._convert import ItemAssembler, PathResolver, collection_record
+from runstore.recorder._convert import (
+    ItemAssembler,
+    PathResolver,
+    collection_record,
+    is_failing,
+)
 from runstore.recorder._coverage import session_coverage
 from runstore.recorder._environment import environment, host_name
 from runstore.recorder._text import clean_text, safe_str
@@ -282,7 +287,7 @@ class Recorder:
             self._failing = True
         else:
             self._results.append(record)
-            self._failing = self._failing or record.outcome in FAILING_OUTCOMES
+            self._failing = self._failing or is_failing(record.phases)
         if (len(self._results) >= BATCH_ITEMS
                 or _monotonic() - self._buffered_since >= BATCH_SECONDS):
             self._flush()
@@ -375,12 +380,12 @@ class Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self._writing:
             return
-        self._guard("recording a test report", self._reported, report)
-
-    def _reported(self, report: pytest.TestReport) -> None:
-        result = self._assembler.add(report)
-        if result is not None:
-            self._buffer(result)
+        try:  # _guard, inlined: this runs for every phase of every test
+            result = self._assembler.add(report)
+            if result is not None:
+                self._buffer(result)
+        except Exception as exc:
+            self._fail(f"recording a test report: {type(exc).__name__}: {safe_str(exc)}")
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         # pytest ends a session stopped after collection errors (or by --stepwise) with its
