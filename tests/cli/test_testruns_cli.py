@@ -147,6 +147,7 @@ def test_invalid_arguments_are_refused(db: Path) -> None:
     assert run(db, "show", "0").exit_code == 2
     assert run(db, "slowest", "1", "--limit", "0").exit_code == 2
     assert run(db, "prune", "--keep-runs", "0").exit_code == 2
+    assert run(db, "runs", "--project", "shop", "--all-projects").exit_code == 2
     missing = run(db, "show", "999")
     assert missing.exit_code == 1
     assert "run '999' not found" in missing.stderr

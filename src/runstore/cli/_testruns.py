@@ -353,6 +353,8 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
     Example:
       runstore runs --limit 5
     """
+    if all_projects and project is not None:
+        raise click.UsageError("give --project or --all-projects, not both")
     with _services() as services:
         name = None if all_projects else _project(services, project)
         page = services.get(services.reader.list_runs(name, limit=limit))
