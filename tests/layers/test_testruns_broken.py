@@ -1,0 +1,438 @@
+"""Testing the tester: deliberately broken layers must fail the DataStore/DataReader contract.
+
+Each broken layer wraps a correct in-memory layer and breaks one documented rule the way real
+implementations have: committing half a batch on Failure, counting the input instead of the
+stored rows, never trimming history, losing the coverage of a pruned run's invocation. The
+state machine of ``runstore.testing`` must catch each of them (and say where).
+
+The searches are steered: the machine gets extra rules that make whole runs, coverage and
+hard pruning likely (``_biased``) and its pools are narrowed, so each broken layer is caught
+within seconds; the control test drives a correct wrapper through the same steered machine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Generator, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import Phase as HypothesisPhase
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import rule, run_state_machine_as_test
+from returns.result import Failure, Result, Success
+
+from runstore.layers import Container, Layer, build, in_memory, merge
+from runstore.services.clock import Clock
+from runstore.services.errors import InvalidInput
+from runstore.services.pagination import MAX_PAGE_SIZE, Page
+from runstore.services.testruns import (
+    DEFAULT_HISTORY_WINDOW,
+    CollectionError,
+    CoverageReport,
+    CoverageTrendPoint,
+    DataReader,
+    DataReaderError,
+    DataStore,
+    DataStoreError,
+    FailureRecord,
+    FileCoverage,
+    FlakyTest,
+    HistoryEntry,
+    Outcome,
+    PruneRunsResult,
+    RunComparison,
+    RunId,
+    RunRetentionPolicy,
+    RunStart,
+    RunStatus,
+    RunSummary,
+    TestClassification,
+    TestRecord,
+    TestResult,
+)
+from runstore.testing import (
+    LayerFactory,
+    RunRecordsMachine,
+    contract_state_machine,
+    file_coverages,
+    item_results,
+)
+
+# -- delegation --------------------------------------------------------------------------------
+
+
+class PassThrough:
+    """A DataStore and DataReader that forwards every call to a correct layer."""
+
+    def __init__(self, store: DataStore, reader: DataReader, clock: Clock) -> None:
+        self.inner_store = store
+        self.inner_reader = reader
+        self.clock = clock
+
+    # DataStore
+    def begin_run(self, start: RunStart) -> Result[RunId, DataStoreError]:
+        return self.inner_store.begin_run(start)
+
+    def record_results(
+        self, run_id: RunId, results: Sequence[TestResult]
+    ) -> Result[int, DataStoreError]:
+        return self.inner_store.record_results(run_id, results)
+
+    def record_collection_errors(
+        self, run_id: RunId, errors: Sequence[CollectionError]
+    ) -> Result[int, DataStoreError]:
+        return self.inner_store.record_collection_errors(run_id, errors)
+
+    def finish_run(
+        self, run_id: RunId, status: RunStatus, finished_at: datetime
+    ) -> Result[RunSummary, DataStoreError]:
+        return self.inner_store.finish_run(run_id, status, finished_at)
+
+    def abort_stale_runs(
+        self, project: str, *, older_than: datetime
+    ) -> Result[tuple[RunId, ...], DataStoreError]:
+        return self.inner_store.abort_stale_runs(project, older_than=older_than)
+
+    def write_coverage(
+        self, run_id: RunId, files: Sequence[FileCoverage]
+    ) -> Result[int, DataStoreError]:
+        return self.inner_store.write_coverage(run_id, files)
+
+    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        return self.inner_store.prune_runs(policy)
+
+    # DataReader
+    def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
+        return self.inner_reader.latest_run(project)
+
+    def get_run(self, run_id: RunId) -> Result[RunSummary, DataReaderError]:
+        return self.inner_reader.get_run(run_id)
+
+    def list_runs(
+        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[RunSummary], DataReaderError]:
+        return self.inner_reader.list_runs(project, limit=limit, cursor=cursor)
+
+    def projects(self) -> Result[tuple[str, ...], DataReaderError]:
+        return self.inner_reader.projects()
+
+    def tests(
+        self, run_id: RunId, *, outcomes: frozenset[Outcome] | None = None
+    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
+        return self.inner_reader.tests(run_id, outcomes=outcomes)
+
+    def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
+        return self.inner_reader.failures(run_id)
+
+    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        return self.inner_reader.classify(run_id)
+
+    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
+        return self.inner_reader.flaky_tests(project)
+
+    def history(
+        self, project: str, nodeid: str
+    ) -> Result[tuple[HistoryEntry, ...], DataReaderError]:
+        return self.inner_reader.history(project, nodeid)
+
+    def find_tests(
+        self, project: str, fragment: str, *, limit: int = 20
+    ) -> Result[tuple[str, ...], DataReaderError]:
+        return self.inner_reader.find_tests(project, fragment, limit=limit)
+
+    def slowest(
+        self, run_id: RunId, *, limit: int = 10
+    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
+        return self.inner_reader.slowest(run_id, limit=limit)
+
+    def coverage(self, run_id: RunId) -> Result[CoverageReport, DataReaderError]:
+        return self.inner_reader.coverage(run_id)
+
+    def coverage_trend(
+        self, project: str, *, limit: int = 50
+    ) -> Result[tuple[CoverageTrendPoint, ...], DataReaderError]:
+        return self.inner_reader.coverage_trend(project, limit=limit)
+
+    def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
+        return self.inner_reader.compare(run_a, run_b)
+
+
+def broken(kind: type[PassThrough]) -> LayerFactory:
+    """A layer factory providing ``kind`` wrapped around a fresh in-memory layer."""
+
+    def factory() -> Layer:
+        def make(c: Container) -> Generator[PassThrough, None, None]:
+            clock = c.get(Clock)
+            inner_layer = merge(in_memory(), Layer.value(Clock, clock))
+            with build(inner_layer) as inner:
+                yield kind(
+                    inner.get(DataStore),
+                    inner.get(DataReader),
+                    clock,
+                )
+
+        def store(c: Container) -> DataStore:
+            return c.get(PassThrough)
+
+        def reader(c: Container) -> DataReader:
+            return c.get(PassThrough)
+
+        return merge(
+            Layer.service(PassThrough, make, requires=(Clock,)),
+            Layer.service(DataStore, store, requires=(PassThrough,)),  # type: ignore[type-abstract]
+            Layer.service(DataReader, reader, requires=(PassThrough,)),  # type: ignore[type-abstract]
+        )
+
+    return factory
+
+
+# -- the broken layers ---------------------------------------------------------------------------
+
+
+class HalfBatchOnFailure(PassThrough):
+    """Stores a batch item by item and stops at the first bad item, keeping the ones before."""
+
+    def record_results(
+        self, run_id: RunId, results: Sequence[TestResult]
+    ) -> Result[int, DataStoreError]:
+        whole = self.inner_store.record_results(run_id, results)
+        if isinstance(whole, Failure) and isinstance(whole.failure(), InvalidInput):
+            for item in results:  # keep the good items before the bad one
+                if isinstance(self.inner_store.record_results(run_id, [item]), Failure):
+                    break
+        return whole
+
+
+class CountsTrustInput(PassThrough):
+    """Counts outcomes as batches arrive instead of from the stored rows, so a re-recorded
+    item (a rerun) is counted twice."""
+
+    def __init__(self, store: DataStore, reader: DataReader, clock: Clock) -> None:
+        super().__init__(store, reader, clock)
+        self.counts: dict[int, Counter[str]] = {}
+
+    def record_results(
+        self, run_id: RunId, results: Sequence[TestResult]
+    ) -> Result[int, DataStoreError]:
+        stored = self.inner_store.record_results(run_id, results)
+        if isinstance(stored, Success):
+            self.counts.setdefault(run_id, Counter()).update(r.outcome.value for r in results)
+        return stored
+
+    def _fix(self, summary: RunSummary) -> RunSummary:
+        seen = self.counts.get(summary.id, Counter())
+        return attrs.evolve(summary, counts={o.value: seen[o.value] for o in Outcome})
+
+    def get_run(self, run_id: RunId) -> Result[RunSummary, DataReaderError]:
+        return self.inner_reader.get_run(run_id).map(self._fix)
+
+    def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
+        return self.inner_reader.latest_run(project).map(self._fix)
+
+    def finish_run(
+        self, run_id: RunId, status: RunStatus, finished_at: datetime
+    ) -> Result[RunSummary, DataStoreError]:
+        return self.inner_store.finish_run(run_id, status, finished_at).map(self._fix)
+
+    def list_runs(
+        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[RunSummary], DataReaderError]:
+        return self.inner_reader.list_runs(project, limit=limit, cursor=cursor).map(
+            lambda page: attrs.evolve(page, items=tuple(self._fix(s) for s in page.items))
+        )
+
+
+class UntrimmedHistory(PassThrough):
+    """Keeps every executed outcome of a test in its history instead of the newest window."""
+
+    def __init__(self, store: DataStore, reader: DataReader, clock: Clock) -> None:
+        super().__init__(store, reader, clock)
+        self.full: dict[tuple[str, str], list[HistoryEntry]] = {}
+
+    def finish_run(
+        self, run_id: RunId, status: RunStatus, finished_at: datetime
+    ) -> Result[RunSummary, DataStoreError]:
+        finished = self.inner_store.finish_run(run_id, status, finished_at)
+        if isinstance(finished, Success):
+            project = finished.unwrap().project
+            for test in self.inner_reader.tests(run_id).value_or(()):
+                window = self.inner_reader.history(project, test.nodeid).value_or(())
+                if window and window[0].run_id == run_id:
+                    self.full.setdefault((project, test.nodeid), []).insert(0, window[0])
+        return finished
+
+    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        pruned = self.inner_store.prune_runs(policy)
+        for entries in self.full.values():
+            for i, entry in enumerate(entries):
+                if entry.run_id is not None and isinstance(
+                    self.inner_reader.get_run(entry.run_id), Failure
+                ):
+                    entries[i] = attrs.evolve(entry, run_id=None)
+        return pruned
+
+    def history(
+        self, project: str, nodeid: str
+    ) -> Result[tuple[HistoryEntry, ...], DataReaderError]:
+        if (project, nodeid) in self.full:
+            return Success(tuple(self.full[(project, nodeid)]))
+        return self.inner_reader.history(project, nodeid)
+
+
+class CoverageDiesWithItsRun(PassThrough):
+    """Prunes without moving a doomed run's coverage to a surviving run of its invocation."""
+
+    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        runs = self.inner_reader.list_runs(None, limit=MAX_PAGE_SIZE)
+        if isinstance(runs, Success) and policy.keep_runs >= 1:
+            by_project: dict[str, list[RunSummary]] = {}
+            for summary in runs.unwrap().items:
+                by_project.setdefault(summary.project, []).append(summary)
+            for summaries in by_project.values():
+                ordered = sorted(summaries, key=lambda s: (s.started_at_ms, s.id), reverse=True)
+                for doomed in ordered[policy.keep_runs :]:
+                    if doomed.status != RunStatus.RUNNING:
+                        self.inner_store.write_coverage(doomed.id, ())
+        return self.inner_store.prune_runs(policy)
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+def _biased(machine: type[RunRecordsMachine], **narrow: Any) -> type[RunRecordsMachine]:
+    """The bound machine with whole runs (begin, record, finish) far more likely and its pools
+    narrowed by ``narrow`` (``projects``, ``invocations``, ``max_nodeids``), so deep histories
+    and retention come within a short search."""
+
+    class Biased(machine):  # type: ignore[valid-type,misc]
+        @rule(data=st.data())
+        def whole_run_again(self, data: st.DataObject) -> None:
+            self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+
+        @rule(data=st.data())
+        def whole_run_once_more(self, data: st.DataObject) -> None:
+            self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+
+        @rule(data=st.data(), poison=st.sampled_from(["nan", "no phases", "empty nodeid"]))
+        def poisoned_batch_into_a_running_run(self, data: st.DataObject, poison: str) -> None:
+            running = [
+                r for r in self.runs
+                if self.model_reader.get_run(r).map(lambda s: s.status) == Success(
+                    RunStatus.RUNNING
+                )
+            ]
+            if running:
+                self.record_batch(running[-1], data, poison)
+
+        @rule(files=file_coverages())
+        def coverage_of_the_newest_run(self, files: tuple[FileCoverage, ...]) -> None:
+            if self.runs:
+                run = self.runs[-1]
+                self._same(
+                    "write_coverage",
+                    self.store.write_coverage(self._sut_id(run), files),
+                    self.model_store.write_coverage(run, files),
+                )
+
+        @rule(keep=st.integers(1, 2))
+        def prune_hard(self, keep: int) -> None:
+            self.prune_runs(keep, None)
+
+        @rule(data=st.data(), files=file_coverages().filter(bool))
+        def covered_run_then_newer_runs_then_prune(
+            self, data: st.DataObject, files: tuple[FileCoverage, ...]
+        ) -> None:
+            self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+            self.coverage_of_the_newest_run(files)
+            for _ in range(2):
+                self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+            self.prune_hard(1)
+
+    for name, value in narrow.items():
+        setattr(Biased, name, value)
+    return Biased
+
+
+def _deep_history(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
+    """Whole runs that always add to history: executed items, passed or failed runs."""
+
+    class DeepHistory(machine):  # type: ignore[valid-type,misc]
+        @rule(data=st.data())
+        def history_run(self, data: st.DataObject) -> None:
+            self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+
+        @rule(data=st.data())
+        def fill_the_window(self, data: st.DataObject) -> None:
+            for _ in range(DEFAULT_HISTORY_WINDOW + 1):
+                self.whole_run(**data.draw(self.whole_run_arguments(), label="whole_run"))
+
+        def whole_run_arguments(self) -> st.SearchStrategy[dict[str, Any]]:
+            executed = item_results(
+                st.sampled_from(self.nodeids),
+                st.sampled_from([Outcome.PASSED, Outcome.FAILED, Outcome.ERROR]),
+                attempts=False,
+            )
+            return st.fixed_dictionaries(
+                {
+                    "project": st.just(self.projects[0]),
+                    "invocation": st.sampled_from(self.invocations),
+                    "offset": st.just(0),
+                    "batch": st.lists(executed, min_size=1, max_size=2),
+                    "status": st.sampled_from([RunStatus.PASSED, RunStatus.FAILED]),
+                }
+            )
+
+    return DeepHistory
+
+
+SEARCH = settings(
+    max_examples=300,
+    stateful_step_count=60,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=[HypothesisPhase.generate],  # stop at the first failure; no shrinking needed
+    report_multiple_bugs=False,
+)
+
+
+@pytest.mark.parametrize(
+    ("kind", "narrow", "symptoms"),
+    [
+        (HalfBatchOnFailure, {}, ("tests(", "counts=")),
+        (CountsTrustInput, {}, ("counts",)),
+        (UntrimmedHistory, {"projects": ("alpha",), "max_nodeids": 1}, ("history(",)),
+        (
+            CoverageDiesWithItsRun,
+            {"projects": ("alpha",), "invocations": ("inv-1",)},
+            ("coverage", "pruned_files"),
+        ),
+    ],
+)
+def test_the_contract_catches_a_broken_layer(
+    kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
+) -> None:
+    machine = _biased(contract_state_machine(broken(kind)), **narrow)
+    if kind is UntrimmedHistory:
+        machine = _deep_history(machine)
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(machine, settings=SEARCH)
+    message = str(caught.value)
+    assert any(s in message for s in symptoms), message[:2_000]
+
+
+def test_a_correct_wrapper_passes() -> None:
+    """The delegating base itself, driven by the same biased machine, is correct: the
+    failures above come from the breakage, not from the wrapping or the bias."""
+    machine = _deep_history(_biased(contract_state_machine(broken(PassThrough))))
+    run_state_machine_as_test(
+        machine,
+        settings=settings(max_examples=4, stateful_step_count=20, deadline=None, database=None),
+    )
+
+
+_: Callable[[], Layer] = broken(PassThrough)
