@@ -157,17 +157,18 @@ _NO_USAGE = TokenUsage()
 
 
 def _message(thread_id: ThreadId, header: Row, content: str) -> Message:
-    # The hot path of every listing: one record per row, nothing else.
+    # The hot path of every listing: one record per row, built positionally (measurably
+    # cheaper than keywords for an attrs class), in Message's field order.
     usage = header[3:7]
     return Message(
-        thread_id=thread_id,
-        seq=header[0],
-        role=header[1],
-        content=decode_json(content),
-        run_id=header[2],
-        usage=_NO_USAGE if usage == (0, 0, 0, 0) else TokenUsage(*usage),
-        cost=None if header[7] is None else Decimal(header[7]),
-        created_at_ms=header[8],
+        thread_id,
+        header[0],  # seq
+        header[1],  # role
+        decode_json(content),
+        header[2],  # run id
+        _NO_USAGE if usage == (0, 0, 0, 0) else TokenUsage(*usage),
+        None if header[7] is None else Decimal(header[7]),  # cost
+        header[8],  # created_at_ms
     )
 
 
