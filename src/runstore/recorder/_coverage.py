@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import tempfile
-import warnings
 from typing import Any
 
 import pytest
@@ -58,6 +55,10 @@ def session_coverage(config: pytest.Config, resolver: PathResolver) -> tuple[Fil
     cov = _measuring(config)
     if cov is None:
         return ()
+    import json  # only a measured session pays for these
+    import tempfile
+    import warnings
+
     from coverage.exceptions import NoDataError
 
     with tempfile.TemporaryDirectory(prefix="runstore-cov-") as folder:

@@ -68,6 +68,13 @@ def git_head(start: Path) -> tuple[str | None, str | None]:
         return None, None
 
 
+def _platform() -> str:
+    """``system-release-machine`` from ``uname`` (``platform.platform()`` also probes the
+    C library by reading the interpreter binary: tens of ms at every start)."""
+    uname = platform.uname()
+    return safe_str(f"{uname.system}-{uname.release}-{uname.machine}")
+
+
 def host_name() -> str:
     """This machine's host name, as runs record it."""
     return safe_str(socket.gethostname())
@@ -79,7 +86,7 @@ def environment(config: pytest.Config) -> Environment:
     return Environment(
         python_version=platform.python_version(),
         pytest_version=pytest.__version__,
-        platform=platform.platform(),
+        platform=_platform(),
         git_commit=commit,
         git_branch=branch,
         command_line=tuple(safe_str(a) for a in sys.argv),
