@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from hypothesis import settings
 
-from runstore.layers import Layer, in_memory, sqlite
+from runstore.layers import Container, Layer, build, in_memory, merge, sqlite
+from runstore.services.clock import Clock
+from runstore.services.testruns import DataReader, DataStore
 from runstore.testing import DataReaderContract, DataStoreContract, LayerFactory
 
 
@@ -63,3 +67,51 @@ class TestSqliteFileDataReader(DataReaderContract):
     @pytest.fixture
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
         return _files(tmp_path)
+
+
+class _Alternating:
+    """Sends each call to the next of several services in turn (two connections to one
+    file): what one connection cached must not go stale when the other one writes."""
+
+    def __init__(self, *targets: object) -> None:
+        self._targets = itertools.cycle(targets)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(next(self._targets), name)
+
+
+def _two_connections(tmp_path: Path) -> LayerFactory:
+    counter = itertools.count()
+
+    def factory() -> Layer:
+        path = tmp_path / f"shared-{next(counter)}.db"
+
+        def pair(c: Container) -> Iterator[tuple[DataStore, DataReader]]:
+            clock = Layer.value(Clock, c.get(Clock))
+            with build(merge(sqlite(path), clock)) as a, build(merge(sqlite(path), clock)) as b:
+                yield (
+                    cast(DataStore, _Alternating(a.get(DataStore), b.get(DataStore))),
+                    cast(DataReader, _Alternating(b.get(DataReader), a.get(DataReader))),
+                )
+
+        return merge(
+            Layer.service(_Pair, pair, requires=(Clock,)),  # type: ignore[arg-type]
+            Layer.service(DataStore, lambda c: c.get(_Pair)[0], requires=(_Pair,)),  # type: ignore[type-abstract]
+            Layer.service(DataReader, lambda c: c.get(_Pair)[1], requires=(_Pair,)),  # type: ignore[type-abstract]
+        )
+
+    return factory
+
+
+class _Pair(tuple):  # type: ignore[type-arg]
+    """Container key of the two alternating services."""
+
+
+class TestSqliteTwoConnectionsDataStore(DataStoreContract):
+    """Every call goes to the other of two connections to the same file."""
+
+    state_machine_settings = _quick(5)
+
+    @pytest.fixture
+    def layer_factory(self, tmp_path: Path) -> LayerFactory:
+        return _two_connections(tmp_path)
