@@ -57,9 +57,9 @@ from runstore.services.testruns import (
 from runstore.testing import (
     LayerFactory,
     RunRecordsMachine,
-    contract_state_machine,
     file_coverages,
     item_results,
+    run_records_state_machine,
 )
 
 # -- delegation --------------------------------------------------------------------------------
@@ -416,7 +416,7 @@ SEARCH = settings(
 def test_the_contract_catches_a_broken_layer(
     kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
 ) -> None:
-    machine = _biased(contract_state_machine(broken(kind)), **narrow)
+    machine = _biased(run_records_state_machine(broken(kind)), **narrow)
     if kind is UntrimmedHistory:
         machine = _deep_history(machine)
     with pytest.raises(AssertionError) as caught:
@@ -428,7 +428,7 @@ def test_the_contract_catches_a_broken_layer(
 def test_a_correct_wrapper_passes() -> None:
     """The delegating base itself, driven by the same biased machine, is correct: the
     failures above come from the breakage, not from the wrapping or the bias."""
-    machine = _deep_history(_biased(contract_state_machine(broken(PassThrough))))
+    machine = _deep_history(_biased(run_records_state_machine(broken(PassThrough))))
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=4, stateful_step_count=20, deadline=None, database=None),

@@ -5,7 +5,7 @@ Three parts:
 - **Strategies** (``node_ids``, ``error_infos``, ``item_results``, ...) that generate the awkward
   inputs a real test runner produces: node ids with ``::``, brackets, spaces, any Unicode and
   NUL; messages with lone surrogates or far beyond ``MAX_MESSAGE_CHARS``; deep cause chains.
-- **The state machine** (:func:`contract_state_machine`): a hypothesis ``RuleBasedStateMachine``
+- **The state machine** (:func:`run_records_state_machine`): a hypothesis ``RuleBasedStateMachine``
   that drives the layer under test beside the in-memory layer (the model) with the same calls
   and compares the whole ``Result`` of every call, and after every step the whole result of
   every reader query. Run ids are opaque: the machine maps the layer's ids onto the model's
@@ -87,7 +87,6 @@ __all__ = [
     "LayerFactory",
     "RunRecordsMachine",
     "collection_errors",
-    "contract_state_machine",
     "environments",
     "error_infos",
     "file_coverages",
@@ -97,6 +96,7 @@ __all__ = [
     "make_item",
     "node_ids",
     "phases_for",
+    "run_records_state_machine",
     "stack_frames",
     "utc",
 ]
@@ -450,7 +450,7 @@ def _open(stack: ExitStack, factory: LayerFactory, clock: FixedClock) -> Contain
 class RunRecordsMachine(RuleBasedStateMachine):
     """Drives the layer under test beside the model with the same calls; see the module doc.
 
-    Use :func:`contract_state_machine` to bind a layer factory; ``model_factory`` defaults to
+    Use :func:`run_records_state_machine` to bind a layer factory; ``model_factory`` defaults to
     the in-memory layer.
     """
 
@@ -789,7 +789,7 @@ class RunRecordsMachine(RuleBasedStateMachine):
                     )
 
 
-def contract_state_machine(
+def run_records_state_machine(
     layer_factory: LayerFactory, model_factory: LayerFactory = in_memory
 ) -> type[RunRecordsMachine]:
     """Return a :class:`RunRecordsMachine` subclass bound to ``layer_factory`` (the layer under
@@ -963,7 +963,7 @@ class DataStoreContract(_Contract):
     state_machine_settings: ClassVar[settings | None] = None
 
     def test_state_machine_agrees_with_the_model(self, layer_factory: LayerFactory) -> None:
-        machine = contract_state_machine(layer_factory)
+        machine = run_records_state_machine(layer_factory)
         run_state_machine_as_test(machine, settings=self.state_machine_settings)
 
     # begin_run -----------------------------------------------------------------------------------
