@@ -479,7 +479,7 @@ def test_two_processes_record_into_one_database_at_once(tmp_path: Path, db: Path
 REAL_SUITES = {
     # package==version: (folder inside the sdist holding the tests, extra pytest args)
     "six==1.17.0": ("test_six.py", ()),
-    "iniconfig==2.1.0": ("testing", ()),
+    "idna==3.10": ("tests", ()),
 }
 
 

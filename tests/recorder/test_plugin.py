@@ -185,6 +185,15 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
     assert len(list(tmp_path.rglob("runstore.db"))) == 1
 
 
+def test_a_session_that_fails_to_start_its_tests_is_a_failed_run(tmp_path: Path) -> None:
+    folder = write(tmp_path / "proj", test_simple="def test_ok():\n    pass\n")
+    done = run_pytest(folder, "--runstore", "no_such_test_file.py")
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    run, tests = latest(folder / ".runstore" / "runstore.db", "proj")
+    assert run.status is RunStatus.FAILED
+    assert tests == {}
+
+
 def test_a_busy_database_warns_once_and_the_tests_go_on(tmp_path: Path) -> None:
     folder = write(tmp_path / "proj", test_simple=SIMPLE)
     db = folder / ".runstore" / "runstore.db"

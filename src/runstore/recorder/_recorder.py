@@ -12,10 +12,11 @@ Only the process that sees every report records: a plain pytest process, or the
   killed run keeps what finished before its last second and memory stays flat.
 - The run ends ``interrupted`` on Ctrl-C (``pytest_keyboard_interrupt``, also called for
   ``pytest.exit``, but not for pytest's own stop after collection errors) or an internal
-  error; ``failed`` when an item failed, a collector failed or pytest exited with "tests
-  failed"; else ``passed``. Before a run begins, a ``running`` run of the same project
-  whose process is gone (same host, dead pid), or last written more than
-  :data:`STALE_AFTER` ago, is marked ``aborted``.
+  error; ``failed`` when an item or a collector failed or pytest's exit code is neither
+  "OK" nor "no tests collected" (a usage error, a coverage threshold); else ``passed``.
+  Before a run begins, a ``running`` run of the same project whose process is gone (same
+  host, dead pid), or last written more than :data:`STALE_AFTER` ago, is marked
+  ``aborted``.
 - Nothing here changes pytest's outcome, exit code or output beyond one summary line. The
   first database failure (busy, broken, refused) is reported once on that line; recording
   stops and the tests go on.
@@ -87,6 +88,10 @@ CONNECTION = ConnectionSettings(busy_timeout_ms=2_000, busy_budget_ms=5_000)
 """Wait at most ~5 s for a busy database in one write, then give up and warn."""
 
 DEFAULT_DB = os.path.join(".runstore", "runstore.db")
+
+_CLEAN_EXITS = frozenset({pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED})
+"""Exit codes of a session that went as it should; any other (tests failed, collection
+errors, a usage error such as a missing path, a plugin failing the run) makes it failed."""
 
 
 @attrs.frozen
@@ -295,7 +300,7 @@ class Recorder:
     def _status(self, exitstatus: int) -> RunStatus:
         if self._interrupted or exitstatus == pytest.ExitCode.INTERNAL_ERROR:
             return RunStatus.INTERRUPTED
-        if self._failing or exitstatus == pytest.ExitCode.TESTS_FAILED:
+        if self._failing or exitstatus not in _CLEAN_EXITS:
             return RunStatus.FAILED
         return RunStatus.PASSED
 
