@@ -152,8 +152,8 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
         import sys
         import time
 
-        def test_moves_away(tmp_path):
-            os.chdir(tmp_path)  # never restored
+        def test_moves_away():
+            os.chdir(os.environ["ELSEWHERE"])  # never restored
 
         def test_fakes_the_clocks():
             time.time = lambda: 0.0
@@ -172,8 +172,10 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
         def test_after_all_that():
             pass
     """)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
     before_ms = time.time_ns() // 1_000_000
-    done = run_pytest(folder, "--runstore")
+    done = run_pytest(folder, "--runstore", env=_env(ELSEWHERE=str(elsewhere)))
     assert done.returncode == 1
     db = folder / ".runstore" / "runstore.db"
     run, tests = latest(db, "proj")
@@ -182,7 +184,7 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
     assert run.started_at_ms >= before_ms
     assert run.finished_at_ms is not None
     assert run.finished_at_ms >= run.started_at_ms
-    assert len(list(tmp_path.rglob("runstore.db"))) == 1
+    assert list(elsewhere.iterdir()) == []  # nothing followed the test's chdir
 
 
 def test_a_session_that_fails_to_start_its_tests_is_a_failed_run(tmp_path: Path) -> None:
