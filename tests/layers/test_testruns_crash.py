@@ -80,7 +80,8 @@ CHILD = textwrap.dedent(
 )
 
 
-def _check(path: Path, reported: set[int]) -> None:
+def _check(path: Path, reported: set[int]) -> int:
+    """Check the file after a kill; return how many runs were cut short (not finished)."""
     connection = apsw.Connection(str(path))
     try:
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
@@ -111,12 +112,15 @@ def _check(path: Path, reported: set[int]) -> None:
             else:
                 assert summary.status in (RunStatus.RUNNING, RunStatus.ABORTED), summary
                 assert stored % BATCH == 0, (summary, stored)  # whole batches or nothing
+        return sum(1 for s in runs.values() if s.status != RunStatus.FAILED)
 
 
-def _kill_loop(tmp_path: Path, kills: int, seed: int) -> None:
+def _kill_loop(tmp_path: Path, kills: int, seed: int) -> int:
+    """Kill ``kills`` writers; return the most runs found cut short after one kill."""
     path = tmp_path / "crash.db"
     rng = random.Random(seed)
     reported: set[int] = set()
+    cut_short = 0
     for round_no in range(kills):
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(path), str(round_no)],
@@ -135,8 +139,9 @@ def _kill_loop(tmp_path: Path, kills: int, seed: int) -> None:
             words = line.split()
             if len(words) == 2 and words[0] == "finished" and words[1].isdigit():
                 reported.add(int(words[1]))
-        _check(path, reported)
+        cut_short = max(cut_short, _check(path, reported))
     assert reported, "the writer never finished a run; kill later"
+    return cut_short
 
 
 def test_a_killed_writer_leaves_complete_runs(tmp_path: Path) -> None:
@@ -145,4 +150,4 @@ def test_a_killed_writer_leaves_complete_runs(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_writer_killed_thirty_times_leaves_complete_runs(tmp_path: Path) -> None:
-    _kill_loop(tmp_path, kills=30, seed=2)
+    assert _kill_loop(tmp_path, kills=30, seed=2) >= 1, "no kill landed inside a run"
