@@ -231,7 +231,7 @@ def test_export_round_trips(db: str, tmp_path: Path) -> None:
 def test_queries_need_a_database(tmp_path: Path) -> None:
     result = run("--db", str(tmp_path / "none.db"), "sessions", "list")
     assert result.exit_code == 1
-    assert "no database at" in result.stderr
+    assert "no runstore database at" in result.stderr
     assert not (tmp_path / "none.db").exists()
 
 

@@ -162,7 +162,7 @@ def test_invalid_arguments_are_refused(db: Path) -> None:
 def test_no_database_is_an_error(tmp_path: Path) -> None:
     result = run(tmp_path / "absent.db", "runs")
     assert result.exit_code == 1
-    assert "no database at" in result.stderr
+    assert "no runstore database at" in result.stderr
     assert not (tmp_path / "absent.db").exists()
 
 

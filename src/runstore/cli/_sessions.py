@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from runstore.cli._guard import require_runstore_database
 from runstore.cli._output import console, emit_json, fail
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
@@ -72,8 +73,8 @@ def _get(result: Result[T, Any]) -> T:
 @contextmanager
 def _repository(*, create: bool = False) -> Iterator[SessionRepository]:
     path = settings().db_path
-    if not create and path != ":memory:" and not os.path.exists(path):
-        _fail(f"no database at {path} (import a session with: runstore sessions import FILE)")
+    if not create:
+        require_runstore_database(path, settings().output_format)
     try:
         with build(sqlite(path)) as container:
             yield container.get(SessionRepository)

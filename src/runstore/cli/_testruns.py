@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from runstore.cli._guard import require_runstore_database
 from runstore.cli._output import console, emit_json, fail
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
@@ -93,11 +94,7 @@ class _Services:
 def _services() -> Iterator[_Services]:
     cfg = settings()
     path = cfg.db_path
-    if path != ":memory:" and not os.path.exists(path):
-        fail(
-            f"no database at {path} (record a run with: pytest --runstore)",
-            output_format=cfg.output_format,
-        )
+    require_runstore_database(path, cfg.output_format)
     try:
         with build(sqlite(path)) as container:
             yield _Services(
