@@ -11,6 +11,7 @@ for an argument that is not valid at all, such as ``--limit 0`` or ``RUN`` = ``x
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -732,6 +733,20 @@ class _Rehearsed:
     result: PruneRunsResult
 
 
+_MAX_AGE_DAYS = 1_000_000  # about 2,700 years: far enough to mean "no age limit"
+
+
+def _check_max_age_days(
+    _ctx: click.Context, _param: click.Parameter, value: float | None
+) -> float | None:
+    """Refuse ``--max-age-days`` unless it is a finite number of days in (0, 1,000,000]."""
+    if value is not None and not (math.isfinite(value) and 0 < value <= _MAX_AGE_DAYS):
+        raise click.BadParameter(
+            f"{value} is not a number of days in (0, {_MAX_AGE_DAYS}]"
+        )
+    return value
+
+
 def _rehearse(services: _Services, policy: RunRetentionPolicy) -> PruneRunsResult:
     """Run the prune inside a unit of work that always rolls back and report its result.
 
@@ -756,8 +771,8 @@ def _rehearse(services: _Services, policy: RunRetentionPolicy) -> PruneRunsResul
 @click.command()
 @click.option("--keep-runs", type=click.IntRange(min=1), required=True,
               help="Keep the newest N runs of each project.")
-@click.option("--max-age-days", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Also drop runs that started more than D days ago.")
+@click.option("--max-age-days", type=float, default=None, callback=_check_max_age_days,
+              help=f"Also drop runs that started more than D days ago (0 < D <= {_MAX_AGE_DAYS}).")
 @click.option("--dry-run", is_flag=True,
               help="Report what would be removed and change nothing.")
 @format_option
