@@ -126,6 +126,7 @@ WRITES: dict[str, Call] = {
     "begin: naive start": lambda w: w.store.begin_run(RunStart("alpha", "i", NAIVE)),
     "begin: surrogate project": lambda w: w.store.begin_run(RunStart(SURROGATE, "i", utc(T0_MS))),
     "begin: NUL in project": lambda w: w.store.begin_run(RunStart(NUL, "i", utc(T0_MS))),
+    "begin: NUL in invocation": lambda w: w.store.begin_run(RunStart("alpha", NUL, utc(T0_MS))),
     "begin: surrogate invocation": lambda w: w.store.begin_run(
         RunStart("alpha", SURROGATE, utc(T0_MS))),
     "begin: unprintable project": lambda w: w.store.begin_run(
@@ -148,6 +149,8 @@ WRITES: dict[str, Call] = {
         w.running, [make_item("t.py::a"), _item(nodeid=SURROGATE)]),
     "record: NUL node id": lambda w: w.store.record_results(
         w.running, [make_item("t.py::a"), _item(nodeid=NUL)]),
+    "record: NUL module path": lambda w: w.store.record_results(
+        w.running, [make_item("t.py::a"), _item(module_path=NUL)]),
     "record: empty node id": lambda w: w.store.record_results(w.running, [_item(nodeid="")]),
     "record: unprintable node id": lambda w: w.store.record_results(
         w.running, [make_item("t.py::a"), _item(nodeid=Unprintable())]),
@@ -166,6 +169,10 @@ WRITES: dict[str, Call] = {
         UNKNOWN, [CollectionError("t.py", "t.py", ErrorInfo(Phase.COLLECT, "E", "m"))]),
     "collect: surrogate node id": lambda w: w.store.record_collection_errors(
         w.running, [CollectionError(SURROGATE, "t.py", ErrorInfo(Phase.COLLECT, "E", "m"))]),
+    "collect: NUL node id": lambda w: w.store.record_collection_errors(
+        w.running, [CollectionError(NUL, "t.py", ErrorInfo(Phase.COLLECT, "E", "m"))]),
+    "collect: NUL module path": lambda w: w.store.record_collection_errors(
+        w.running, [CollectionError("t.py", NUL, ErrorInfo(Phase.COLLECT, "E", "m"))]),
     "collect: unprintable message": lambda w: w.store.record_collection_errors(
         w.running, [CollectionError("t.py", "t.py", ErrorInfo(Phase.COLLECT, "E", Unprintable()))]),  # type: ignore[arg-type]
     # finish_run / abort_stale_runs
@@ -186,6 +193,8 @@ WRITES: dict[str, Call] = {
         w.finished, [FileCoverage("a", 1, 0), FileCoverage("a", 2, 0)]),
     "coverage: surrogate path": lambda w: w.store.write_coverage(
         w.finished, [FileCoverage(SURROGATE, 1, 0)]),
+    "coverage: NUL path": lambda w: w.store.write_coverage(
+        w.finished, [FileCoverage(NUL, 1, 0)]),
     "coverage: count beyond 64 bits": lambda w: w.store.write_coverage(
         w.finished, [FileCoverage("a", 2**64, 0)]),
     # prune_runs
@@ -232,21 +241,7 @@ def _typed_failure(case: str, result: object) -> None:
     assert isinstance(error, expected), f"{case}: expected {expected}, got {error!r}"
 
 
-NUL_IN_IDENTIFIERS = pytest.mark.xfail(
-    strict=True,
-    reason="issue 3 lists NUL in text as bad input; both layers keep NUL in identifiers "
-    "(see the note on NUL in the test-run bugs notes)",
-)
-
-
-def _write_cases() -> list[Any]:
-    return [
-        pytest.param(case, marks=NUL_IN_IDENTIFIERS) if "NUL" in case else case
-        for case in sorted(WRITES)
-    ]
-
-
-@pytest.mark.parametrize("case", _write_cases())
+@pytest.mark.parametrize("case", sorted(WRITES))
 def test_bad_writes_fail_typed_and_write_nothing(world: World, case: str) -> None:
     before = world.snapshot()
     _typed_failure(case, WRITES[case](world))
@@ -270,3 +265,21 @@ def test_lone_surrogates_and_nul_in_free_text_are_stored_safely(world: World) ->
     failure.text.encode("utf-8")
     assert failure.message[0] == "a"
     assert failure.message.endswith("\x00c")
+
+
+def test_nul_in_skip_reason_and_output_is_kept(world: World) -> None:
+    item = attrs.evolve(
+        make_item("t.py::nul"),
+        phases=(PhaseResult(Phase.SETUP, Outcome.SKIPPED, 0.0, "why\x00not"),),
+        stdout="o\x00ut",
+    )
+    assert world.store.record_results(world.running, [item]) == Success(1)
+    (record,) = [t for t in world.reader.tests(world.running).unwrap() if t.nodeid == "t.py::nul"]
+    assert record.skip_reason == "why\x00not"
+
+
+def test_nul_named_field(world: World) -> None:
+    result = world.store.record_results(world.running, [make_item("t.py::a"), _item(nodeid=NUL)])
+    error = result.failure()
+    assert isinstance(error, InvalidInput)
+    assert error.field == "results[1].nodeid"

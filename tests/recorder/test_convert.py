@@ -486,3 +486,11 @@ def test_describe_exception_survives_hostile_exceptions() -> None:
     assert [c["type"] for c in chain] == ["KeyError", f"{__name__}.{Hostile.__qualname__}"]
     assert "<exception str() failed>" in chain[1]["message"]
     assert chain[1]["frames"][-1][2] == "test_describe_exception_survives_hostile_exceptions"
+
+
+def test_identifiers_never_carry_nul_to_the_store() -> None:
+    from runstore.recorder._text import clean_identifier
+
+    assert clean_identifier("t.py::x[a\x00b]") == "t.py::x[a\\x00b]"
+    assert clean_identifier("t.py::x[\udcff]") == "t.py::x[\\udcff]"
+    assert clean_identifier("plain") == "plain"

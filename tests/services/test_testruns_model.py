@@ -218,9 +218,16 @@ def test_free_text_replaces_surrogates_and_keeps_nul() -> None:
     assert prepared.stdout == "o\ufffd\x00"
 
 
-def test_identifiers_keep_nul_and_any_unicode() -> None:
-    nodeid = "tests/t ü.py::Test::test_x[a\x00b-😀]"
+def test_identifiers_keep_any_unicode_but_refuse_nul() -> None:
+    nodeid = "tests/t ü.py::Test::test_x[a\tb-😀]"
     assert _prepared(_item(nodeid=nodeid)).nodeid == nodeid
+    for plain in ("t.py::a\x00b", "\x00"):  # the ASCII fast path refuses it too
+        result = prepare_results([_item(nodeid=plain)])
+        assert isinstance(result, Failure)
+        assert result.failure().field == "results[0].nodeid"
+    result = prepare_results([_item(module_path="t\x00.py")])
+    assert isinstance(result, Failure)
+    assert result.failure().field == "results[0].module_path"
 
 
 def test_bounded_texts_keep_their_head_and_say_so() -> None:

@@ -6,12 +6,16 @@ touch storage, and build every answer with the same functions, so the two return
 
 Text rules (one place, both layers):
 
-- *Identifiers* (project, invocation id, node ids, module and coverage paths) must be ``str``
-  without lone surrogates (they could not be stored as UTF-8, and replacing them would make
-  two different ids equal); an empty one is ``InvalidInput`` where the field is required.
+- *Identifiers* (project, invocation id, node ids, module paths, collection-error node ids
+  and module paths, coverage file paths) must be ``str`` without lone surrogates (they could
+  not be stored as UTF-8, and replacing them would make two different ids equal) and without
+  NUL (U+0000: SQLite's text functions such as ``instr`` and ``LIKE`` stop at it, terminals
+  render it badly, and pytest never puts one in a node id); an empty one is ``InvalidInput``
+  where the field is required. Lookups (a project or node id to read, a search fragment)
+  accept NUL and simply find nothing.
 - *Free text* (messages, texts, captured output, names, markers, function names, skip
-  reasons, environment fields) has every lone surrogate replaced with U+FFFD, one for one.
-- NUL (U+0000) is kept exactly everywhere.
+  reasons, environment fields, stack frame paths) has every lone surrogate replaced with
+  U+FFFD, one for one, and keeps NUL exactly.
 - Bounded fields keep their first N characters and carry a truncated flag
   (``MAX_MESSAGE_CHARS``, ``MAX_TEXT_CHARS``, ``MAX_CAPTURE_CHARS``); short free text (names,
   function names, reasons, exception types) is cut at ``MAX_MESSAGE_CHARS`` without a flag.
@@ -200,14 +204,19 @@ def _has_surrogate(text: str) -> bool:
     return False
 
 
-def valid_identifier(value: object, field: str, *, allow_empty: bool = False) -> str:
-    """Return ``value`` as an identifier: ``str``, no lone surrogates, non-empty unless allowed.
+def valid_identifier(
+    value: object, field: str, *, allow_empty: bool = False, allow_nul: bool = False
+) -> str:
+    """Return ``value`` as an identifier: ``str``, no lone surrogates, no NUL unless allowed
+    (lookups), non-empty unless allowed.
 
     Aborts validation with ``InvalidInput(field, ...)`` otherwise.
     """
     text = _plain(value, field)
     if not text and not allow_empty:
         invalid(field, "must not be empty")
+    if not allow_nul and "\x00" in text:
+        invalid(field, "contains NUL (U+0000), which identifiers may not hold")
     if _has_surrogate(text):
         invalid(field, "contains a lone surrogate (not valid Unicode text)")
     return text
@@ -751,9 +760,14 @@ def _plain_case(value: object) -> PreparedCase | None:
     if type(value) is not TestResult:
         return None
     nodeid, module_path = value.nodeid, value.module_path
-    if not (type(nodeid) is str and nodeid and nodeid.isascii()):
+    if not (type(nodeid) is str and nodeid and nodeid.isascii() and "\x00" not in nodeid):
         return None
-    if not (type(module_path) is str and module_path and module_path.isascii()):
+    if not (
+        type(module_path) is str
+        and module_path
+        and module_path.isascii()
+        and "\x00" not in module_path
+    ):
         return None
     name, parametrize_id = value.name, value.parametrize_id
     if not _short_ascii(name) or (parametrize_id is not None and not _short_ascii(parametrize_id)):
@@ -870,9 +884,9 @@ def prepare_results(results: object) -> Result[tuple[PreparedCase, ...], Invalid
 
     ``InvalidInput`` (naming the offending field, e.g. ``results[3].phases[0].duration_ms``)
     for: a batch that is not a sequence; an item that is not a ``TestResult``; an empty or
-    invalid node id or module path; no phases, a phase given twice or out of order
-    (setup, call, teardown), a ``collect`` phase; a non-finite or negative duration; a line
-    that is not a positive int; nested attempts; any value of the wrong type.
+    invalid node id or module path (a lone surrogate or NUL); no phases, a phase given twice
+    or out of order (setup, call, teardown), a ``collect`` phase; a non-finite or negative
+    duration; a line that is not a positive int; nested attempts; any value of the wrong type.
     """
     return _guard(_results, results)
 
@@ -1038,12 +1052,12 @@ def valid_limit(value: object) -> Result[int, InvalidInput]:
 
 def valid_fragment(value: object) -> Result[str, InvalidInput]:
     """A search fragment: ``str`` without lone surrogates (may be empty)."""
-    return _guard(lambda: valid_identifier(value, "fragment", allow_empty=True))
+    return _guard(lambda: valid_identifier(value, "fragment", allow_empty=True, allow_nul=True))
 
 
 def valid_project(value: object, field: str = "project") -> Result[str, InvalidInput]:
     """A project name to look up: ``str`` without lone surrogates (empty finds nothing)."""
-    return _guard(lambda: valid_identifier(value, field, allow_empty=True))
+    return _guard(lambda: valid_identifier(value, field, allow_empty=True, allow_nul=True))
 
 
 def valid_outcomes(value: object) -> Result[frozenset[Outcome] | None, InvalidInput]:

@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
-from runstore.recorder._text import clean_text, safe_str
+from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.testruns import (
     MAX_FRAMES,
     CollectionError,
@@ -90,15 +90,15 @@ class PathResolver:
         """(stored path, is the project's own) of ``path`` as a report or tool gave it."""
         absolute = self.absolute(path)
         if absolute.startswith("<"):
-            return clean_text(absolute), False
+            return clean_identifier(absolute), False
         try:
             relative = os.path.relpath(absolute, self.rootdir)
         except ValueError:  # another drive on Windows
-            return clean_text(absolute), False
+            return clean_identifier(absolute), False
         if relative.split(os.sep, 1)[0] == os.pardir:
-            return clean_text(absolute), False
+            return clean_identifier(absolute), False
         in_site = bool(_SITE_DIRS.intersection(relative.split(os.sep)))
-        return clean_text(relative.replace(os.sep, "/")), not in_site
+        return clean_identifier(relative.replace(os.sep, "/")), not in_site
 
     def frame(self, path: str, line: int | None, function: str) -> StackFrame:
         """A stack frame for ``path`` (as reported), with its project flag."""
@@ -264,8 +264,8 @@ def _error_from_facts(
 
 def _module_path(nodeid: str, location: Any) -> str:
     if isinstance(location, tuple) and location and isinstance(location[0], str):
-        return clean_text(location[0].replace(os.sep, "/"))
-    return clean_text(nodeid.partition("::")[0])
+        return clean_identifier(location[0].replace(os.sep, "/"))
+    return clean_identifier(nodeid.partition("::")[0])
 
 
 def collection_record(
@@ -279,8 +279,8 @@ def collection_record(
     error): when the running process described the chain, the error stored is the innermost
     cause that pytest wrapped, with its frames; ``text`` is pytest's report text.
     """
-    nodeid = clean_text(report.nodeid) or "."
-    module_path = clean_text(nodeid.partition("::")[0])
+    nodeid = clean_identifier(report.nodeid) or "."
+    module_path = clean_identifier(nodeid.partition("::")[0])
     if report.outcome == "skipped":
         reason = _skip_reason(report.longrepr)
         phase = PhaseResult(Phase.SETUP, Outcome.SKIPPED, 0.0, reason)
@@ -371,7 +371,7 @@ class ItemAssembler:
 
     def _start(self, report: Any) -> _Pending:
         raw = report.nodeid
-        nodeid = clean_text(raw)
+        nodeid = clean_identifier(raw)
         location = getattr(report, "location", None)
         line = None
         if isinstance(location, tuple) and len(location) > 1 and isinstance(location[1], int):

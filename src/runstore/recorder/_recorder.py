@@ -46,7 +46,7 @@ from runstore.recorder._convert import (
 )
 from runstore.recorder._coverage import session_coverage
 from runstore.recorder._environment import environment, host_name
-from runstore.recorder._text import clean_text, safe_str
+from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.testruns import (
@@ -150,7 +150,7 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
     )
     return RecorderSettings(
         db_path=db_path,
-        project=clean_text(project),
+        project=clean_identifier(project),
         invocation_id=uuid.uuid4().hex,
         rootdir=str(config.rootpath),
         invocation_dir=invocation_dir,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["clean_text", "safe_str"]
+__all__ = ["clean_identifier", "clean_text", "safe_str"]
 
 
 def clean_text(value: str) -> str:
@@ -18,6 +18,14 @@ def clean_text(value: str) -> str:
     except UnicodeEncodeError:
         return value.encode("utf-8", "backslashreplace").decode("utf-8")
     return value
+
+
+def clean_identifier(value: str) -> str:
+    """Return ``value`` as a storable identifier (node id, module path, project, file path):
+    as :func:`clean_text`, and NUL (which the store refuses in identifiers) written as the
+    four characters ``\\x00``, as pytest itself escapes parametrize ids."""
+    text = clean_text(value)
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def safe_str(value: Any) -> str:

@@ -17,6 +17,13 @@ itself reports (``pytest -rA`` and ``--junitxml``):
 5. call ``xfailed`` / ``xpassed`` / ``skipped`` -> that outcome;
 6. otherwise ``passed``.
 
+Identifiers (project, invocation id, node ids, module paths, collection-error node ids and
+module paths, coverage file paths) are stored verbatim but may hold neither lone surrogates
+nor NUL (U+0000): a write carrying one is ``InvalidInput`` naming the field, and nothing is
+written. Free text (messages, error texts, captured output, skip reasons, names, frame paths)
+keeps NUL exactly and has lone surrogates replaced with U+FFFD. Reads given such an identifier
+to look up find nothing.
+
 Failing outcomes are ``failed`` and ``error``; *executed* outcomes (the ones history keeps)
 are every outcome except ``skipped`` and ``xfailed``.
 """
@@ -521,9 +528,9 @@ class DataStore(Protocol):
     def begin_run(self, start: RunStart) -> Result[RunId, DataStoreError]:
         """Create a ``running`` run for ``start.project`` and return its id.
 
-        Failures: ``InvalidInput`` for an empty project or invocation id, a naive
-        ``started_at``, or text that cannot be stored (lone surrogates are replaced, never
-        rejected, in free text; identifiers must be valid); ``Busy``; ``StorageFailure``.
+        Failures: ``InvalidInput`` for an empty project or invocation id, one holding NUL or
+        a lone surrogate, a naive ``started_at``, or text that cannot be stored (lone
+        surrogates are replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
         """
         ...
 
@@ -538,7 +545,8 @@ class DataStore(Protocol):
         each at most once. Input is checked before the run is looked at. Failures:
         ``NotFound("run", id)``; ``IllegalTransition("run", id, status, "running")`` when
         the run is no longer ``running``; ``InvalidInput`` (naming the field, e.g.
-        ``results[3].phases[0].duration_ms``) for an empty node id, a non-finite or negative
+        ``results[3].phases[0].duration_ms``) for an empty node id, a node id or module path
+        holding NUL or a lone surrogate, a non-finite or negative
         duration, an item without phases, a value of the wrong type (nothing of the batch
         is stored); ``Busy``; ``StorageFailure``.
         """
@@ -548,7 +556,8 @@ class DataStore(Protocol):
         self, run_id: RunId, errors: Sequence[CollectionError]
     ) -> Result[int, DataStoreError]:
         """Store collection errors of a running run (one per collector node id; a repeat
-        replaces the earlier one); return how many were stored. Failures as ``record_results``."""
+        replaces the earlier one); return how many were stored. Failures as ``record_results``
+        (a node id or module path holding NUL or a lone surrogate is ``InvalidInput``)."""
         ...
 
     def finish_run(
@@ -582,7 +591,8 @@ class DataStore(Protocol):
 
         Any run status is accepted. ``missing_lines`` are stored sorted and without repeats.
         Failures: ``NotFound``; ``InvalidInput`` for negative counts, missing greater than
-        total, or a duplicate path; ``Busy``; ``StorageFailure``.
+        total, a duplicate path, or a path that is empty or holds NUL or a lone surrogate;
+        ``Busy``; ``StorageFailure``.
         """
         ...
 
