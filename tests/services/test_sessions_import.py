@@ -278,3 +278,15 @@ def test_programmer_errors_raise() -> None:
             import_jsonl(repo, "x", mode="sloppy")
         with pytest.raises(ValueError, match="batch"):
             import_jsonl(repo, "x", batch_entries=0)
+
+
+def test_a_first_line_that_is_not_utf8_is_named(repo: SessionRepository, tmp_path: Path) -> None:
+    path = tmp_path / "bad-first.jsonl"
+    good = [json.dumps(HEADER), json.dumps(msg("a", None)), json.dumps(msg("b", "a"))]
+    path.write_bytes(b"\xff\xfe\n" + "\n".join(good).encode() + b"\n")
+    strict = import_jsonl(repo, path).failure()
+    assert isinstance(strict, BadLine)
+    assert (strict.line, strict.reason.startswith("not UTF-8")) == (1, True)
+    report = lenient(repo, path)
+    assert [(i.line, i.action) for i in report.issues][:1] == [(1, "skipped")]
+    assert ids(repo) == [("a", None), ("b", "a")]

@@ -85,10 +85,11 @@ class LineReader:
             if self.lines == 1 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
             # The common case first: one UTF-8 JSON object filling the line.
+            text = ""
             try:
                 text = line.decode("utf-8")
                 value, end = scan(text) if text[:1] == "{" else (None, -1)
-            except ValueError:
+            except ValueError:  # not UTF-8 or not JSON: _parse names the reason
                 value, end = None, -1
             if end == len(text) and type(value) is dict:
                 yield Parsed(self.lines, value, text)
