@@ -24,6 +24,8 @@ from runstore.cli._output import console, emit_json, fail
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
+from runstore.services.errors import InvalidInput
+from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.sessions import (
     ContextMessage,
     Entry,
@@ -334,7 +336,11 @@ def export(session_id: str, output: str | None) -> None:
 @sessions.command(name="list")
 @click.option("--cwd", default=None, help="Only sessions of this working directory.")
 @click.option(
-    "--limit", type=int, default=50, show_default=True, help="Sessions per page (1-1000)."
+    "--limit",
+    type=click.IntRange(1, MAX_PAGE_SIZE),
+    default=50,
+    show_default=True,
+    help=f"Sessions per page (1-{MAX_PAGE_SIZE}).",
 )
 @click.option("--cursor", default=None, help="The next_cursor of the previous page.")
 @format_option
@@ -346,7 +352,11 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
       runstore sessions list --cwd "$PWD" --limit 20
     """
     with _repository() as repo:
-        page = _get(repo.list(cwd=cwd, limit=limit, cursor=cursor))
+        listed = repo.list(cwd=cwd, limit=limit, cursor=cursor)
+        if isinstance(listed, Failure) and isinstance(listed.failure(), InvalidInput):
+            bad = listed.failure()
+            raise click.BadParameter(bad.reason, param_hint=f"'--{bad.field}'")
+        page = _get(listed)
     if _json_mode():
         emit_json(
             {
