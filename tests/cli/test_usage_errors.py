@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,30 @@ def test_sessions_list_bad_cursor_names_the_option(db: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "'--cursor'" in result.stderr
     assert "invalid cursor" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--format", "json", "show", "x"],
+        ["--format", "json", "runs", "--limit", "0"],
+        ["runs", "--limit", "0", "--format", "json"],
+        ["sessions", "list", "--format=json", "--cursor", "zzz"],
+        ["--format", "json", "prune", "--keep-runs", "1", "--max-age-days", "nan"],
+        ["--format", "json", "no-such-command"],
+        ["--format", "json", "--no-such-option", "runs"],
+    ],
+)
+def test_usage_errors_in_json_mode_print_a_json_error(db: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db), *args])
+    assert result.exit_code == 2, result.output
+    document = json.loads(result.stdout)
+    assert set(document) == {"error"}
+    assert document["error"]
+    assert "Usage:" in result.stderr
+
+
+def test_usage_errors_in_text_mode_print_nothing_on_stdout(db: Path) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db), "runs", "--limit", "0"])
+    assert result.exit_code == 2
+    assert result.stdout == ""

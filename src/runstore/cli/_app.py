@@ -7,6 +7,7 @@ import os
 import click
 
 from runstore.cli._db import db
+from runstore.cli._group import JsonErrorsGroup
 from runstore.cli._sessions import sessions
 from runstore.cli._settings import FORMATS, Settings
 from runstore.cli._testruns import (
@@ -26,7 +27,7 @@ from runstore.layers import DEFAULT_DB_PATH
 __all__ = ["cli", "main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     "db_path",

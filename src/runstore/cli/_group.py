@@ -1,0 +1,64 @@
+"""The root group's class: usage errors also answer in JSON when JSON output was asked for."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from runstore.cli._output import emit_json
+from runstore.cli._settings import Settings
+
+__all__ = ["JsonErrorsGroup"]
+
+
+def _format_in(args: Sequence[str]) -> str | None:
+    """The last ``--format`` value among ``args`` (a command's own overrides the global one)."""
+    found: str | None = None
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--format" and index + 1 < len(args):
+            found = args[index + 1]
+        elif arg.startswith("--format="):
+            found = arg.partition("=")[2]
+    return found
+
+
+class JsonErrorsGroup(click.Group):
+    """A group that, on a usage error in JSON mode, also writes ``{"error": ...}`` on stdout.
+
+    Click still prints its usage text on standard error and exits 2; JSON mode is the
+    global or the command's ``--format json`` (read from the arguments, since the error may
+    come before the option was processed).
+    """
+
+    _args: tuple[str, ...] = ()
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        self._args = tuple(args)
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            self._report(exc, None)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            self._report(exc, ctx)
+            raise
+
+    def _report(self, exc: click.UsageError, ctx: click.Context | None) -> None:
+        settings = None if ctx is None else ctx.find_object(Settings)
+        wanted = _format_in(self._args) or (settings.output_format if settings else None)
+        if wanted == "json":
+            emit_json({"error": " ".join(exc.format_message().split())})
