@@ -5,15 +5,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import apsw
 import attrs
 import click
-from returns.result import Failure, Result
+from returns.result import Failure, Result, Success
 
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.layers import SqliteDatabase, open_database
 from runstore.migrations import MigrationStatus, migration_status, shipped_migrations
-from runstore.services.errors import Busy, StorageFailure
+from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 
 __all__ = ["db"]
 
@@ -122,8 +123,9 @@ def status() -> None:
     """Show applied and pending migrations without changing the database.
 
     Exits 0 when the database can be used (pending migrations included), 1 with a one-line
-    reason when it is missing (nothing is created), cannot be read, or would be refused
-    (unknown, drifted or half-applied migrations).
+    reason when it is missing (nothing is created), cannot be read, fails SQLite's
+    ``quick_check`` (stopping at the first problem), or would be refused (unknown, drifted
+    or half-applied migrations).
 
     \b
     Example:
@@ -132,7 +134,9 @@ def status() -> None:
     cfg = settings()
     database = _open_read_only(cfg.db_path, cfg.output_format)
     try:
-        result = migration_status(database)
+        result = database.read("db status", lambda: _quick_check(database)).bind(
+            lambda _: migration_status(database)
+        )
     finally:
         database.close()
     if isinstance(result, Failure):
@@ -152,6 +156,21 @@ def status() -> None:
     else:
         _render_status(document)
         say("healthy")
+
+
+def _quick_check(database: SqliteDatabase) -> Result[None, StorageFailure]:
+    """SQLite's ``quick_check`` stopping at the first problem: a corrupt file is a Failure."""
+    found = [str(row[0]) for row in database.execute("PRAGMA quick_check(1)")]
+    if found == ["ok"]:
+        return Success(None)
+    return Failure(
+        StorageFailure(
+            operation="quick_check",
+            kind=StorageFailureKind.CORRUPT,
+            code=apsw.SQLITE_CORRUPT,
+            message=found[0] if found else "no answer",
+        )
+    )
 
 
 @attrs.frozen
