@@ -10,6 +10,7 @@ import attrs
 import click
 from returns.result import Failure, Result, Success
 
+from runstore.cli._guard import cannot_open_reason
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.layers import SqliteDatabase, open_database
@@ -74,7 +75,7 @@ def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
     opened = SqliteDatabase.open_read_only(path)
     if isinstance(opened, Failure):
         fail(
-            f"cannot open {path}: {opened.failure()}",
+            cannot_open_reason(path, opened.failure()),
             output_format=output_format,
             document={"database": path, "exists": True, "healthy": False},
         )

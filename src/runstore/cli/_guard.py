@@ -14,8 +14,25 @@ from returns.result import Failure, Success
 from runstore.cli._output import fail
 from runstore.layers import SqliteDatabase
 from runstore.migrations import JOURNAL_TABLE
+from runstore.services.errors import StorageFailure, StorageFailureKind
 
-__all__ = ["require_runstore_database"]
+__all__ = ["cannot_open_reason", "require_runstore_database"]
+
+
+def cannot_open_reason(path: str, failure: object) -> str:
+    """The one-line reason ``path`` could not be opened, with a hint for an unwritable folder.
+
+    SQLite in WAL mode needs to create ``PATH-shm`` and ``PATH-wal`` beside the file even to
+    read it, so an existing file that cannot be opened usually sits in a read-only folder.
+    """
+    reason = f"cannot open {path}: {failure}"
+    if (
+        isinstance(failure, StorageFailure)
+        and failure.kind is StorageFailureKind.CANT_OPEN
+        and os.path.isfile(path)
+    ):
+        reason += f" (the folder of {path} must be writable: SQLite WAL needs it)"
+    return reason
 
 
 def _no_database(path: str, output_format: str) -> None:
@@ -39,7 +56,7 @@ def require_runstore_database(path: str, output_format: str) -> None:
         _no_database(path, output_format)
     opened = SqliteDatabase.open_read_only(path)
     if isinstance(opened, Failure):
-        fail(f"cannot open {path}: {opened.failure()}", output_format=output_format)
+        fail(cannot_open_reason(path, opened.failure()), output_format=output_format)
     database = opened.unwrap()
     try:
         found = database.read(
