@@ -363,12 +363,15 @@ def _history(text: str) -> list[Outcome]:
         ("PP", E, Classification.NEW_FAILURE),
         ("F", F, Classification.PERSISTENT_FAILURE),
         ("FE", F, Classification.PERSISTENT_FAILURE),
-        ("FP", F, Classification.FLAKY),
-        ("PF", F, Classification.FLAKY),
+        ("FP", F, Classification.FLAKY),  # newest first F P F: two flips
+        ("PF", F, Classification.PERSISTENT_FAILURE),  # F F P: one flip
+        ("PPFF", F, Classification.PERSISTENT_FAILURE),
         ("F", P, Classification.RECOVERED),
-        ("PPF", P, Classification.RECOVERED),
-        ("PFF", P, Classification.FLAKY),
-        ("FP", P, Classification.FLAKY),
+        ("PFF", P, Classification.FLAKY),  # P F F P: two flips
+        ("FF", P, Classification.RECOVERED),  # P F F
+        ("PPF", P, Classification.FLAKY),  # P F P P: two flips
+        ("FP", P, Classification.STABLE),  # P P F: recovered earlier
+        ("FPP", P, Classification.STABLE),
         ("", P, Classification.STABLE),
         ("PX", P, Classification.STABLE),
         ("F", XP, Classification.RECOVERED),

@@ -469,6 +469,9 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
 def flaky(project: str | None) -> None:
     """List tests whose recent outcomes mix failing and passing, most flips first.
 
+    Tests that broke or recovered once are listed too (one flip), below the ones that
+    flip back and forth.
+
     \b
     JSON: {"project": NAME, "flaky": [{"nodeid", "flips", "failures", "passes",
            "window": [OUTCOME...] (newest first), "last_run_id"}]}

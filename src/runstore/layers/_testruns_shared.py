@@ -108,6 +108,7 @@ __all__ = [
     "failure_record",
     "failure_signature",
     "flaky_entry",
+    "flips_of",
     "invalid",
     "is_new_signature",
     "normalize_message",
@@ -1212,24 +1213,36 @@ class CaseHistory:
     previous: tuple[Outcome, ...]
 
 
+def flips_of(window: Sequence[Outcome]) -> int:
+    """Number of adjacent changes between failing and passing outcomes in ``window``."""
+    return sum(
+        1
+        for a, b in itertools.pairwise(window)
+        if (a in FAILING_OUTCOMES) != (b in FAILING_OUTCOMES)
+    )
+
+
 def classify(outcome: Outcome, previous: Sequence[Outcome]) -> Classification:
-    """Classify an outcome against the previous window entries (newest first).
+    """Classify an outcome against the previous window entries (newest first) by counting
+    flips in the window ``(outcome, *previous)``.
 
     The rules of ``runstore.services.testruns.Classification``.
     """
     if outcome not in EXECUTED_OUTCOMES:
         return Classification.STABLE
-    failed_before = [p in FAILING_OUTCOMES for p in previous]
+    flips = flips_of((outcome, *previous))
     if outcome in FAILING_OUTCOMES:
-        if not any(failed_before):
+        if not any(p in FAILING_OUTCOMES for p in previous):
             return Classification.NEW_FAILURE
-        if all(failed_before):
-            return Classification.PERSISTENT_FAILURE
-        return Classification.FLAKY
-    if not any(failed_before):
+        return Classification.PERSISTENT_FAILURE if flips <= 1 else Classification.FLAKY
+    if flips == 0:
         return Classification.STABLE
-    if failed_before[0] and not any(failed_before[1:]):
-        return Classification.RECOVERED
+    if flips == 1:
+        return (
+            Classification.RECOVERED
+            if previous[0] in FAILING_OUTCOMES
+            else Classification.STABLE
+        )
     return Classification.FLAKY
 
 
@@ -1264,11 +1277,7 @@ def flaky_entry(
     passes = len(window) - failures
     if failures == 0 or passes == 0:
         return None
-    flips = sum(
-        1
-        for a, b in itertools.pairwise(window)
-        if (a in FAILING_OUTCOMES) != (b in FAILING_OUTCOMES)
-    )
+    flips = flips_of(window)
     last = entries[0][0]
     return FlakyTest(
         nodeid=nodeid,

@@ -141,14 +141,19 @@ class Phase(StrEnum):
 class Classification(StrEnum):
     """How a test's outcome in a run relates to its history window.
 
-    - ``new_failure``: failing now; no failing outcome in the previous window entries.
-    - ``persistent_failure``: failing now, and every previous window entry failed.
-    - ``flaky``: the window (previous entries and now) mixes failing and passing outcomes and
-      neither rule above or ``recovered`` applies.
-    - ``recovered``: passing now, the previous entry failed, and the entries before it passed
-      (or there are none).
-    - ``stable``: passing now and every previous window entry passed (or there are none);
-      also any item that did not execute (skipped, xfailed).
+    Judged by *flips*: the number of adjacent changes between a failing and a passing
+    outcome in the window ``w = (now, prev1, prev2, ...)``, newest first (executed outcomes
+    only, ``now`` included).
+
+    - ``new_failure``: failing now; no failing outcome among the previous entries.
+    - ``persistent_failure``: failing now, an earlier entry failed too, and ``flips <= 1``
+      (newest first ``F F P P``: broken once and still broken).
+    - ``flaky``: failing now with ``flips >= 2`` (``F P F``), or passing now with
+      ``flips >= 2`` (``P F P``).
+    - ``recovered``: passing now, ``flips == 1`` and ``prev1`` failed (``P F F``).
+    - ``stable``: passing now with ``flips == 0``, or ``flips == 1`` with ``prev1`` passing
+      (``P P F``: it recovered in an earlier run); also any item that did not execute
+      (skipped, xfailed).
 
     The window of an item of run ``r``: its outcome in ``r`` when it executed, then its
     *previous entries*, the newest ``DEFAULT_HISTORY_WINDOW - 1`` history entries of runs
@@ -426,7 +431,8 @@ class TestClassification:
 class FlakyTest:
     """A test whose history window mixes failing and passing outcomes.
 
-    ``flips`` counts changes between failing and passing in the window (newest first).
+    ``flips`` counts adjacent changes between failing and passing in the window (newest
+    first); a test that broke or recovered once has ``flips == 1`` and is listed too.
     """
 
     nodeid: str
@@ -656,7 +662,11 @@ class DataReader(Protocol):
 
     def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
         """Tests of ``project`` whose history window mixes failing and passing outcomes,
-        most flips first, then by node id."""
+        most flips first, then by node id.
+
+        This is wider than ``Classification.FLAKY``: a test that broke once and stays
+        broken (``F F P``) or recovered once (``P F F``) mixes outcomes too and is listed,
+        with ``flips == 1``, below the tests that flip back and forth."""
         ...
 
     def history(

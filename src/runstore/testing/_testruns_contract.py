@@ -1452,18 +1452,25 @@ class DataReaderContract(_Contract):
     @pytest.mark.parametrize(
         ("outcomes", "expected"),
         [
+            # oldest first; the window is newest first (now, prev1, prev2, ...)
             ("F", Classification.NEW_FAILURE),
             ("PPF", Classification.NEW_FAILURE),
             ("FF", Classification.PERSISTENT_FAILURE),
             ("FFF", Classification.PERSISTENT_FAILURE),
+            ("PPFF", Classification.PERSISTENT_FAILURE),  # F F P P: one flip
+            ("PFF", Classification.PERSISTENT_FAILURE),
+            ("FPF", Classification.FLAKY),  # F P F: two flips
+            ("FPFF", Classification.FLAKY),
             ("FP", Classification.RECOVERED),
-            ("PPFP", Classification.RECOVERED),
-            ("FPF", Classification.FLAKY),
+            ("FFP", Classification.RECOVERED),  # P F F
+            ("PPFP", Classification.FLAKY),  # P F P P: two flips
             ("PFFP", Classification.FLAKY),
-            ("FPP", Classification.FLAKY),
+            ("PFPF", Classification.FLAKY),
+            ("FPP", Classification.STABLE),  # P P F: recovered earlier
             ("P", Classification.STABLE),
             ("PPP", Classification.STABLE),
             ("FPS", Classification.STABLE),
+            ("FFS", Classification.STABLE),
         ],
     )
     def test_classify(
