@@ -342,15 +342,15 @@ class Recorder:
                 new = kinds.count(Classification.NEW_FAILURE)
                 flaky = kinds.count(Classification.FLAKY)
                 recovered = kinds.count(Classification.RECOVERED)
-                if new:
+                failing = sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+                if failing and new == failing and not flaky:
                     parts.append(_plural(new, "new failure"))
+                elif failing:
+                    parts += [f"{failing} failed", f"{new} new" if new else "none new"]
+                elif not summary.collection_errors:
+                    parts.append("no failures")
                 if flaky:
                     parts.append(f"{flaky} flaky")
-                failing = sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
-                if not parts and failing:
-                    parts.append(f"{failing} failing, none new")
-                elif not parts and not summary.collection_errors:
-                    parts.append("no failures")
                 if recovered:
                     parts.append(f"{recovered} recovered")
             if summary.collection_errors:
