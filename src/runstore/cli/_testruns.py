@@ -293,8 +293,9 @@ def _plural(count: int, word: str) -> str:
 
 
 def _counts_text(summary: RunSummary) -> str:
-    parts = [f"{summary.counts.get(o.value, 0)} {o.value}" for o in Outcome
-             if summary.counts.get(o.value, 0)]
+    parts = [_plural(summary.counts[o.value], "error") if o is Outcome.ERROR
+             else f"{summary.counts[o.value]} {o.value}"
+             for o in Outcome if summary.counts.get(o.value, 0)]
     if summary.collection_errors:
         parts.append(_plural(summary.collection_errors, "collection error"))
     return ", ".join(parts) or "no items"
