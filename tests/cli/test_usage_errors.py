@@ -57,3 +57,36 @@ def test_usage_errors_in_text_mode_print_nothing_on_stdout(db: Path) -> None:
     result = CliRunner().invoke(cli, ["--db", str(db), "runs", "--limit", "0"])
     assert result.exit_code == 2
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("order", [["--strict", "--lenient"], ["--lenient", "--strict"]])
+def test_strict_and_lenient_together_are_refused(
+    tmp_path: Path, order: list[str]
+) -> None:
+    source = tmp_path / "s.jsonl"
+    source.write_text(
+        json.dumps({"type": "session", "version": 3, "id": "s",
+                    "timestamp": "2025-11-30T10:00:00.000Z", "cwd": "/w"}) + "\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "new.db"
+    result = CliRunner().invoke(cli, ["--db", str(path), "sessions", "import", *order, str(source)])
+    assert result.exit_code == 2, result.output
+    assert "--strict and --lenient" in result.stderr
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("flag", [[], ["--strict"], ["--lenient"]])
+def test_one_mode_flag_still_imports(tmp_path: Path, flag: list[str]) -> None:
+    source = tmp_path / "s.jsonl"
+    source.write_text(
+        json.dumps({"type": "session", "version": 3, "id": "s",
+                    "timestamp": "2025-11-30T10:00:00.000Z", "cwd": "/w"}) + "\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "new.db"
+    result = CliRunner().invoke(
+        cli, ["--db", str(path), "--format", "json", "sessions", "import", *flag, str(source)]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["mode"] == ("lenient" if flag == ["--lenient"] else "strict")

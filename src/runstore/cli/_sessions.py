@@ -214,24 +214,17 @@ def _entry_preview(entry: Entry) -> str:
 
 @sessions.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
-@click.option(
-    "--strict",
-    "mode",
-    flag_value="strict",
-    default=True,
-    help="Refuse the file at its first bad line (the default).",
-)
+@click.option("--strict", is_flag=True, help="Refuse the file at its first bad line (the default).")
 @click.option(
     "--lenient",
-    "mode",
-    flag_value="lenient",
+    is_flag=True,
     help="Import what is valid; report every line skipped or repaired.",
 )
 @click.option(
     "--id", "session_id", default=None, help="Import under this session id instead of the header's."
 )
 @format_option
-def import_(file: str, mode: str, session_id: str | None) -> None:
+def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> None:
     """Import a pi session transcript (JSONL, versions 1-3) as one session.
 
     The file is only read, never changed. Exits 1, writing nothing, when the file is
@@ -241,6 +234,9 @@ def import_(file: str, mode: str, session_id: str | None) -> None:
     Example:
       runstore sessions import --lenient session.jsonl
     """
+    if strict and lenient:
+        raise click.UsageError("--strict and --lenient cannot be used together")
+    mode = "lenient" if lenient else "strict"
     size = os.path.getsize(file)
     err = Console(stderr=True)
     show_bar = size >= PROGRESS_FROM_BYTES and err.is_terminal and not _json_mode()
