@@ -113,9 +113,14 @@ class PassThrough:
         return self.inner_reader.get_run(run_id)
 
     def list_runs(
-        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+        self,
+        project: str | None,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
-        return self.inner_reader.list_runs(project, limit=limit, cursor=cursor)
+        return self.inner_reader.list_runs(project, status=status, limit=limit, cursor=cursor)
 
     def projects(self) -> Result[tuple[str, ...], DataReaderError]:
         return self.inner_reader.projects()
@@ -239,9 +244,16 @@ class CountsTrustInput(PassThrough):
         return self.inner_store.finish_run(run_id, status, finished_at).map(self._fix)
 
     def list_runs(
-        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+        self,
+        project: str | None,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
-        return self.inner_reader.list_runs(project, limit=limit, cursor=cursor).map(
+        return self.inner_reader.list_runs(
+            project, status=status, limit=limit, cursor=cursor
+        ).map(
             lambda page: attrs.evolve(page, items=tuple(self._fix(s) for s in page.items))
         )
 

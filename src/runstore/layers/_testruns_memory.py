@@ -61,6 +61,7 @@ from runstore.layers._testruns_shared import (
     valid_policy,
     valid_project,
     valid_run_id,
+    valid_status,
     window_of,
 )
 from runstore.layers._unit_of_work import TxDict
@@ -564,7 +565,12 @@ class InMemoryDataReader:
         return self._read("get_run", lambda: self._run(run_id).map(self._state.summary))
 
     def list_runs(
-        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+        self,
+        project: str | None,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         """See ``DataReader.list_runs``: newest first by (start, id); keyset cursor."""
         name: str | None = None
@@ -573,6 +579,10 @@ class InMemoryDataReader:
             if isinstance(checked, Failure):
                 return checked
             name = checked.unwrap()
+        wanted = valid_status(status)
+        if isinstance(wanted, Failure):
+            return wanted
+        only = wanted.unwrap()
         size = valid_limit(limit)
         if isinstance(size, Failure):
             return size
@@ -584,7 +594,11 @@ class InMemoryDataReader:
 
         def read() -> Result[Page[RunSummary], DataReaderError]:
             runs = sorted(
-                (r for r in state.runs.values() if name is None or r.project == name),
+                (
+                    r
+                    for r in state.runs.values()
+                    if (name is None or r.project == name) and (only is None or r.status == only)
+                ),
                 key=lambda r: (r.started_at_ms, r.id),
                 reverse=True,
             )

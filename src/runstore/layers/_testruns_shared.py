@@ -130,6 +130,7 @@ __all__ = [
     "valid_policy",
     "valid_project",
     "valid_run_id",
+    "valid_status",
     "window_of",
 ]
 
@@ -1059,6 +1060,13 @@ def valid_fragment(value: object) -> Result[str, InvalidInput]:
 def valid_project(value: object, field: str = "project") -> Result[str, InvalidInput]:
     """A project name to look up: ``str`` without lone surrogates (empty finds nothing)."""
     return _guard(lambda: valid_identifier(value, field, allow_empty=True, allow_nul=True))
+
+
+def valid_status(value: object) -> Result[RunStatus | None, InvalidInput]:
+    """``None`` or a ``RunStatus`` (its value given as text is accepted)."""
+    if value is None:
+        return Success(None)
+    return _guard(_enum, RunStatus, value, "status")
 
 
 def valid_outcomes(value: object) -> Result[frozenset[Outcome] | None, InvalidInput]:

@@ -72,6 +72,7 @@ from runstore.layers._testruns_shared import (
     valid_policy,
     valid_project,
     valid_run_id,
+    valid_status,
     window_of,
 )
 from runstore.layers._unit_of_work import TxDict
@@ -934,7 +935,12 @@ class SqliteDataReader:
         return self._read("get_run", lambda: self._run_row(run_id, _RUN_COLUMNS).map(_summary))
 
     def list_runs(
-        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+        self,
+        project: str | None,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         """See ``DataReader.list_runs``: newest first by (start, id); keyset cursor."""
         name: str | None = None
@@ -943,6 +949,10 @@ class SqliteDataReader:
             if isinstance(checked, Failure):
                 return checked
             name = checked.unwrap()
+        wanted = valid_status(status)
+        if isinstance(wanted, Failure):
+            return wanted
+        only = wanted.unwrap()
         size = valid_limit(limit)
         if isinstance(size, Failure):
             return size
@@ -957,6 +967,9 @@ class SqliteDataReader:
             if name is not None:
                 where.append("project = ?")
                 params.append(name)
+            if only is not None:
+                where.append("status = ?")
+                params.append(only.value)
             if position is not None:
                 where.append("(started_at_ms, id) < (?, ?)")
                 params.extend(position)

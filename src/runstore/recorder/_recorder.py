@@ -235,11 +235,19 @@ class Recorder:
         if self._ok(store.abort_stale_runs(project, older_than=now - STALE_AFTER),
                     "marking stale runs") is None:
             return
-        listed = reader.list_runs(project, limit=50)
-        if isinstance(listed, Failure):
-            return
+        running: list[RunSummary] = []
+        cursor: str | None = None
+        while True:  # every running run of the project, whatever its age
+            listed = reader.list_runs(project, status=RunStatus.RUNNING, limit=100, cursor=cursor)
+            if isinstance(listed, Failure):
+                return
+            page = listed.unwrap()
+            running.extend(page.items)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
         host = host_name()
-        for run in listed.unwrap().items:
+        for run in running:
             env = run.environment
             if (run.status is RunStatus.RUNNING and env.pid is not None
                     and env.host == host and not _alive(env.pid)):

@@ -631,10 +631,18 @@ class DataReader(Protocol):
         ...
 
     def list_runs(
-        self, project: str | None, *, limit: int = 20, cursor: str | None = None
+        self,
+        project: str | None,
+        *,
+        status: RunStatus | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
-        """Runs of ``project`` (every project when None), newest first, per the pagination
-        contract of ``runstore.services.pagination``."""
+        """Runs of ``project`` (every project when None), only those in ``status`` when
+        given, newest first, per the pagination contract of ``runstore.services.pagination``.
+
+        Failures: ``InvalidInput`` for a bad limit, a foreign cursor or a ``status`` that is
+        not a ``RunStatus``; ``Busy``; ``StorageFailure``."""
         ...
 
     def projects(self) -> Result[tuple[str, ...], DataReaderError]:

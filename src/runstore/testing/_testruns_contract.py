@@ -729,6 +729,10 @@ class RunRecordsMachine(RuleBasedStateMachine):
         for project in (*self.projects, "never-seen"):
             self._same(f"latest_run({project!r})", r.latest_run(project), m.latest_run(project))
             self._walk_pages(project)
+            for status in RunStatus:
+                self._same(f"list_runs({project!r}, status={status.value})",
+                           r.list_runs(project, status=status, limit=MAX_PAGE_SIZE),
+                           m.list_runs(project, status=status, limit=MAX_PAGE_SIZE))
             self._same(f"flaky_tests({project!r})", r.flaky_tests(project),
                        m.flaky_tests(project))
             self._same(f"coverage_trend({project!r})", r.coverage_trend(project),
@@ -1371,6 +1375,26 @@ class DataReaderContract(_Contract):
         assert (len(exact.items), exact.has_more, exact.next_cursor) == (1, False, None)
         assert len(_ok(reader.list_runs(None, limit=MAX_PAGE_SIZE)).items) == 9
         assert _ok(reader.list_runs("nobody")) == Page((), False, None)
+
+    def test_list_runs_filters_by_status(self, store: DataStore, reader: DataReader) -> None:
+        done = self.whole_run(store, [make_item("t.py::a")])
+        running = [self.begin(store, at_ms=T0_MS + i) for i in range(1, 4)]
+        other = self.begin(store, "beta", at_ms=T0_MS + 9)
+        first = _ok(reader.list_runs("alpha", status=RunStatus.RUNNING, limit=2))
+        assert [s.id for s in first.items] == running[:0:-1]
+        assert first.has_more
+        rest = _ok(reader.list_runs("alpha", status=RunStatus.RUNNING, limit=2,
+                                    cursor=first.next_cursor))
+        assert [s.id for s in rest.items] == [running[0]]
+        assert not rest.has_more
+        assert [s.id for s in _ok(reader.list_runs("alpha", status=RunStatus.PASSED)).items] == [
+            done
+        ]
+        every = _ok(reader.list_runs(None, status=RunStatus.RUNNING, limit=MAX_PAGE_SIZE))
+        assert {s.id for s in every.items} == {*running, other}
+        assert _ok(reader.list_runs("alpha", status=RunStatus.ABORTED)).items == ()
+        bad = _err(reader.list_runs("alpha", status="done"), InvalidInput)  # type: ignore[arg-type]
+        assert bad.field == "status"
 
     # tests, failures, slowest ---------------------------------------------------------------------
 
