@@ -7,7 +7,7 @@ import os
 import click
 
 from runstore.cli._db import db
-from runstore.cli._group import JsonErrorsGroup
+from runstore.cli._group import JsonErrorsGroup, check_db_path
 from runstore.cli._sessions import sessions
 from runstore.cli._settings import FORMATS, Settings
 from runstore.cli._testruns import (
@@ -34,7 +34,8 @@ __all__ = ["cli", "main"]
     envvar="RUNSTORE_DB",
     default=DEFAULT_DB_PATH,
     show_default=True,
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
+    callback=check_db_path,
     help="SQLite database file (env RUNSTORE_DB).",
 )
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True,

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from runstore.cli._output import emit_json
 from runstore.cli._settings import Settings
 
-__all__ = ["JsonErrorsGroup"]
+__all__ = ["JsonErrorsGroup", "check_db_path"]
 
 
 def _format_in(args: Sequence[str]) -> str | None:
@@ -62,3 +64,17 @@ class JsonErrorsGroup(click.Group):
         wanted = _format_in(self._args) or (settings.output_format if settings else None)
         if wanted == "json":
             emit_json({"error": " ".join(exc.format_message().split())})
+
+
+def check_db_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a blank ``--db`` or one naming a directory, naming ``RUNSTORE_DB`` when the
+    value came from the environment."""
+    from_env = ctx.get_parameter_source(param.name or "") is ParameterSource.ENVIRONMENT
+    hint = "RUNSTORE_DB" if from_env else "'--db'"
+    if not value.strip():
+        raise click.BadParameter("the database path is blank", ctx, param_hint=hint)
+    if os.path.isdir(value):
+        raise click.BadParameter(
+            f"{value} is a directory; give the database file", ctx, param_hint=hint
+        )
+    return value
