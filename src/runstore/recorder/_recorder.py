@@ -122,6 +122,7 @@ class RecorderSettings:
     rootdir: str
     invocation_dir: str
     cli_db: str | None
+    warning: str | None = None
 
 
 def _absolute(path: str, base: str) -> str:
@@ -142,12 +143,17 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
     option_db = config.getoption("runstore_db", None)
     db_path = _absolute(option_db or env_db or DEFAULT_DB, invocation_dir)
     cli_default = _absolute(env_db or DEFAULT_DB, invocation_dir)
-    project = (
-        config.getoption("runstore_project", None)
-        or str(config.getini("runstore_project") or "")
-        or config.rootpath.name
-        or "default"
-    )
+    named = {
+        "--runstore-project": config.getoption("runstore_project", None) or "",
+        "ini runstore_project": str(config.getini("runstore_project") or ""),
+    }
+    given = next(((where, name) for where, name in named.items() if name), None)
+    project = config.rootpath.name or "default"
+    warning = None
+    if given is not None and given[1].strip():
+        project = given[1]
+    elif given is not None:
+        warning = f"{given[0]} is blank; recorded as project {project!r}"
     return RecorderSettings(
         db_path=db_path,
         project=clean_identifier(project),
@@ -155,6 +161,7 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
         rootdir=str(config.rootpath),
         invocation_dir=invocation_dir,
         cli_db=None if db_path == cli_default else db_path,
+        warning=warning,
     )
 
 
@@ -197,6 +204,8 @@ class Recorder:
         self._interrupted = False
         self._problem: str | None = None
         self._line: str | None = None
+        if settings.warning is not None:
+            self._warn(settings.warning)
 
     def note_markers(self, nodeid: str, names: list[str]) -> None:
         """Take an item's markers from the :class:`~runstore.recorder.Annotator`."""
