@@ -105,6 +105,9 @@ class PassThrough:
     def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
         return self.inner_store.prune_runs(policy)
 
+    def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        return self.inner_store.plan_prune(policy)
+
     # DataReader
     def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
         return self.inner_reader.latest_run(project)

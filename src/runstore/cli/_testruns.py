@@ -42,7 +42,6 @@ from runstore.services.testruns import (
     FailureRecord,
     Outcome,
     Phase,
-    PruneRunsResult,
     RunId,
     RunRetentionPolicy,
     RunSummary,
@@ -730,13 +729,6 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
                 _print(f"  {nodeid}")
 
 
-@attrs.frozen
-class _Rehearsed:
-    """Carries a rehearsed prune's result out of the unit of work it rolls back."""
-
-    result: PruneRunsResult
-
-
 _MAX_AGE_DAYS = 1_000_000  # about 2,700 years: far enough to mean "no age limit"
 
 
@@ -749,27 +741,6 @@ def _check_max_age_days(
             f"{value} is not a number of days in (0, {_MAX_AGE_DAYS}]"
         )
     return value
-
-
-def _rehearse(services: _Services, policy: RunRetentionPolicy) -> PruneRunsResult:
-    """Run the prune inside a unit of work that always rolls back and report its result.
-
-    ``prune_runs`` nests as a SAVEPOINT in the outer unit, whose returned Failure rolls
-    everything back: the numbers are exactly what a real prune would remove now.
-    """
-
-    def pruned_then_undone() -> Result[PruneRunsResult, Any]:
-        pruned = services.store.prune_runs(policy)
-        if isinstance(pruned, Failure):
-            return pruned
-        return Failure(_Rehearsed(pruned.unwrap()))
-
-    rehearsal = services.database.transact("prune runs (dry run)", pruned_then_undone)
-    failure = rehearsal.failure() if isinstance(rehearsal, Failure) else None
-    if isinstance(failure, _Rehearsed):
-        return failure.result
-    services.get(rehearsal)  # a real failure ends the command
-    raise AssertionError("a rehearsed prune never commits")
 
 
 @click.command()
@@ -794,10 +765,10 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
     """
     policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
     with _services() as services:
-        doing = "rehearsing the prune" if dry_run else "pruning runs"
+        doing = "planning the prune" if dry_run else "pruning runs"
         with Console(stderr=True).status(f"{doing}..."):  # shown on a terminal only
             if dry_run:
-                outcome = _rehearse(services, policy)
+                outcome = services.get(services.store.plan_prune(policy))
             else:
                 outcome = services.get(services.store.prune_runs(policy))
         if services.output_format == "json":

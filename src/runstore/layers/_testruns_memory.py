@@ -20,6 +20,7 @@ follows the same documented rules, through the same helpers (``_testruns_shared`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TypeVar
 
@@ -501,19 +502,55 @@ class InMemoryDataStore:
 
         return self._db.transact("prune_runs", write)
 
-    def _referenced_paths(self) -> set[str]:
+    def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        """See ``DataStore.plan_prune``: :func:`plan_prune`'s decision, and the files no
+        surviving run (coverage moved as ``prune_runs`` moves it) would refer to."""
+        checked = valid_policy(policy)
+        if isinstance(checked, Failure):
+            return checked
+        state = self._state
+
+        def read() -> Result[PruneRunsResult, DataStoreError]:
+            plan = plan_prune(
+                (
+                    PruneRun(r.id, r.project, r.invocation_id, r.status, r.started_at_ms)
+                    for r in state.runs.values()
+                ),
+                (run_id for run_id, rows in state.coverage.items() if rows),
+                checked.unwrap(),
+                self._clock.now_ms(),
+            )
+            doomed = set(plan.doomed)
+            kept_coverage = {source for source, _ in plan.moves}
+            referenced = self._referenced_paths(doomed, doomed - kept_coverage)
+            orphans = sum(1 for path in state.files if path not in referenced)
+            return Success(PruneRunsResult(len(plan.doomed), orphans))
+
+        return self._db.read("plan_prune", read)
+
+    def _referenced_paths(
+        self,
+        without: AbstractSet[int] = frozenset(),
+        without_coverage: AbstractSet[int] = frozenset(),
+    ) -> set[str]:
+        """Paths referred to by runs not in ``without`` (coverage rows: runs not in
+        ``without_coverage``)."""
         state = self._state
         referenced: set[str] = set()
-        for modules in state.modules.values():
-            referenced.update(modules)
-        for table in state.cases.values():
-            for case in table.values():
-                referenced.update(case.paths())
-        for errors in state.collection.values():
-            for item in errors.values():
-                referenced.update(item.paths())
-        for rows in state.coverage.values():
-            referenced.update(f.path for f in rows)
+        for run_id, modules in state.modules.items():
+            if run_id not in without:
+                referenced.update(modules)
+        for run_id, table in state.cases.items():
+            if run_id not in without:
+                for case in table.values():
+                    referenced.update(case.paths())
+        for run_id, errors in state.collection.items():
+            if run_id not in without:
+                for item in errors.values():
+                    referenced.update(item.paths())
+        for run_id, rows in state.coverage.items():
+            if run_id not in without_coverage:
+                referenced.update(f.path for f in rows)
         return referenced
 
     def compact(self) -> Result[None, DataStoreError]:

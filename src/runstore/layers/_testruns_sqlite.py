@@ -861,6 +861,50 @@ class SqliteDataStore:
 
         return self._db.transact("prune_runs", write)
 
+    def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        """See ``DataStore.plan_prune``: ``plan_prune``'s decision, and a count of the
+        ``files`` rows no surviving module, frame or coverage row (coverage moved as
+        ``prune_runs`` moves it) would refer to. One consistent read, no write lock."""
+        checked = valid_policy(policy)
+        if isinstance(checked, Failure):
+            return checked
+        db = self._db
+
+        def read() -> Result[PruneRunsResult, DataStoreError]:
+            runs = [
+                PruneRun(r[0], r[1], r[2], _STATUS[r[3]], r[4])
+                for r in db.execute(
+                    "SELECT id, project, invocation_id, status, started_at_ms FROM test_runs"
+                )
+            ]
+            covered = [
+                r[0]
+                for r in db.execute(
+                    "SELECT r.id FROM test_runs r"
+                    " WHERE EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id)"
+                )
+            ]
+            plan = plan_prune(runs, covered, checked.unwrap(), self._clock.now_ms())
+            doomed = set(plan.doomed)
+            coverage_gone = doomed - {source for source, _ in plan.moves}
+            orphans = db.scalar(
+                "SELECT count(*) FROM files f"
+                " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = f.id"
+                "   AND m.run_id NOT IN (SELECT value FROM json_each(?1)))"
+                " AND NOT EXISTS (SELECT 1 FROM stack_frames s"
+                "   JOIN test_errors e ON e.id = s.error_id"
+                "   LEFT JOIN test_cases tc ON tc.id = e.case_id"
+                "   LEFT JOIN collection_errors ce ON ce.id = e.collection_error_id"
+                "   WHERE s.file_id = f.id"
+                "   AND coalesce(tc.run_id, ce.run_id) NOT IN (SELECT value FROM json_each(?1)))"
+                " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = f.id"
+                "   AND c.run_id NOT IN (SELECT value FROM json_each(?2)))",
+                (json.dumps(sorted(doomed)), json.dumps(sorted(coverage_gone))),
+            )
+            return Success(PruneRunsResult(len(plan.doomed), int(orphans or 0)))
+
+        return db.read("plan_prune", read)
+
     def _forget(self, runs: set[int], files: set[int]) -> None:
         """Drop cache entries naming deleted rows (journalled like every mirror change)."""
         if files:

@@ -617,6 +617,17 @@ class DataStore(Protocol):
         ...
 
 
+    def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+        """Say exactly what ``prune_runs(policy)`` would remove now, changing nothing.
+
+        The result equals that of a ``prune_runs(policy)`` called next with the same clock
+        and no write between: runs it would delete and ``files`` rows it would collect (after
+        moving coverage as ``prune_runs`` does). A read: it takes no write lock.
+        Failures: ``InvalidInput`` as ``prune_runs``, ``Busy``, ``StorageFailure``.
+        """
+        ...
+
+
 @runtime_checkable
 class DataReader(Protocol):
     """Answers questions about stored test runs. Reads never change anything."""

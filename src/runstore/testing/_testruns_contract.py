@@ -658,9 +658,13 @@ class RunRecordsMachine(RuleBasedStateMachine):
     )
     def prune_runs(self, keep_runs: int, max_age_days: float | None) -> None:
         policy = RunRetentionPolicy(keep_runs, max_age_days)
+        sut_plan = self.store.plan_prune(policy)
+        model_plan = self.model_store.plan_prune(policy)
+        self._same(f"plan_prune({policy})", sut_plan, model_plan)
         sut = self.store.prune_runs(policy)
         model = self.model_store.prune_runs(policy)
         self._same(f"prune_runs({policy})", sut, model)
+        assert sut == sut_plan, f"plan_prune({policy}) said {sut_plan}, prune_runs did {sut}"
 
     def whole_run_arguments(self) -> st.SearchStrategy[dict[str, Any]]:
         """Arguments of :meth:`whole_run`: a run begun, given one batch and finished."""
@@ -1268,6 +1272,7 @@ class DataStoreContract(_Contract):
         self.whole_run(store, [make_item("t.py::a")])
         self.whole_run(store, [make_item("t.py::a")], at_ms=T0_MS + 1)
         before = _snapshot(reader)
+        _err(store.plan_prune(policy), InvalidInput)
         _err(store.prune_runs(policy), InvalidInput)
         assert _snapshot(reader) == before
 
@@ -1283,8 +1288,11 @@ class DataStoreContract(_Contract):
         running = self.begin(store, at_ms=T0_MS - DAY_MS)
         beta = self.whole_run(store, [make_item("tests/test_a.py::t")], project="beta",
                               at_ms=T0_MS - 5 * DAY_MS)
+        before = _snapshot(reader)
+        plan = _ok(store.plan_prune(RunRetentionPolicy(keep_runs=1)))
+        assert _snapshot(reader) == before  # planning changes nothing
         result = _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1)))
-        assert result == PruneRunsResult(pruned_runs=2, pruned_files=3)
+        assert result == plan == PruneRunsResult(pruned_runs=2, pruned_files=3)
         alive = {s.id for s in _ok(reader.list_runs(None, limit=MAX_PAGE_SIZE)).items}
         assert alive == {tie_high, running, beta}
         for gone in (old, tie_low):
@@ -1292,6 +1300,7 @@ class DataStoreContract(_Contract):
         history = _ok(reader.history("alpha", "tests/test_a.py::t"))
         assert [e.run_id for e in history] == [tie_high, None]
         assert [e.run_id for e in _ok(reader.history("alpha", "tests/test_old.py::t"))] == [None]
+        assert _ok(store.plan_prune(RunRetentionPolicy(keep_runs=1))) == PruneRunsResult(0, 0)
         assert _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1))) == PruneRunsResult(0, 0)
 
     def test_prune_by_age_keeps_running_runs(
