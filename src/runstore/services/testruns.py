@@ -374,7 +374,11 @@ class RunSummary:
 
 @attrs.frozen
 class TestRecord:
-    """A stored test item of one run, without its payload (errors, output)."""
+    """A stored test item of one run, without its payload (errors, output).
+
+    ``attempts`` counts the *earlier* rerun attempts stored with the item, not counting the
+    final one: 0 for an item that ran once, 1 for one that passed on its first rerun.
+    """
 
     __test__ = False
 
