@@ -247,3 +247,34 @@ def test_prune_dry_run_changes_nothing(db: Path) -> None:
     assert [r["id"] for r in as_json(run(db, "runs", "--all-projects", "--format", "json"))[
         "runs"]] == [3, 2]
     assert "removed 0 runs" in run(db, "prune", "--keep-runs", "1").stdout
+
+
+def test_failures_show_every_error_and_the_captured_output_tail(tmp_path: Path) -> None:
+    path = tmp_path / "runstore.db"
+    item = TestResult(
+        nodeid="tests/test_io.py::test_write",
+        module_path="tests/test_io.py",
+        name="test_write",
+        phases=(PhaseResult(Phase.CALL, Outcome.FAILED, 1.0),
+                PhaseResult(Phase.TEARDOWN, Outcome.FAILED, 1.0)),
+        errors=(ErrorInfo(Phase.CALL, "OSError", "disk full"),
+                ErrorInfo(Phase.TEARDOWN, "RuntimeError", "handle left open")),
+        stdout="".join(f"line {i}\n" for i in range(20)),
+    )
+    with build(sqlite(path)) as container:
+        _record(container.get(DataStore), "io", 1, [item])
+    text = run(path, "failures").stdout
+    assert "disk full" in text
+    assert "also [teardown] handle left open" in text
+    assert "captured stdout (last 5 lines):" in text
+    assert "| line 19" in text
+    assert "| line 14" not in text
+    shown = run(path, "show", "latest", "test_write").stdout
+    assert "FAILED tests/test_io.py::test_write" in shown
+    assert "[teardown] RuntimeError: handle left open" in shown
+    assert "| line 0" in shown
+    document = as_json(run(path, "show", "latest", "tests/test_io.py::test_write",
+                           "--format", "json"))
+    assert [e["exception_type"] for e in document["test"]["errors"]] == ["OSError",
+                                                                        "RuntimeError"]
+    assert document["test"]["stdout"].endswith("line 19\n")

@@ -51,6 +51,7 @@ from runstore.services.testruns import (
     RunStatus,
     RunSummary,
     TestClassification,
+    TestDetail,
     TestRecord,
     TestResult,
 )
@@ -124,6 +125,9 @@ class PassThrough:
         cursor: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         return self.inner_reader.list_runs(project, status=status, limit=limit, cursor=cursor)
+
+    def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
+        return self.inner_reader.test_detail(run_id, nodeid)
 
     def projects(self) -> Result[tuple[str, ...], DataReaderError]:
         return self.inner_reader.projects()

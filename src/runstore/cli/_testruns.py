@@ -372,24 +372,37 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
 
 @click.command()
 @click.argument("run", type=RUN, default="latest")
+@click.argument("nodeid", required=False)
 @project_option
 @click.option("--all", "show_all", is_flag=True, help="List passing items too (text output).")
 @format_option
-def show(run: int | str, project: str | None, show_all: bool) -> None:
-    """Show one run (default: the latest) with its items.
+def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool) -> None:
+    """Show one run (default: the latest) with its items, or one item of it in full.
 
     Text lists the items that did not pass (every item with --all); JSON always lists every
-    item.
+    item. With NODEID (an exact node id, or a fragment naming one test), show that item:
+    its phases, every error with frames and causes, subtests, earlier attempts and its
+    captured output.
 
     \b
     JSON: {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
            "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
            "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
+    With NODEID: {"run": RUN, "test": {"nodeid", "outcome", "duration_ms", "attempts",
+           "skip_reason", "phases": [{"phase", "outcome", "duration_ms"}], "errors":
+           [{"phase", "exception_type", "message", "frames", "causes"}], "subtests":
+           [{"description", "outcome", "duration_ms", "error"}], "earlier_attempts":
+           [{"outcome", "duration_ms"}], "stdout", "stdout_truncated", "stderr",
+           "stderr_truncated", "log", "log_truncated"}}
     Example:
       runstore show latest --format json
+      runstore show 12 tests/test_cart.py::test_total
     """
     with _services() as services:
         summary = _run(services, project, run)
+        if nodeid is not None:
+            _show_test(services, summary, _resolve_test(services, summary.project, nodeid))
+            return
         tests = services.get(services.reader.tests(summary.id))
         failures = services.get(services.reader.failures(summary.id))
         by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
@@ -461,6 +474,100 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
                 _print(f"    at {where} in {frame.function or '?'}")
             for cause in failure.causes:
                 _print(f"  caused by {_first_line(cause.message) or cause.exception_type}")
+            if failure.phase is not Phase.COLLECT:
+                _print_detail(services, summary.id, failure.nodeid)
+
+
+_TAIL_LINES = 5
+
+
+def _error_document(error: ErrorInfo) -> dict[str, Any]:
+    causes: list[dict[str, Any]] = []
+    cause = error.cause
+    while cause is not None:
+        causes.append(_cause_document(cause))
+        cause = cause.cause
+    return {"phase": error.phase.value, **_cause_document(error), "causes": causes}
+
+
+def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
+    """Print (or emit as JSON) everything stored about one item of a run."""
+    detail = services.get(services.reader.test_detail(summary.id, nodeid))
+    test = detail.test
+    if services.output_format == "json":
+        emit_json({"run": _run_document(summary), "test": {
+            "nodeid": test.nodeid, "outcome": test.outcome.value,
+            "duration_ms": test.duration_ms, "attempts": test.attempts,
+            "skip_reason": test.skip_reason,
+            "phases": [{"phase": p.phase.value, "outcome": p.outcome.value,
+                        "duration_ms": p.duration_ms} for p in test.phases],
+            "errors": [_error_document(e) for e in detail.errors],
+            "subtests": [{"description": t.description, "outcome": t.outcome.value,
+                          "duration_ms": t.duration_ms,
+                          "error": None if t.error is None else _error_document(t.error)}
+                         for t in detail.subtests],
+            "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms}
+                                 for a in detail.attempts],
+            "stdout": detail.stdout, "stdout_truncated": detail.stdout_truncated,
+            "stderr": detail.stderr, "stderr_truncated": detail.stderr_truncated,
+            "log": detail.log, "log_truncated": detail.log_truncated,
+        }})
+        return
+    _print(_run_heading(summary), "",
+           f"{test.outcome.value.upper()} {test.nodeid}  {_seconds(test.duration_ms)}")
+    _print("  phases: " + ", ".join(f"{p.phase.value} {p.outcome.value}" for p in test.phases))
+    if test.skip_reason:
+        _print(f"  reason: {test.skip_reason}")
+    for error in detail.errors:
+        _print(f"  [{error.phase.value}] {error.exception_type}: {_first_line(error.message)}")
+        for frame in error.frames:
+            where = f"{frame.path}:{frame.line}" if frame.line else frame.path
+            _print(f"    at {where} in {frame.function or '?'}")
+        cause = error.cause
+        while cause is not None:
+            _print(f"    caused by {cause.exception_type}: {_first_line(cause.message)}")
+            cause = cause.cause
+    for subtest in detail.subtests:
+        _print(f"  subtest {subtest.description}: {subtest.outcome.value}")
+    if detail.attempts:
+        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+    for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
+                              ("stderr", detail.stderr, detail.stderr_truncated),
+                              ("log", detail.log, detail.log_truncated)):
+        if text:
+            note = " (stored cut at its cap)" if cut else ""
+            _print(f"  captured {stream}{note}:")
+            for line in text.rstrip("\n").splitlines():
+                _print(f"    | {line}")
+
+
+def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
+    """Print what ``failures`` adds after an item's first error: its other errors, failed
+    subtests, earlier attempts and the last lines of its captured output."""
+    found = services.reader.test_detail(run_id, nodeid)
+    if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
+        return
+    detail = services.get(found)
+    for error in detail.errors[1:]:
+        _print(f"  also [{error.phase.value}] "
+               f"{_first_line(error.message) or error.exception_type}")
+    for subtest in detail.subtests:
+        if subtest.outcome in FAILING_OUTCOMES:
+            reason = "" if subtest.error is None else (
+                _first_line(subtest.error.message) or subtest.error.exception_type)
+            _print(f"  subtest {subtest.description} {subtest.outcome.value}: {reason}")
+    if detail.attempts:
+        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+    for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
+                              ("stderr", detail.stderr, detail.stderr_truncated),
+                              ("log", detail.log, detail.log_truncated)):
+        if not text.strip():
+            continue
+        lines = text.rstrip("\n").splitlines()[-_TAIL_LINES:]
+        note = ", stored cut at its cap" if cut else ""
+        _print(f"  captured {stream} (last {len(lines)} lines{note}):")
+        for line in lines:
+            _print(f"    | {line}")
 
 
 @click.command()

@@ -54,6 +54,7 @@ from runstore.layers._testruns_shared import (
     rank_matches,
     sort_failures,
     sort_flaky,
+    test_detail,
     to_epoch_ms,
     valid_finish,
     valid_fragment,
@@ -93,6 +94,7 @@ from runstore.services.testruns import (
     RunStatus,
     RunSummary,
     TestClassification,
+    TestDetail,
     TestRecord,
     TestResult,
 )
@@ -677,6 +679,35 @@ class InMemoryDataReader:
             attempts=len(case.attempts),
             skip_reason=case.skip_reason,
         )
+
+    def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
+        """See ``DataReader.test_detail``."""
+        node = valid_project(nodeid, "nodeid")
+        if isinstance(node, Failure):
+            return node
+        wanted = node.unwrap()
+
+        def read() -> Result[TestDetail, DataReaderError]:
+            found = self._run(run_id)
+            if isinstance(found, Failure):
+                return found
+            rid = found.unwrap().id
+            table = self._state.cases.get(rid)
+            case = None if table is None else table.get(wanted)
+            if case is None:
+                return Failure(NotFound("test", wanted))
+            return Success(
+                test_detail(
+                    self._record(rid, case),
+                    case.errors,
+                    (case.stdout, case.stdout_truncated, case.stderr, case.stderr_truncated,
+                     case.log, case.log_truncated),
+                    [(t.description, t.outcome, t.duration_ms, t.error) for t in case.subtests],
+                    [(a.phases, a.outcome, a.duration_ms) for a in case.attempts],
+                )
+            )
+
+        return self._read("test_detail", read)
 
     def _cases(self, run_id: int) -> list[PreparedCase]:
         table = self._state.cases.get(run_id)

@@ -78,6 +78,8 @@ from runstore.services.testruns import (
     RunStatus,
     StackFrame,
     SubtestResult,
+    TestDetail,
+    TestRecord,
     TestResult,
     derive_outcome,
 )
@@ -104,6 +106,7 @@ __all__ = [
     "decode_lines",
     "encode_cursor",
     "encode_lines",
+    "error_info",
     "failing_phase",
     "failure_record",
     "failure_signature",
@@ -121,6 +124,7 @@ __all__ = [
     "rank_matches",
     "sort_failures",
     "sort_flaky",
+    "test_detail",
     "to_epoch_ms",
     "valid_finish",
     "valid_fragment",
@@ -1160,6 +1164,52 @@ class PrunePlan:
 
     doomed: tuple[int, ...]
     moves: tuple[tuple[int, int], ...]
+
+
+def error_info(error: PreparedError) -> ErrorInfo:
+    """A stored error chain as the ``ErrorInfo`` a reader returns, causes linked."""
+    info: ErrorInfo | None = None
+    for link in reversed(error.chain()):
+        info = attrs.evolve(link.as_info(), cause=info)
+    assert info is not None
+    return info
+
+
+def test_detail(
+    record: TestRecord,
+    errors: Sequence[PreparedError],
+    output: tuple[str, bool, str, bool, str, bool],
+    subtests: Sequence[tuple[str, Outcome, float, PreparedError | None]],
+    attempts: Sequence[tuple[tuple[PhaseResult, ...], Outcome, float]],
+) -> TestDetail:
+    """Assemble a ``TestDetail`` from an item's stored parts (both layers use this)."""
+    return TestDetail(
+        test=record,
+        errors=tuple(error_info(e) for e in errors),
+        stdout=output[0],
+        stdout_truncated=output[1],
+        stderr=output[2],
+        stderr_truncated=output[3],
+        log=output[4],
+        log_truncated=output[5],
+        subtests=tuple(
+            SubtestResult(d, o, ms, None if e is None else error_info(e))
+            for d, o, ms, e in subtests
+        ),
+        attempts=tuple(
+            attrs.evolve(
+                record,
+                phases=phases,
+                outcome=outcome,
+                duration_ms=ms,
+                attempts=0,
+                skip_reason=next(
+                    (p.skip_reason for p in phases if p.skip_reason is not None), None
+                ),
+            )
+            for phases, outcome, ms in attempts
+        ),
+    )
 
 
 def plan_prune(

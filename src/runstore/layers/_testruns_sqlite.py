@@ -64,6 +64,7 @@ from runstore.layers._testruns_shared import (
     rank_matches,
     sort_failures,
     sort_flaky,
+    test_detail,
     to_epoch_ms,
     valid_finish,
     valid_fragment,
@@ -105,6 +106,7 @@ from runstore.services.testruns import (
     RunSummary,
     StackFrame,
     TestClassification,
+    TestDetail,
     TestRecord,
     TestResult,
 )
@@ -1147,6 +1149,75 @@ class SqliteDataReader:
             head = links[0][1]
             heads[owner] = attrs.evolve(head, causes=tuple(link for _, link in links[1:]))
         return heads
+
+    def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
+        """See ``DataReader.test_detail``: the item's row, its output row, subtest and
+        attempt rows, and every error chain of its final result (attempt 0) with frames."""
+        node = valid_project(nodeid, "nodeid")
+        if isinstance(node, Failure):
+            return node
+        wanted = node.unwrap()
+        db = self._db
+
+        def read() -> Result[TestDetail, DataReaderError]:
+            found = self._run_row(run_id, "id")
+            if isinstance(found, Failure):
+                return found
+            rid = found.unwrap()[0]
+            row = db.one(
+                "SELECT c.id FROM test_cases c JOIN tests t ON t.id = c.test_id"
+                " WHERE c.run_id = ? AND t.nodeid = ?",
+                (rid, wanted),
+            )
+            if row is None:
+                return Failure(NotFound("test", wanted))
+            case_id = row[0]
+            (record,) = self._records(rid, " AND c.id = ?", (case_id,))
+            output = db.one(
+                "SELECT stdout, stdout_truncated, stderr, stderr_truncated, log, log_truncated"
+                " FROM test_output WHERE case_id = ?",
+                (case_id,),
+            )
+            heads = self._heads(
+                "FROM test_errors o CROSS JOIN test_errors e ON e.case_id = o.case_id"
+                " AND e.attempt = o.attempt AND e.ordinal = o.ordinal AND e.subtest IS o.subtest",
+                "WHERE o.case_id = ? AND o.attempt = 0 AND o.depth = 0",
+                (case_id,),
+            )
+            owners = db.execute(
+                "SELECT id, subtest, ordinal FROM test_errors"
+                " WHERE case_id = ? AND attempt = 0 AND depth = 0",
+                (case_id,),
+            )
+            item_errors = [heads[i] for i, sub, _ in sorted(owners, key=lambda r: r[2])
+                           if sub is None]
+            subtest_errors = {sub: heads[i] for i, sub, _ in owners if sub is not None}
+            subtests = [
+                (description, _OUTCOME[outcome], ms, subtest_errors.get(ordinal))
+                for ordinal, description, outcome, ms in db.execute(
+                    "SELECT ordinal, description, outcome, duration_ms FROM test_subtests"
+                    " WHERE case_id = ? ORDER BY ordinal",
+                    (case_id,),
+                )
+            ]
+            attempts = [
+                (_phases_of(r[2:11]), _OUTCOME[r[0]], r[1])
+                for r in db.execute(
+                    "SELECT outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
+                    " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
+                    " teardown_reason FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
+                    (case_id,),
+                )
+            ]
+            texts = (
+                ("", False, "", False, "", False)
+                if output is None
+                else (output[0], bool(output[1]), output[2], bool(output[3]), output[4],
+                      bool(output[5]))
+            )
+            return Success(test_detail(record, item_errors, texts, subtests, attempts))
+
+        return self._read("test_detail", read)
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
         """See ``DataReader.failures``."""

@@ -81,6 +81,7 @@ __all__ = [
     "StackFrame",
     "SubtestResult",
     "TestClassification",
+    "TestDetail",
     "TestRecord",
     "TestResult",
     "derive_outcome",
@@ -397,6 +398,31 @@ class TestRecord:
 
 
 @attrs.frozen
+class TestDetail:
+    """Everything stored about one item of one run.
+
+    ``test`` is the item's record; ``errors`` every error of its final result in the order
+    given (each with its frames and ``cause`` chain); captured output per stream with
+    whether storage cut it (``MAX_CAPTURE_CHARS``); ``subtests`` in the order given, each
+    with its error; ``attempts`` the earlier rerun attempts, oldest first, each a record of
+    the same item with that attempt's phases, outcome and duration (and ``attempts == 0``).
+    """
+
+    __test__ = False
+
+    test: TestRecord
+    errors: tuple[ErrorInfo, ...]
+    stdout: str
+    stdout_truncated: bool
+    stderr: str
+    stderr_truncated: bool
+    log: str
+    log_truncated: bool
+    subtests: tuple[SubtestResult, ...]
+    attempts: tuple[TestRecord, ...]
+
+
+@attrs.frozen
 class FailureRecord:
     """A failing item (or collection error) of one run with its errors.
 
@@ -668,6 +694,14 @@ class DataReader(Protocol):
         self, run_id: RunId, *, outcomes: frozenset[Outcome] | None = None
     ) -> Result[tuple[TestRecord, ...], DataReaderError]:
         """Items of a run (only ``outcomes`` when given), sorted by node id; ``NotFound``."""
+        ...
+
+    def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
+        """Everything stored about item ``nodeid`` of run ``run_id`` (see ``TestDetail``).
+
+        Failures: ``NotFound("run", id)`` when the run is missing, ``NotFound("test",
+        nodeid)`` when the run has no such item; ``InvalidInput`` for a run id or node id of
+        the wrong type; ``Busy``; ``StorageFailure``."""
         ...
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:

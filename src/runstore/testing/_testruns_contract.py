@@ -76,6 +76,7 @@ from runstore.services.testruns import (
     RunStatus,
     StackFrame,
     SubtestResult,
+    TestDetail,
     TestResult,
 )
 
@@ -757,6 +758,9 @@ class RunRecordsMachine(RuleBasedStateMachine):
             self._same(f"tests({run}, failing)", r.tests(s, outcomes=failing),
                        m.tests(run, outcomes=failing))
             self._same(f"failures({run})", r.failures(s), m.failures(run))
+            for nodeid in self.nodeids:
+                self._same(f"test_detail({run}, {nodeid!r})", r.test_detail(s, nodeid),
+                           m.test_detail(run, nodeid))
             self._same(f"classify({run})", r.classify(s), m.classify(run))
             self._same(f"slowest({run}, 2)", r.slowest(s, limit=2), m.slowest(run, limit=2))
             self._same(f"coverage({run})", r.coverage(s), m.coverage(run))
@@ -1152,6 +1156,50 @@ class DataStoreContract(_Contract):
         assert [c.exception_type for c in failure.causes] == ["OSError"]
         assert failure.signature
         assert all(ch in "0123456789abcdef" for ch in failure.signature)
+
+    def test_test_detail_returns_every_error_output_subtest_and_attempt(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        run = self.begin(store)
+        frames = (StackFrame("src/a.py", 3, "f", True), StackFrame("/usr/lib/x.py", 9, "g", False))
+        cause = ErrorInfo(Phase.CALL, "OSError", "disk", "E disk", (frames[1],))
+        call_error = ErrorInfo(Phase.CALL, "ValueError", "bad", "E bad", frames, cause)
+        teardown_error = ErrorInfo(Phase.TEARDOWN, "RuntimeError", "close", "E close")
+        sub_error = ErrorInfo(Phase.CALL, "AssertionError", "sub", "E sub")
+        first = attrs.evolve(make_item("t.py::x", Outcome.FAILED), errors=(call_error,))
+        item = TestResult(
+            nodeid="t.py::x",
+            module_path="t.py",
+            name="x",
+            phases=(PhaseResult(Phase.CALL, Outcome.FAILED, 2.0),
+                    PhaseResult(Phase.TEARDOWN, Outcome.FAILED, 1.0)),
+            errors=(call_error, teardown_error),
+            stdout="out\x00",
+            stderr="e" * (MAX_CAPTURE_CHARS + 1),
+            log="log",
+            attempts=(first,),
+            subtests=(SubtestResult("i=1", Outcome.PASSED, 0.5),
+                      SubtestResult("i=2", Outcome.FAILED, 0.5, sub_error)),
+        )
+        _ok(store.record_results(run, [item, make_item("t.py::plain")]))
+        detail = _ok(reader.test_detail(run, "t.py::x"))
+        assert isinstance(detail, TestDetail)
+        (record,) = [t for t in _ok(reader.tests(run)) if t.nodeid == "t.py::x"]
+        assert detail.test == record
+        assert record.attempts == 1
+        assert detail.errors == (call_error, teardown_error)
+        assert (detail.stdout, detail.stdout_truncated) == ("out\x00", False)
+        assert (len(detail.stderr), detail.stderr_truncated) == (MAX_CAPTURE_CHARS, True)
+        assert (detail.log, detail.log_truncated) == ("log", False)
+        assert detail.subtests == item.subtests
+        (earlier,) = detail.attempts
+        assert (earlier.nodeid, earlier.outcome, earlier.attempts) == ("t.py::x", Outcome.FAILED, 0)
+        assert earlier.phases == first.phases
+        plain = _ok(reader.test_detail(run, "t.py::plain"))
+        assert (plain.errors, plain.stdout, plain.subtests, plain.attempts) == ((), "", (), ())
+        missing = _err(reader.test_detail(run, "t.py::nope"), NotFound)
+        assert missing == NotFound("test", "t.py::nope")
+        _err(reader.test_detail(UNKNOWN_RUN, "t.py::x"), NotFound)
 
     def test_collection_errors_count_and_show_as_failures(
         self, store: DataStore, reader: DataReader
