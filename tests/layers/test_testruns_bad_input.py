@@ -202,6 +202,9 @@ WRITES: dict[str, Call] = {
     "prune: keep negative": lambda w: w.store.prune_runs(RunRetentionPolicy(-5)),
     "prune: age NaN": lambda w: w.store.prune_runs(RunRetentionPolicy(1, math.nan)),
     "prune: age negative": lambda w: w.store.prune_runs(RunRetentionPolicy(1, -1.0)),
+    "prune: age beyond epoch ms": lambda w: w.store.prune_runs(RunRetentionPolicy(1, 1e308)),
+    "plan: age beyond epoch ms": lambda w: w.store.plan_prune(RunRetentionPolicy(1, 1e308)),
+    "prune: keep beyond 64 bits": lambda w: w.store.prune_runs(RunRetentionPolicy(2**64)),
     "prune: keep not an int": lambda w: w.store.prune_runs(RunRetentionPolicy(1.5)),  # type: ignore[arg-type]
 }
 

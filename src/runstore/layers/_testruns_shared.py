@@ -1097,8 +1097,17 @@ def valid_finish(
     return _guard(check)
 
 
+MAX_KEEP_RUNS = 2**63 - 1
+"""The largest ``keep_runs`` a policy may name (SQLite's largest integer)."""
+
+MAX_AGE_DAYS = 1_000_000
+"""The largest ``max_age_days`` a policy may name (about 2,700 years): a larger age would
+overflow epoch milliseconds and means "no age limit" anyway."""
+
+
 def valid_policy(policy: object) -> Result[RunRetentionPolicy, InvalidInput]:
-    """``keep_runs`` an int >= 1; ``max_age_days`` None or a finite number > 0."""
+    """``keep_runs`` an int in ``[1, MAX_KEEP_RUNS]``; ``max_age_days`` None or a finite
+    number in ``(0, MAX_AGE_DAYS]``."""
     if not isinstance(policy, RunRetentionPolicy):
         return Failure(
             InvalidInput("policy", f"must be a RunRetentionPolicy, got {_type_name(policy)}")
@@ -1108,15 +1117,22 @@ def valid_policy(policy: object) -> Result[RunRetentionPolicy, InvalidInput]:
         return Failure(InvalidInput("policy.keep_runs", f"must be an integer, got {keep!r}"))
     if keep < 1:
         return Failure(InvalidInput("policy.keep_runs", f"must be at least 1, got {keep}"))
+    if keep > MAX_KEEP_RUNS:
+        return Failure(
+            InvalidInput("policy.keep_runs", f"must be at most {MAX_KEEP_RUNS}, got {keep}")
+        )
     age = policy.max_age_days
     if age is not None:
         if isinstance(age, bool) or not isinstance(age, int | float):
             return Failure(
                 InvalidInput("policy.max_age_days", f"must be a number or None, got {age!r}")
             )
-        if not math.isfinite(age) or age <= 0:
+        if not math.isfinite(age) or age <= 0 or age > MAX_AGE_DAYS:
             return Failure(
-                InvalidInput("policy.max_age_days", f"must be finite and > 0, got {age!r}")
+                InvalidInput(
+                    "policy.max_age_days",
+                    f"must be finite, > 0 and <= {MAX_AGE_DAYS}, got {age!r}",
+                )
             )
     return Success(policy)
 

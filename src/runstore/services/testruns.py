@@ -641,7 +641,8 @@ class DataStore(Protocol):
         coverage. History rows and failure signatures survive (history with a NULL run).
         Then every ``files`` row nothing references is removed (on every call, also when no
         run was pruned). Running runs count in the ranking but are never removed.
-        Failures: ``InvalidInput`` (``keep_runs < 1``, ``max_age_days <= 0``), ``Busy``,
+        Failures: ``InvalidInput`` (``keep_runs`` outside ``[1, 2**63 - 1]``,
+        ``max_age_days`` not finite or outside ``(0, 1_000_000]``), ``Busy``,
         ``StorageFailure``.
         """
         ...
