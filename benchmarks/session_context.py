@@ -159,7 +159,7 @@ def listing(count: int, rounds: int) -> None:
 
         def create_all() -> Result[None, object]:
             for n in range(count):
-                repo.create(NewSession(id=f"session-{n:06d}", cwd=f"/work/p{n % 20}")).unwrap()
+                repo.create(NewSession(id=f"session-{n:06d}", cwd=f"/home/dev/p{n % 20}")).unwrap()
             return Success(None)
 
         db.transact("create sessions", create_all).unwrap()
@@ -170,7 +170,7 @@ def listing(count: int, rounds: int) -> None:
             20,
             {
                 "newest": lambda: repo.list(limit=50),
-                "cwd": lambda: repo.list(cwd="/work/p7", limit=50),
+                "cwd": lambda: repo.list(cwd="/home/dev/p7", limit=50),
                 "next page": lambda: repo.list(limit=50, cursor=page.next_cursor),
             },
         )
