@@ -9,7 +9,14 @@ from typing import Any
 import pytest
 from returns.result import Failure, Success
 
-from runstore.layers import Container, SqliteDatabase, SqliteSessionRepository, build, sqlite
+from runstore.layers import (
+    Container,
+    SqliteDatabase,
+    SqliteSessionRepository,
+    build,
+    in_memory,
+    sqlite,
+)
 from runstore.layers._sessions_sqlite import _PATH_SQL
 from runstore.services import (
     Clock,
@@ -261,3 +268,31 @@ def test_everything_survives_reopening(tmp_path: Path) -> None:
         assert before.leaf_id == "a"
         assert repo.open("s1").unwrap().entries() == Success(entries)
         assert repo.open("s1").unwrap().append(_msg("e", "a")).unwrap().seq == 4
+
+
+@pytest.mark.parametrize("bad_id", ["\ud800", "a\udfffb"])
+def test_ids_no_store_could_hold_are_not_found_in_both_layers(bad_id: str) -> None:
+    """A lone surrogate cannot be stored, so such an id names nothing: NotFound, as in memory,
+    never the driver's UnicodeEncodeError."""
+    answers = []
+    for layer in (sqlite(":memory:"), in_memory()):
+        with build(layer) as built:
+            repo = _repo(built)
+            _seeded(repo)
+            session = repo.open("s1").unwrap()
+            answers.append(
+                (
+                    repo.get(bad_id),
+                    repo.delete(bad_id),
+                    repo.fork(bad_id),
+                    session.entry(bad_id),
+                    session.children(bad_id),
+                    session.set_leaf(bad_id),
+                    session.path_to_root(bad_id),
+                    session.build_context(bad_id),
+                )
+            )
+    live, memory = answers
+    assert live == memory
+    assert live[0] == Failure(NotFound("session", bad_id))
+    assert live[3] == Failure(NotFound("entry", bad_id))

@@ -151,6 +151,21 @@ def _entry_from(row: Row) -> Entry:
     return make_entry(entry_type, entry_id, parent_id, seq, timestamp_ms, payload)
 
 
+
+def _storable(identifier: object) -> bool:
+    """Whether ``identifier`` could name a stored row: a ``str`` UTF-8 can encode.
+
+    Ids are validated when rows are created, so one that fails this names nothing: lookups
+    answer ``NotFound`` (as the in-memory layer does) instead of letting the driver raise.
+    """
+    if not isinstance(identifier, str):
+        return False
+    try:
+        identifier.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 class SqliteSessionRepository:
     """:class:`~runstore.services.SessionRepository` on SQLite (see the module doc)."""
 
@@ -178,6 +193,8 @@ class SqliteSessionRepository:
             self._seen["data_version"] = version
 
     def _key(self, session_id: str) -> int | None:
+        if not _storable(session_id):
+            return None
         key = self._keys.get(session_id)
         if key is None:
             key = self._db.scalar("SELECT key FROM sessions WHERE id = ?", (session_id,))
@@ -451,6 +468,8 @@ class SqliteSessionRepository:
     # -- writes of one session -------------------------------------------------------------------
 
     def _exists(self, key: int, entry_id: str) -> bool:
+        if not _storable(entry_id):
+            return False
         return (
             self._db.one(
                 "SELECT 1 FROM session_entries WHERE session_key = ? AND id = ?", (key, entry_id)
@@ -664,6 +683,8 @@ class SqliteSessionRepository:
             key = self._key(session_id)
             if key is None:
                 return Failure(NotFound("session", str(session_id)))
+            if not _storable(entry_id):
+                return Failure(NotFound("entry", str(entry_id)))
             row = self._db.one(
                 f"SELECT {_ENTRY_COLUMNS} FROM session_entries AS e JOIN session_bodies AS b"
                 " ON b.session_key = e.session_key AND b.seq = e.seq"
@@ -698,6 +719,8 @@ class SqliteSessionRepository:
     def _path_rows(
         self, key: int, entry_id: str, *, stop_at_anchor: bool, all_bodies: bool
     ) -> builtins.list[Row] | None:
+        if not _storable(entry_id):
+            return None
         stop = None
         if stop_at_anchor:
             anchor = self._db.one(
@@ -768,6 +791,8 @@ class SqliteSessionRepository:
             target = self._head(key).leaf_id if leaf is None else leaf
             if target is None:
                 return Success(assemble_context(None, (), EntryState(None, "off", None)))
+            if not _storable(target):
+                return Failure(NotFound("entry", str(target)))
             row = self._db.one(
                 "SELECT model_provider, model_id, thinking_level, anchor_id FROM session_entries"
                 " WHERE session_key = ? AND id = ?",
