@@ -17,12 +17,12 @@ from runstore.layers import Container, build, sqlite
 from runstore.layers._agents_sqlite import page_query
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.services import FixedClock
+from runstore.services._agents_rules import check_list_query
 from runstore.services.agents import (
     ActiveRunExists,
     AgentRunStatus,
     AgentStorage,
     NewMessage,
-    check_list_query,
 )
 from runstore.services.errors import StorageFailure, StorageFailureKind
 

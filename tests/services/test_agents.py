@@ -14,6 +14,17 @@ from returns.result import Failure, Success
 
 import runstore.services as services
 from runstore.services import agents
+from runstore.services._agents_rules import (
+    check_failure,
+    check_list_query,
+    check_messages,
+    decode_cost,
+    decode_failure,
+    encode_content,
+    encode_cost,
+    resolve_at,
+)
+from runstore.services._primitives import decode_json
 from runstore.services.agents import (
     MAX_JSON_DEPTH,
     ActiveRunExists,
@@ -23,15 +34,6 @@ from runstore.services.agents import (
     JsonValue,
     NewMessage,
     TokenUsage,
-    check_failure,
-    check_list_query,
-    check_messages,
-    decode_cost,
-    decode_failure,
-    decode_json,
-    encode_cost,
-    encode_json,
-    to_epoch_ms,
 )
 from runstore.services.clock import FixedClock
 from runstore.services.errors import InvalidInput
@@ -49,7 +51,7 @@ def test_every_public_name_exists_and_is_reexported() -> None:
 
 @given(json_values(max_leaves=20))
 def test_json_round_trips_with_the_same_types(value: JsonValue) -> None:
-    text = encode_json("content", value).unwrap()
+    text = encode_content(value, "content").unwrap()
     back = decode_json(text)
     assert back == value
     assert repr(back) == repr(value)
@@ -61,17 +63,17 @@ def test_json_round_trips_with_the_same_types(value: JsonValue) -> None:
     ["\ud800", ["ok", "\udfff"], {"\ud83d": 1}, float("nan"), (1,), {1: 2}, b"x", {1.5}],
 )
 def test_values_that_would_not_round_trip_are_refused(value: object) -> None:
-    result = encode_json("content", value)
+    result = encode_content(value, "content")
     assert isinstance(result, Failure)
-    assert result.failure().field == "content"
+    assert result.failure().field.startswith("content"), "the path names the value"
 
 
 def test_nesting_is_bounded() -> None:
     ok: JsonValue = "leaf"
     for _ in range(MAX_JSON_DEPTH):
         ok = [ok]
-    assert isinstance(encode_json("content", ok), Success)
-    assert isinstance(encode_json("content", [ok]), Failure)
+    assert isinstance(encode_content(ok, "content"), Success)
+    assert isinstance(encode_content([ok], "content"), Failure)
 
 
 @given(st.decimals(allow_nan=False, allow_infinity=False, min_value=0, places=None))
@@ -90,14 +92,14 @@ def test_inexact_or_negative_costs_are_refused(cost: object) -> None:
 
 def test_times() -> None:
     clock = FixedClock(42)
-    assert to_epoch_ms("at", None, clock) == Success(42)
-    assert to_epoch_ms("at", 7, clock) == Success(7)
+    assert resolve_at(None, clock) == Success(42)
+    assert resolve_at(7, clock) == Success(7)
     aware = datetime(2024, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
-    assert to_epoch_ms("at", aware, clock) == Success(
+    assert resolve_at(aware, clock) == Success(
         int(datetime(2024, 1, 1, 10, tzinfo=UTC).timestamp() * 1000)
     )
     for bad in (datetime(2024, 1, 1), True, -1, 2.5, "2024-01-01"):
-        result = to_epoch_ms("at", bad, clock)
+        result = resolve_at(bad, clock)
         assert isinstance(result, Failure), bad
         assert result.failure().field == "at"
 

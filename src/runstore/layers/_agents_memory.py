@@ -8,7 +8,6 @@ rolled-back SQLite transaction does to the rows.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -19,50 +18,25 @@ from returns.result import Failure, Result, Success
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._unit_of_work import TxDict
+from runstore.services import _agents_rules as rules
 from runstore.services.agents import (
-    MAX_TITLE_CHARS,
-    ActiveRunExists,
     AgentError,
     AgentRun,
     AgentRunFailure,
-    AgentRunId,
     AgentRunStatus,
     AgentStorage,
-    CheckpointDraft,
-    CheckpointId,
     ContextCheckpoint,
     JsonValue,
-    ListQuery,
     Message,
-    MessageDraft,
     NewMessage,
     Thread,
     ThreadId,
     ThreadStatus,
     TokenUsage,
-    check_checkpoint,
-    check_failure,
-    check_id,
-    check_list_query,
-    check_messages,
-    check_seq,
-    check_text,
-    check_thread_status,
-    decode_cost,
-    decode_failure,
-    decode_json,
-    encode_object,
-    to_epoch_ms,
 )
 from runstore.services.clock import Clock
-from runstore.services.errors import Conflict, IllegalTransition, NotFound
-from runstore.services.executions import (
-    ExecutionFinished,
-    ExecutionId,
-    ExecutionStorage,
-    ProjectMismatch,
-    StaleFencingToken,
-)
+from runstore.services.errors import NotFound
+from runstore.services.executions import ExecutionStorage
 from runstore.services.pagination import Page
 
 __all__ = [
@@ -75,119 +49,53 @@ __all__ = [
 ]
 
 
-@attrs.frozen
-class _ThreadRow:
-    id: str
-    project_id: str
-    title: str
-    metadata_json: str
-    status: ThreadStatus
-    head_seq: int
-    message_count: int
-    last_message_at_ms: int | None
-    checkpoint_count: int
-    created_at_ms: int
-    updated_at_ms: int
-
-
-@attrs.frozen
-class _RunRow:
-    id: str
-    thread_id: str
-    execution_id: str | None
-    status: AgentRunStatus
-    failure_json: str | None
-    started_at_ms: int
-    finished_at_ms: int | None
-
-
-@attrs.frozen
-class _MessageRow:
-    role: str
-    run_id: str | None
-    usage: TokenUsage
-    cost_text: str | None
-    created_at_ms: int
-    content_json: str
-
-
-def _canonical(text: str) -> str:
-    return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False)
-
-
 class _State:
-    """Every mirror of one in-memory agent storage."""
+    """Every mirror of one in-memory agent storage: the rows of the rules module, by key."""
 
     def __init__(self, db: InMemoryDatabase, clock: Clock, executions: ExecutionStorage) -> None:
         self.db = db
         self.clock = clock
         self.executions = executions
-        self.threads: TxDict[str, _ThreadRow] = db.mirror()
-        self.runs: TxDict[str, _RunRow] = db.mirror()
-        self.active: TxDict[str, str] = db.mirror()  # thread id -> running run id
-        self.messages: TxDict[tuple[str, int], _MessageRow] = db.mirror()
+        self.threads: TxDict[str, rules.ThreadRow] = db.mirror()
+        self.runs: TxDict[str, rules.RunRow] = db.mirror()
+        self.messages: TxDict[tuple[str, int], rules.MessageDraft] = db.mirror()
         self.checkpoints: TxDict[str, ContextCheckpoint] = db.mirror()
         self.checkpoint_numbers: TxDict[tuple[str, int], str] = db.mirror()
         self.checkpoint_by_run: TxDict[str, str] = db.mirror()
 
-    def thread(self, row: _ThreadRow) -> Thread:
-        metadata = decode_json(row.metadata_json)
-        assert isinstance(metadata, dict)
-        active = self.active.get(row.id)
-        return Thread(
-            id=ThreadId(row.id),
-            project_id=row.project_id,
-            title=row.title,
-            metadata=metadata,
-            status=row.status,
-            active_run_id=None if active is None else AgentRunId(active),
-            head_seq=row.head_seq,
-            message_count=row.message_count,
-            last_message_at_ms=row.last_message_at_ms,
-            checkpoint_count=row.checkpoint_count,
-            created_at_ms=row.created_at_ms,
-            updated_at_ms=row.updated_at_ms,
-        )
+    def put_thread(self, row: rules.ThreadRow) -> None:
+        self.threads[row.id] = row
 
-    def run(self, row: _RunRow) -> AgentRun:
-        return AgentRun(
-            id=AgentRunId(row.id),
-            thread_id=ThreadId(row.thread_id),
-            project_id=self.threads[row.thread_id].project_id,
-            execution_id=row.execution_id,
-            status=row.status,
-            failure=decode_failure(row.failure_json),
-            started_at_ms=row.started_at_ms,
-            finished_at_ms=row.finished_at_ms,
-        )
+    def put_run(self, row: rules.RunRow) -> None:
+        """Store a run row and keep its thread's active run in step with its status."""
+        self.runs[row.id] = row
+        thread = self.threads[row.thread_id]
+        active = row.id if row.status is AgentRunStatus.RUNNING else None
+        if active is not None or thread.active_run_id == row.id:
+            self.threads[thread.id] = attrs.evolve(thread, active_run_id=active)
 
-    def run_in_thread(self, run_id: str, thread_id: str) -> Result[_RunRow, AgentError]:
-        row = self.runs.get(run_id)
-        if row is None:
-            return Failure(NotFound("agent_run", run_id))
-        if row.thread_id != thread_id:
-            return Failure(
-                Conflict(
-                    "agent_run",
-                    run_id,
-                    "run belongs to another thread",
-                    expected=thread_id,
-                    actual=row.thread_id,
-                )
-            )
-        return Success(row)
+    def put_checkpoint(self, checkpoint: ContextCheckpoint) -> None:
+        self.checkpoints[checkpoint.id] = checkpoint
+        self.checkpoint_numbers[(checkpoint.thread_id, checkpoint.number)] = checkpoint.id
+        self.checkpoint_by_run[checkpoint.run_id] = checkpoint.id
+        thread = self.threads[checkpoint.thread_id]
+        self.threads[thread.id] = attrs.evolve(thread, checkpoint_count=checkpoint.number)
+
+    def latest_checkpoint(self, thread: rules.ThreadRow) -> ContextCheckpoint | None:
+        latest_id = self.checkpoint_numbers.get((thread.id, thread.checkpoint_count))
+        return None if latest_id is None else self.checkpoints[latest_id]
 
 
-def _message(thread_id: str, seq: int, row: _MessageRow) -> Message:
-    return Message(
-        thread_id=ThreadId(thread_id),
-        seq=seq,
-        role=row.role,
-        content=decode_json(row.content_json),
-        run_id=None if row.run_id is None else AgentRunId(row.run_id),
-        usage=row.usage,
-        cost=decode_cost(row.cost_text),
-        created_at_ms=row.created_at_ms,
+def _message(thread_id: str, seq: int, row: rules.MessageDraft) -> Message:
+    return rules.message_record(
+        ThreadId(thread_id),
+        seq,
+        row.role,
+        row.content_json,
+        row.run_id,
+        row.usage,
+        row.cost_text,
+        row.at_ms,
     )
 
 
@@ -208,59 +116,24 @@ class InMemoryThreadStore:
     ) -> Result[Thread, AgentError]:
         """Create an open, empty thread (see ``ThreadStore.create``)."""
         s = self._s
-        checked_id = check_id("thread_id", thread_id)
-        if isinstance(checked_id, Failure):
-            return checked_id
-        checked_project = check_id("project_id", project_id)
-        if isinstance(checked_project, Failure):
-            return checked_project
-        checked_title = check_text("title", title, max_chars=MAX_TITLE_CHARS, allow_empty=True)
-        if isinstance(checked_title, Failure):
-            return checked_title
-        encoded = encode_object("metadata", metadata)
-        if isinstance(encoded, Failure):
-            return encoded
-        at_ms = to_epoch_ms("at", at, s.clock)
-        if isinstance(at_ms, Failure):
-            return at_ms
-        metadata_json, now = encoded.unwrap(), at_ms.unwrap()
+        checked = rules.check_thread_create(thread_id, project_id, title, metadata, at, s.clock)
+        if isinstance(checked, Failure):
+            return checked
+        request = checked.unwrap()
 
         def unit() -> Result[Thread, AgentError]:
-            existing = s.threads.get(thread_id)
-            if existing is not None:
-                if (
-                    existing.project_id == project_id
-                    and existing.title == title
-                    and _canonical(existing.metadata_json) == _canonical(metadata_json)
-                ):
-                    return Success(s.thread(existing))
-                return Failure(Conflict("thread", thread_id, "thread exists with other values"))
-            row = _ThreadRow(
-                id=thread_id,
-                project_id=project_id,
-                title=title,
-                metadata_json=metadata_json,
-                status=ThreadStatus.OPEN,
-                head_seq=0,
-                message_count=0,
-                last_message_at_ms=None,
-                checkpoint_count=0,
-                created_at_ms=now,
-                updated_at_ms=now,
-            )
-            s.threads[thread_id] = row
-            return Success(s.thread(row))
+            decided = rules.decide_thread_create(s.threads.get(request.thread_id), request)
+            return rules.write_decided(decided, s.put_thread).map(rules.thread_record)
 
         return s.db.transact("create thread", unit)
 
     def get(self, thread_id: str) -> Result[Thread, AgentError]:
         """Return the thread (see ``ThreadStore.get``)."""
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_id(thread_id, "thread_id")
         if isinstance(checked, Failure):
             return checked
-        row = self._s.threads.get(thread_id)
-        return (
-            Failure(NotFound("thread", thread_id)) if row is None else Success(self._s.thread(row))
+        return rules.require_thread(self._s.threads.get(thread_id), thread_id).map(
+            rules.thread_record
         )
 
     def update(
@@ -274,69 +147,36 @@ class InMemoryThreadStore:
     ) -> Result[Thread, AgentError]:
         """Change title, metadata and/or status (see ``ThreadStore.update``)."""
         s = self._s
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_thread_update(thread_id, title, metadata, status, at, s.clock)
         if isinstance(checked, Failure):
             return checked
-        if title is not None:
-            checked_title = check_text("title", title, max_chars=MAX_TITLE_CHARS, allow_empty=True)
-            if isinstance(checked_title, Failure):
-                return checked_title
-        metadata_json: str | None = None
-        if metadata is not None:
-            encoded = encode_object("metadata", metadata)
-            if isinstance(encoded, Failure):
-                return encoded
-            metadata_json = encoded.unwrap()
-        new_status: ThreadStatus | None = None
-        if status is not None:
-            checked_status = check_thread_status(status)
-            if isinstance(checked_status, Failure):
-                return checked_status
-            new_status = checked_status.unwrap()
-        at_ms = to_epoch_ms("at", at, s.clock)
-        if isinstance(at_ms, Failure):
-            return at_ms
-        now = at_ms.unwrap()
+        request = checked.unwrap()
 
         def unit() -> Result[Thread, AgentError]:
-            row = s.threads.get(thread_id)
-            if row is None:
-                return Failure(NotFound("thread", thread_id))
-            active = s.active.get(thread_id)
-            if new_status is ThreadStatus.ARCHIVED and active is not None:
-                return Failure(Conflict("thread", thread_id, "active run", actual=active))
-            row = attrs.evolve(
-                row,
-                title=row.title if title is None else title,
-                metadata_json=row.metadata_json if metadata_json is None else metadata_json,
-                status=row.status if new_status is None else new_status,
-                updated_at_ms=now,
-            )
-            s.threads[thread_id] = row
-            return Success(s.thread(row))
+            decided = rules.decide_thread_update(s.threads.get(request.thread_id), request)
+            return rules.write_decided(decided, s.put_thread).map(rules.thread_record)
 
         return s.db.transact("update thread", unit)
 
     def delete(self, thread_id: str) -> Result[None, AgentError]:
         """Delete the thread and everything of it (see ``ThreadStore.delete``)."""
         s = self._s
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_id(thread_id, "thread_id")
         if isinstance(checked, Failure):
             return checked
 
         def unit() -> Result[None, AgentError]:
-            row = s.threads.get(thread_id)
-            if row is None:
-                return Failure(NotFound("thread", thread_id))
+            found = rules.require_thread(s.threads.get(thread_id), thread_id)
+            if isinstance(found, Failure):
+                return Failure(found.failure())
+            row = found.unwrap()
             for seq in range(1, row.head_seq + 1):
                 s.messages.pop((thread_id, seq), None)
             for number in range(1, row.checkpoint_count + 1):
-                checkpoint_id = s.checkpoint_numbers.pop((thread_id, number))
-                checkpoint = s.checkpoints.pop(checkpoint_id)
+                checkpoint = s.checkpoints.pop(s.checkpoint_numbers.pop((thread_id, number)))
                 del s.checkpoint_by_run[checkpoint.run_id]
             for run_id in [r.id for r in s.runs.values() if r.thread_id == thread_id]:
                 del s.runs[run_id]
-            s.active.pop(thread_id, None)
             del s.threads[thread_id]
             return Success(None)
 
@@ -359,51 +199,16 @@ class InMemoryAgentRunStore:
     ) -> Result[AgentRun, AgentError]:
         """Start the thread's one active run (see ``AgentRunStore.start``)."""
         s = self._s
-        for field, value in (("run_id", run_id), ("thread_id", thread_id)):
-            checked = check_id(field, value)
-            if isinstance(checked, Failure):
-                return checked
-        if execution_id is not None:
-            checked_execution = check_id("execution_id", execution_id)
-            if isinstance(checked_execution, Failure):
-                return checked_execution
-        at_ms = to_epoch_ms("at", at, s.clock)
-        if isinstance(at_ms, Failure):
-            return at_ms
-        now = at_ms.unwrap()
+        checked = rules.check_run_start(run_id, thread_id, execution_id, at, s.clock)
+        if isinstance(checked, Failure):
+            return checked
+        request = checked.unwrap()
 
         def unit() -> Result[AgentRun, AgentError]:
-            thread = s.threads.get(thread_id)
-            if thread is None:
-                return Failure(NotFound("thread", thread_id))
-            existing = s.runs.get(run_id)
-            if existing is not None:
-                if existing.thread_id == thread_id and existing.execution_id == execution_id:
-                    return Success(s.run(existing))
-                return Failure(
-                    Conflict("agent_run", run_id, "run exists with another thread or execution")
-                )
-            if thread.status is ThreadStatus.ARCHIVED:
-                return Failure(Conflict("thread", thread_id, "thread is archived"))
-            if execution_id is not None:
-                checked = _check_execution(s.executions, execution_id, thread.project_id)
-                if isinstance(checked, Failure):
-                    return checked
-            active = s.active.get(thread_id)
-            if active is not None:
-                return Failure(ActiveRunExists(thread_id, active))
-            row = _RunRow(
-                id=run_id,
-                thread_id=thread_id,
-                execution_id=execution_id,
-                status=AgentRunStatus.RUNNING,
-                failure_json=None,
-                started_at_ms=now,
-                finished_at_ms=None,
-            )
-            s.runs[run_id] = row
-            s.active[thread_id] = run_id
-            return Success(s.run(row))
+            thread = s.threads.get(request.thread_id)
+            existing = s.runs.get(request.run_id)
+            decided = rules.decide_run_start(thread, existing, request, s.executions)
+            return rules.write_decided(decided, s.put_run).map(rules.run_record)
 
         return s.db.transact("start agent run", unit)
 
@@ -417,58 +222,23 @@ class InMemoryAgentRunStore:
     ) -> Result[AgentRun, AgentError]:
         """Finish a running run (see ``AgentRunStore.finish``)."""
         s = self._s
-        checked = check_id("run_id", run_id)
+        checked = rules.check_run_finish(run_id, status, failure, at, s.clock)
         if isinstance(checked, Failure):
             return checked
-        final = check_failure(status, failure)
-        if isinstance(final, Failure):
-            return final
-        target, failure_json = final.unwrap()
-        at_ms = to_epoch_ms("at", at, s.clock)
-        if isinstance(at_ms, Failure):
-            return at_ms
-        now = at_ms.unwrap()
+        request = checked.unwrap()
 
         def unit() -> Result[AgentRun, AgentError]:
-            row = s.runs.get(run_id)
-            if row is None:
-                return Failure(NotFound("agent_run", run_id))
-            if row.status is not AgentRunStatus.RUNNING:
-                if row.status is target and row.failure_json == failure_json:
-                    return Success(s.run(row))
-                return Failure(IllegalTransition("agent_run", run_id, str(row.status), str(target)))
-            row = attrs.evolve(row, status=target, failure_json=failure_json, finished_at_ms=now)
-            s.runs[run_id] = row
-            if s.active.get(row.thread_id) == run_id:
-                del s.active[row.thread_id]
-            return Success(s.run(row))
+            decided = rules.decide_run_finish(s.runs.get(request.run_id), request)
+            return rules.write_decided(decided, s.put_run).map(rules.run_record)
 
         return s.db.transact("finish agent run", unit)
 
     def get(self, run_id: str) -> Result[AgentRun, AgentError]:
         """Return the run (see ``AgentRunStore.get``)."""
-        checked = check_id("run_id", run_id)
+        checked = rules.check_id(run_id, "run_id")
         if isinstance(checked, Failure):
             return checked
-        row = self._s.runs.get(run_id)
-        return Failure(NotFound("agent_run", run_id)) if row is None else Success(self._s.run(row))
-
-
-def _check_execution(
-    executions: ExecutionStorage, execution_id: str, project_id: str
-) -> Result[None, AgentError]:
-    found = executions.get(ExecutionId(execution_id))
-    if isinstance(found, Failure):
-        error = found.failure()
-        if isinstance(error, StaleFencingToken):  # pragma: no cover - get never returns it
-            raise TypeError(f"ExecutionStorage.get returned {error!r}")
-        return Failure(error)
-    execution = found.unwrap()
-    if execution.project_id != project_id:
-        return Failure(ProjectMismatch("execution", execution_id, project_id, execution.project_id))
-    if execution.status.is_finished:
-        return Failure(ExecutionFinished(execution_id, str(execution.status)))
-    return Success(None)
+        return rules.require_run(self._s.runs.get(run_id), run_id).map(rules.run_record)
 
 
 class InMemoryMessageStore:
@@ -489,83 +259,53 @@ class InMemoryMessageStore:
         at: datetime | int | None = None,
     ) -> Result[Message, AgentError]:
         """Append one message (see ``MessageStore.append_many``)."""
-        message = NewMessage(
-            role=role,
-            content=content,
-            run_id=run_id,
-            usage=TokenUsage() if usage is None else usage,
-            cost=cost,
-            at=at,
-        )
+        usage = TokenUsage() if usage is None else usage
+        message = NewMessage(role, content, run_id, usage, cost, at)
         return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
 
     def append_many(
         self, thread_id: str, messages: Sequence[NewMessage]
     ) -> Result[tuple[Message, ...], AgentError]:
         """Append messages with consecutive sequence numbers (see ``MessageStore.append_many``)."""
-        s = self._s
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_append(thread_id, messages, self._s.clock)
         if isinstance(checked, Failure):
             return checked
-        drafts = check_messages(messages, s.clock)
-        if isinstance(drafts, Failure):
-            return drafts
-        now = s.clock.now_ms()
-        return s.db.transact(
-            "append messages", lambda: self._append(thread_id, drafts.unwrap(), now)
-        )
+        request = checked.unwrap()
+        return self._s.db.transact("append messages", lambda: self._append(request))
 
-    def _next_seqs(self, thread: _ThreadRow, count: int) -> range:
-        """The sequence numbers of the next ``count`` messages: after the counter, never reused."""
-        return range(thread.head_seq + 1, thread.head_seq + count + 1)
+    def _head(self, thread: rules.ThreadRow) -> int:
+        """The counter new sequence numbers follow (a test may break it on purpose)."""
+        return thread.head_seq
 
-    def _append(
-        self, thread_id: str, drafts: tuple[MessageDraft, ...], now: int
-    ) -> Result[tuple[Message, ...], AgentError]:
-        s = self._s
+    def _append(self, request: rules.Append) -> Result[tuple[Message, ...], AgentError]:
+        s, thread_id, drafts = self._s, request.thread_id, request.drafts
         thread = s.threads.get(thread_id)
-        if thread is None:
-            return Failure(NotFound("thread", thread_id))
-        if not drafts:
+        head = None if thread is None else rules.ThreadHead(thread.status, self._head(thread))
+        runs = {run_id: s.runs.get(run_id) for run_id in rules.message_run_ids(drafts)}
+        decided = rules.decide_append(head, runs, request)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        seqs = decided.unwrap()
+        if not seqs:
             return Success(())
-        if thread.status is ThreadStatus.ARCHIVED:
-            return Failure(Conflict("thread", thread_id, "thread is archived"))
-        seqs = self._next_seqs(thread, len(drafts))
+        assert thread is not None
         s.threads[thread_id] = attrs.evolve(
             thread,
             head_seq=max(thread.head_seq, seqs[-1]),
             message_count=thread.message_count + len(drafts),
             last_message_at_ms=drafts[-1].at_ms,
-            updated_at_ms=now,
+            updated_at_ms=request.now_ms,
         )
-        for draft in drafts:
-            if draft.run_id is not None:
-                run = s.run_in_thread(draft.run_id, thread_id)
-                if isinstance(run, Failure):
-                    return run
-        stored: list[Message] = []
         for seq, draft in zip(seqs, drafts, strict=True):
-            row = _MessageRow(
-                role=draft.role,
-                run_id=draft.run_id,
-                usage=draft.usage,
-                cost_text=draft.cost_text,
-                created_at_ms=draft.at_ms,
-                content_json=draft.content_json,
-            )
-            s.messages[(thread_id, seq)] = row
-            stored.append(_message(thread_id, seq, row))
-        return Success(tuple(stored))
+            s.messages[(thread_id, seq)] = draft
+        return Success(rules.appended_messages(thread_id, seqs, drafts))
 
     def get(self, thread_id: str, seq: int) -> Result[Message, AgentError]:
         """Return one message (see ``MessageStore.get``)."""
         s = self._s
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_message_ref(thread_id, seq)
         if isinstance(checked, Failure):
-            return checked
-        checked_seq = check_seq(seq)
-        if isinstance(checked_seq, Failure):
-            return checked_seq
+            return Failure(checked.failure())
         if thread_id not in s.threads:
             return Failure(NotFound("thread", thread_id))
         row = s.messages.get((thread_id, seq))
@@ -581,17 +321,15 @@ class InMemoryMessageStore:
         before_seq: int | None = None,
         roles: Collection[str] | None = None,
         limit: int = 50,
+        cursor: str | None = None,
     ) -> Result[Page[Message], AgentError]:
         """Return one page of messages in ascending seq (see ``MessageStore.list``)."""
-        query = check_list_query(after_seq, before_seq, roles, limit)
+        query = rules.check_list(thread_id, after_seq, before_seq, roles, limit, cursor)
         if isinstance(query, Failure):
-            return query
-        checked = check_id("thread_id", thread_id)
-        if isinstance(checked, Failure):
-            return checked
+            return Failure(query.failure())
         return self._list(thread_id, query.unwrap())
 
-    def _list(self, thread_id: str, query: ListQuery) -> Result[Page[Message], AgentError]:
+    def _list(self, thread_id: str, query: rules.ListQuery) -> Result[Page[Message], AgentError]:
         s = self._s
         thread = s.threads.get(thread_id)
         if thread is None:
@@ -615,27 +353,23 @@ class InMemoryMessageStore:
             found.append(_message(thread_id, seq, row))
         if not query.forward:
             found.reverse()
-        cursor = None
-        if has_more:
-            cursor = str(found[-1].seq if query.forward else found[0].seq)
-        return Success(Page(items=tuple(found), has_more=has_more, next_cursor=cursor))
+        return Success(rules.message_page(found, has_more, query))
 
     def delete_by_run(self, thread_id: str, run_id: str) -> Result[int, AgentError]:
         """Delete the run's messages and recompute counters (see ``MessageStore.delete_by_run``)."""
         s = self._s
-        for field, value in (("thread_id", thread_id), ("run_id", run_id)):
-            checked = check_id(field, value)
-            if isinstance(checked, Failure):
-                return checked
+        checked = rules.check_delete_by_run(thread_id, run_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
         now = s.clock.now_ms()
 
         def unit() -> Result[int, AgentError]:
             thread = s.threads.get(thread_id)
             if thread is None:
                 return Failure(NotFound("thread", thread_id))
-            run = s.run_in_thread(run_id, thread_id)
+            run = rules.check_run_in_thread(s.runs.get(run_id), run_id, thread_id)
             if isinstance(run, Failure):
-                return run
+                return Failure(run.failure())
             doomed = [
                 seq
                 for seq in range(1, thread.head_seq + 1)
@@ -646,7 +380,7 @@ class InMemoryMessageStore:
             if doomed:
                 last = next(
                     (
-                        row.created_at_ms
+                        row.at_ms
                         for seq in range(thread.head_seq, 0, -1)
                         if (row := s.messages.get((thread_id, seq))) is not None
                     ),
@@ -682,7 +416,7 @@ class InMemoryCheckpointStore:
         at: datetime | int | None = None,
     ) -> Result[ContextCheckpoint, AgentError]:
         """Create a checkpoint by compare-and-swap (see ``CheckpointStore.create``)."""
-        checked = check_checkpoint(
+        checked = rules.check_checkpoint(
             checkpoint_id,
             thread_id,
             run_id,
@@ -698,104 +432,26 @@ class InMemoryCheckpointStore:
         draft = checked.unwrap()
         return self._s.db.transact("create checkpoint", lambda: self._create(draft))
 
-    def _create(self, draft: CheckpointDraft) -> Result[ContextCheckpoint, AgentError]:
+    def _create(self, draft: rules.CheckpointDraft) -> Result[ContextCheckpoint, AgentError]:
         s = self._s
         thread = s.threads.get(draft.thread_id)
-        if thread is None:
-            return Failure(NotFound("thread", draft.thread_id))
-        run = s.run_in_thread(draft.run_id, draft.thread_id)
-        if isinstance(run, Failure):
-            return run
-        mine_id = s.checkpoint_by_run.get(draft.run_id)
-        if mine_id is not None:
-            stored = s.checkpoints[mine_id]
-            if (
-                stored.id == draft.checkpoint_id
-                and stored.summary == draft.summary
-                and stored.through_seq == draft.through_seq
-                and stored.observed_head_seq == draft.observed_head_seq
-                and stored.previous_id == draft.expected_latest_id
-            ):
-                return Success(stored)
-            return Failure(
-                Conflict(
-                    "checkpoint",
-                    draft.checkpoint_id,
-                    "run already created a different checkpoint",
-                    actual=stored.id,
-                )
-            )
-        if run.unwrap().status is not AgentRunStatus.RUNNING:
-            return Failure(
-                Conflict(
-                    "agent_run", draft.run_id, "run is not running", actual=str(run.unwrap().status)
-                )
-            )
-        if draft.checkpoint_id in s.checkpoints:
-            return Failure(Conflict("checkpoint", draft.checkpoint_id, "checkpoint id taken"))
-        latest_id = s.checkpoint_numbers.get((draft.thread_id, thread.checkpoint_count))
-        latest = None if latest_id is None else s.checkpoints[latest_id]
-        if latest_id != draft.expected_latest_id:
-            return Failure(
-                Conflict(
-                    "thread",
-                    draft.thread_id,
-                    "latest checkpoint changed",
-                    expected=draft.expected_latest_id or "",
-                    actual=latest_id or "",
-                )
-            )
-        if thread.head_seq != draft.observed_head_seq:
-            return Failure(
-                Conflict(
-                    "thread",
-                    draft.thread_id,
-                    "head moved",
-                    expected=str(draft.observed_head_seq),
-                    actual=str(thread.head_seq),
-                )
-            )
-        if latest is not None and draft.through_seq <= latest.through_seq:
-            return Failure(
-                Conflict(
-                    "thread",
-                    draft.thread_id,
-                    "checkpoint does not advance",
-                    expected=f"> {latest.through_seq}",
-                    actual=str(draft.through_seq),
-                )
-            )
-        number = thread.checkpoint_count + 1
-        checkpoint = ContextCheckpoint(
-            id=CheckpointId(draft.checkpoint_id),
-            thread_id=ThreadId(draft.thread_id),
-            run_id=AgentRunId(draft.run_id),
-            number=number,
-            previous_id=None
-            if draft.expected_latest_id is None
-            else CheckpointId(draft.expected_latest_id),
-            summary=draft.summary,
-            through_seq=draft.through_seq,
-            observed_head_seq=draft.observed_head_seq,
-            created_at_ms=draft.at_ms,
+        mine = s.checkpoint_by_run.get(draft.run_id)
+        facts = rules.CheckpointFacts(
+            thread=thread,
+            run=s.runs.get(draft.run_id),
+            mine=None if mine is None else s.checkpoints[mine],
+            id_taken=draft.checkpoint_id in s.checkpoints,
+            latest=None if thread is None else s.latest_checkpoint(thread),
         )
-        s.checkpoints[draft.checkpoint_id] = checkpoint
-        s.checkpoint_numbers[(draft.thread_id, number)] = draft.checkpoint_id
-        s.checkpoint_by_run[draft.run_id] = draft.checkpoint_id
-        s.threads[draft.thread_id] = attrs.evolve(thread, checkpoint_count=number)
-        return Success(checkpoint)
+        return rules.write_decided(rules.decide_checkpoint(facts, draft), s.put_checkpoint)
 
     def latest(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
         """Return the newest checkpoint or None (see ``CheckpointStore.latest``)."""
-        s = self._s
-        checked = check_id("thread_id", thread_id)
+        checked = rules.check_id(thread_id, "thread_id")
         if isinstance(checked, Failure):
             return checked
-        thread = s.threads.get(thread_id)
-        if thread is None:
-            return Failure(NotFound("thread", thread_id))
-        latest_id = s.checkpoint_numbers.get((thread_id, thread.checkpoint_count))
-        return Success(None if latest_id is None else s.checkpoints[latest_id])
+        found = rules.require_thread(self._s.threads.get(thread_id), thread_id)
+        return found.map(self._s.latest_checkpoint)
 
 
 class InMemoryAgentStorage:

@@ -34,18 +34,16 @@ write happen in this order, identically in every layer: the arguments (``Invalid
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, NewType, Protocol, TypeAlias, runtime_checkable
+from typing import NewType, Protocol, TypeAlias, runtime_checkable
 
 import attrs
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
-from runstore.services.clock import Clock
+from runstore.services._primitives import JsonValue
 from runstore.services.errors import (
     Busy,
     Conflict,
@@ -55,7 +53,7 @@ from runstore.services.errors import (
     StorageFailure,
 )
 from runstore.services.executions import ExecutionFinished, ProjectMismatch
-from runstore.services.pagination import MAX_PAGE_SIZE, Page
+from runstore.services.pagination import Page
 
 __all__ = [
     "MAX_CONTENT_BYTES",
@@ -86,10 +84,6 @@ __all__ = [
     "TokenUsage",
 ]
 
-JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-"""A JSON document as Python values: ``dict`` with ``str`` keys, ``list``, ``str``, ``int``,
-finite ``float``, ``bool`` and ``None``."""
-
 ThreadId = NewType("ThreadId", str)
 """Identifies one thread (chosen by the caller, unique across projects)."""
 
@@ -114,12 +108,6 @@ MAX_CONTENT_BYTES = 64 * 1024 * 1024
 MAX_JSON_DEPTH = 200
 """Deepest nesting of lists and objects a JSON value may have (deeper ones could not be read
 back by every JSON decoder, so they are refused at write)."""
-
-MAX_INT = 2**63 - 1
-"""Largest token count, sequence number or time SQLite stores as an integer."""
-
-MAX_EPOCH_MS = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z in epoch milliseconds: the latest time ``at`` may name."""
 
 
 class Role(StrEnum):
@@ -470,22 +458,27 @@ class MessageStore(Protocol):
         before_seq: int | None = None,
         roles: Collection[str] | None = None,
         limit: int = 50,
+        cursor: str | None = None,
     ) -> Result[Page[Message], AgentError]:
         """Return one page of the thread's messages in ascending ``seq`` order.
 
         Only messages with ``after_seq < seq < before_seq`` (each bound when given) and, when
         ``roles`` is given, a role among them are considered. With ``after_seq`` the page
         holds the *first* ``limit`` of them (forward paging: start with ``after_seq=0``);
-        without it, the *newest* ``limit`` (still ascending; page back with ``before_seq``).
+        without it, the *newest* ``limit`` (still ascending; paging goes back in time).
         ``has_more`` is True exactly when more considered messages lie beyond the page in
-        its direction, and then ``next_cursor`` is the decimal text of the sequence number to
-        pass back as ``after_seq`` (forward) or ``before_seq`` (newest first). Only the
-        bodies of returned messages are read.
+        its direction, and then ``next_cursor`` is set: an opaque text (the one cursor format
+        of :class:`~runstore.services.pagination.CursorCodec`, kind ``agent_messages``) to
+        pass back as ``cursor`` with the same ``roles`` and ``limit`` and without the bound it
+        replaces (``after_seq`` forward; ``after_seq`` and ``before_seq`` newest first); a
+        forward cursor keeps a given ``before_seq``. Only the bodies of returned messages are
+        read.
 
         Failures: ``InvalidQuery`` (``limit`` below 1 or above
         :data:`~runstore.services.pagination.MAX_PAGE_SIZE`, a negative ``after_seq`` or
         ``before_seq``, ``roles`` empty or given as one string, a role that is not valid
-        text); ``InvalidInput`` (bad thread id); ``NotFound`` (thread).
+        text, a ``cursor`` this listing did not produce or one given with the bound it
+        replaces); ``InvalidInput`` (bad thread id); ``NotFound`` (thread).
         """
         ...
 
@@ -566,443 +559,3 @@ class AgentStorage(Protocol):
     def checkpoints(self) -> CheckpointStore:
         """The checkpoint store."""
         ...
-
-
-# -- argument checks shared by every layer (pure functions; not part of the public API) ------
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_MS = timedelta(milliseconds=1)
-
-
-def _storable(field: str, text: str) -> InvalidInput | None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return InvalidInput(field, f"contains a lone surrogate at index {exc.start}")
-    return None
-
-
-def check_text(
-    field: str, value: object, *, max_chars: int, allow_empty: bool = False
-) -> Result[str, InvalidInput]:
-    """Return ``value`` as plain ``str`` if it is text of at most ``max_chars`` characters,
-    non-empty unless ``allow_empty``, and storable as UTF-8; else ``InvalidInput(field)``."""
-    if not isinstance(value, str):
-        return Failure(InvalidInput(field, f"must be text, got {type(value).__name__}"))
-    if not value and not allow_empty:
-        return Failure(InvalidInput(field, "must not be empty"))
-    if len(value) > max_chars:
-        return Failure(InvalidInput(field, f"longer than {max_chars} characters"))
-    problem = _storable(field, value)
-    return Failure(problem) if problem else Success(str(value))
-
-
-def check_id(field: str, value: object) -> Result[str, InvalidInput]:
-    """Check an id (non-empty text up to :data:`MAX_ID_CHARS` characters)."""
-    return check_text(field, value, max_chars=MAX_ID_CHARS)
-
-
-def _json_problem(value: object) -> str | None:
-    """Why ``value`` would not survive a JSON round trip exactly (None when it would)."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if item is None or kind is bool or kind is int or kind is str:
-            continue
-        if kind is float:
-            if not math.isfinite(item):  # type: ignore[arg-type]
-                return f"float {item!r} has no JSON form"
-            continue
-        if kind is list or kind is dict:
-            if depth >= MAX_JSON_DEPTH:
-                return f"nested deeper than {MAX_JSON_DEPTH} levels"
-            if kind is dict:
-                for key, child in item.items():  # type: ignore[attr-defined]
-                    if type(key) is not str:
-                        return f"object key {key!r} is not text"
-                    stack.append((child, depth + 1))
-            else:
-                stack.extend((child, depth + 1) for child in item)  # type: ignore[attr-defined]
-            continue
-        return f"{kind.__name__} is not a JSON type (use dict, list, str, int, float, bool, None)"
-    return None
-
-
-def encode_json(field: str, value: object) -> Result[str, InvalidInput]:
-    """Encode ``value`` as compact JSON text that decodes back to an equal value of the same
-    types, or return ``InvalidInput(field)`` saying why it cannot."""
-    problem = _json_problem(value)
-    if problem:
-        return Failure(InvalidInput(field, problem))
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    stored = _storable(field, text)
-    if stored:
-        return Failure(InvalidInput(field, "contains a lone surrogate"))
-    if len(text) > MAX_CONTENT_BYTES // 4 and len(text.encode("utf-8")) > MAX_CONTENT_BYTES:
-        return Failure(InvalidInput(field, f"larger than {MAX_CONTENT_BYTES} bytes as UTF-8"))
-    return Success(text)
-
-
-_SCAN_JSON: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def decode_json(text: str) -> JsonValue:
-    """Decode JSON text written by :func:`encode_json` (compact, one value, nothing around it).
-
-    Calls the decoder's scanner directly: ``json.loads`` would also match whitespace around
-    the value with a regular expression, which costs as much again for small documents.
-    """
-    value: JsonValue = _SCAN_JSON(text, 0)[0]
-    return value
-
-
-def encode_object(field: str, value: object) -> Result[str, InvalidInput]:
-    """Encode a JSON object (a ``Mapping`` with text keys); ``None`` is the empty object."""
-    if value is None:
-        return Success("{}")
-    if not isinstance(value, Mapping):
-        return Failure(InvalidInput(field, f"must be a JSON object, got {type(value).__name__}"))
-    return encode_json(field, dict(value))
-
-
-def check_count(field: str, value: object, *, minimum: int = 0) -> Result[int, InvalidInput]:
-    """Return ``value`` if it is an ``int`` (not ``bool``) in ``minimum..2**63-1``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return Failure(InvalidInput(field, f"must be an integer, got {type(value).__name__}"))
-    if value < minimum or value > MAX_INT:
-        return Failure(InvalidInput(field, f"must be between {minimum} and {MAX_INT}, got {value}"))
-    return Success(int(value))
-
-
-def check_usage(value: object) -> Result[TokenUsage, InvalidInput]:
-    """Check a :class:`TokenUsage` (``None`` is all zeros)."""
-    if value is None:
-        return Success(TokenUsage())
-    if not isinstance(value, TokenUsage):
-        return Failure(InvalidInput("usage", f"must be TokenUsage, got {type(value).__name__}"))
-    for name in ("input", "output", "cache_read", "cache_write"):
-        count = getattr(value, name)
-        if type(count) is int and 0 <= count <= MAX_INT:
-            continue  # the common case, without building a Result per field
-        checked = check_count(f"usage.{name}", count)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-    return Success(value)
-
-
-def encode_cost(value: object) -> Result[str | None, InvalidInput]:
-    """Return the exact decimal text of a cost (``str(Decimal)``), or ``None`` for no cost.
-
-    An ``int`` is taken as a whole ``Decimal``. A ``float`` is refused (it is already
-    inexact), as are negative, NaN and infinite values.
-    """
-    if value is None:
-        return Success(None)
-    if isinstance(value, (bool, float)):
-        return Failure(InvalidInput("cost", "must be a decimal.Decimal (a float is inexact)"))
-    if isinstance(value, int):
-        value = Decimal(value)
-    if not isinstance(value, Decimal):
-        return Failure(
-            InvalidInput("cost", f"must be a decimal.Decimal, got {type(value).__name__}")
-        )
-    if not value.is_finite():
-        return Failure(InvalidInput("cost", f"must be finite, got {value}"))
-    if value.is_signed() and not value.is_zero():
-        return Failure(InvalidInput("cost", f"must not be negative, got {value}"))
-    text = str(value)
-    if len(text) > 100:
-        return Failure(InvalidInput("cost", "has more than 100 characters as text"))
-    return Success(text)
-
-
-def decode_cost(text: str | None) -> Decimal | None:
-    """Turn stored cost text back into the same ``Decimal`` (same digits, same exponent)."""
-    return None if text is None else Decimal(text)
-
-
-def to_epoch_ms(field: str, at: object, clock: Clock) -> Result[int, InvalidInput]:
-    """Return ``at`` as epoch ms: an aware ``datetime``, an ``int`` of ms, or ``None`` (now).
-
-    A naive ``datetime``, a ``bool``, a negative value or one past year 9999 is
-    ``InvalidInput(field)``.
-    """
-    if at is None:
-        return Success(clock.now_ms())
-    if isinstance(at, datetime):
-        if at.tzinfo is None or at.utcoffset() is None:
-            return Failure(InvalidInput(field, "naive datetime: pass an aware one (e.g. UTC)"))
-        ms = (at - _EPOCH) // _ONE_MS
-    elif isinstance(at, int) and not isinstance(at, bool):
-        ms = int(at)
-    else:
-        return Failure(
-            InvalidInput(field, f"must be an aware datetime or epoch ms, got {type(at).__name__}")
-        )
-    if ms < 0 or ms > MAX_EPOCH_MS:
-        return Failure(InvalidInput(field, f"epoch ms {ms} is outside 1970..9999"))
-    return Success(ms)
-
-
-def check_failure(
-    status: object, failure: object
-) -> Result[tuple[AgentRunStatus, str | None], InvalidInput]:
-    """Check a final run ``status`` with its ``failure``; return the status and the failure as
-    JSON text (``None`` when absent)."""
-    if not isinstance(status, AgentRunStatus):
-        try:
-            status = AgentRunStatus(str(status))
-        except ValueError:
-            return Failure(InvalidInput("status", f"unknown run status {status!r}"))
-    if status is AgentRunStatus.RUNNING:
-        return Failure(InvalidInput("status", "a run finishes with a final status, not running"))
-    if failure is None:
-        if status is AgentRunStatus.FAILED:
-            return Failure(InvalidInput("failure", "a failed run needs an AgentRunFailure"))
-        return Success((status, None))
-    if status is AgentRunStatus.SUCCEEDED:
-        return Failure(InvalidInput("failure", "a succeeded run carries no failure"))
-    if not isinstance(failure, AgentRunFailure):
-        return Failure(
-            InvalidInput("failure", f"must be AgentRunFailure, got {type(failure).__name__}")
-        )
-    kind = check_text("failure.kind", failure.kind, max_chars=MAX_ID_CHARS)
-    if isinstance(kind, Failure):
-        return Failure(kind.failure())
-    message = check_text(
-        "failure.message", failure.message, max_chars=MAX_TITLE_CHARS * 16, allow_empty=True
-    )
-    if isinstance(message, Failure):
-        return Failure(message.failure())
-    encoded = encode_json(
-        "failure", {"kind": failure.kind, "message": failure.message, "details": failure.details}
-    )
-    if isinstance(encoded, Failure):
-        return Failure(encoded.failure())
-    return Success((status, encoded.unwrap()))
-
-
-def decode_failure(text: str | None) -> AgentRunFailure | None:
-    """Turn stored failure JSON back into an :class:`AgentRunFailure`."""
-    if text is None:
-        return None
-    data = json.loads(text)
-    return AgentRunFailure(kind=data["kind"], message=data["message"], details=data["details"])
-
-
-def check_thread_status(value: object) -> Result[ThreadStatus, InvalidInput]:
-    """Return ``value`` as a :class:`ThreadStatus` or ``InvalidInput("status")``."""
-    if isinstance(value, ThreadStatus):
-        return Success(value)
-    try:
-        return Success(ThreadStatus(str(value)))
-    except ValueError:
-        return Failure(InvalidInput("status", f"unknown thread status {value!r}"))
-
-
-@attrs.frozen
-class MessageDraft:
-    """A checked :class:`NewMessage`: JSON and cost encoded, time resolved (for layers)."""
-
-    role: str
-    content_json: str
-    run_id: str | None
-    usage: TokenUsage
-    cost_text: str | None
-    at_ms: int
-
-
-def check_messages(
-    messages: object, clock: Clock
-) -> Result[tuple[MessageDraft, ...], InvalidInput]:
-    """Check every message of an append; the field names carry the index (``messages[3].role``)
-    when more than one is given."""
-    # list and tuple first: the common case, without the slower ABC check.
-    if isinstance(messages, list | tuple) or (
-        isinstance(messages, Sequence) and not isinstance(messages, NewMessage)
-    ):
-        batch: Sequence[object] = messages
-    else:
-        return Failure(InvalidInput("messages", "must be a sequence of NewMessage"))
-    drafts: list[MessageDraft] = []
-    many = len(batch) > 1
-    for index, message in enumerate(batch):
-        prefix = f"messages[{index}]." if many else ""
-        if not isinstance(message, NewMessage):
-            return Failure(InvalidInput(f"{prefix}message", "must be a NewMessage"))
-        checked = _check_message(message, clock)
-        if isinstance(checked, Failure):
-            error = checked.failure()
-            return Failure(InvalidInput(prefix + error.field, error.reason))
-        drafts.append(checked.unwrap())
-    return Success(tuple(drafts))
-
-
-def _check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, InvalidInput]:
-    role = check_text("role", message.role, max_chars=MAX_ROLE_CHARS)
-    if isinstance(role, Failure):
-        return Failure(role.failure())
-    run_id: str | None = None
-    if message.run_id is not None:
-        checked_run = check_id("run_id", message.run_id)
-        if isinstance(checked_run, Failure):
-            return Failure(checked_run.failure())
-        run_id = checked_run.unwrap()
-    content = encode_json("content", message.content)
-    if isinstance(content, Failure):
-        return Failure(content.failure())
-    usage = check_usage(message.usage)
-    if isinstance(usage, Failure):
-        return Failure(usage.failure())
-    cost = encode_cost(message.cost)
-    if isinstance(cost, Failure):
-        return Failure(cost.failure())
-    at_ms = to_epoch_ms("at", message.at, clock)
-    if isinstance(at_ms, Failure):
-        return Failure(at_ms.failure())
-    return Success(
-        MessageDraft(
-            role=role.unwrap(),
-            content_json=content.unwrap(),
-            run_id=run_id,
-            usage=usage.unwrap(),
-            cost_text=cost.unwrap(),
-            at_ms=at_ms.unwrap(),
-        )
-    )
-
-
-@attrs.frozen
-class ListQuery:
-    """A checked :meth:`MessageStore.list` query (for layers)."""
-
-    after_seq: int | None
-    before_seq: int | None
-    roles: frozenset[str] | None
-    limit: int
-
-    @property
-    def forward(self) -> bool:
-        """Whether the page is the first ``limit`` after ``after_seq`` (else the newest)."""
-        return self.after_seq is not None
-
-
-def _query_int(field: str, value: object) -> Result[int | None, InvalidQuery]:
-    if value is None:
-        return Success(None)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return Failure(InvalidQuery(field, f"must be an integer, got {type(value).__name__}"))
-    if value < 0:
-        return Failure(InvalidQuery(field, f"must not be negative, got {value}"))
-    return Success(min(int(value), MAX_INT))
-
-
-def check_seq(value: object) -> Result[int, InvalidQuery]:
-    """Return ``value`` if it is a sequence number (an ``int`` of at least 1), else
-    ``InvalidQuery("seq")``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        return Failure(InvalidQuery("seq", f"must be an integer of at least 1, got {value!r}"))
-    return Success(int(value))
-
-
-def check_list_query(
-    after_seq: object, before_seq: object, roles: object, limit: object
-) -> Result[ListQuery, InvalidQuery]:
-    """Check the arguments of :meth:`MessageStore.list` (see there for the rules)."""
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        return Failure(InvalidQuery("limit", f"must be an integer, got {type(limit).__name__}"))
-    if limit < 1:
-        return Failure(InvalidQuery("limit", f"must be at least 1, got {limit}"))
-    if limit > MAX_PAGE_SIZE:
-        return Failure(InvalidQuery("limit", f"must be at most {MAX_PAGE_SIZE}, got {limit}"))
-    after = _query_int("after_seq", after_seq)
-    if isinstance(after, Failure):
-        return Failure(after.failure())
-    before = _query_int("before_seq", before_seq)
-    if isinstance(before, Failure):
-        return Failure(before.failure())
-    role_set: frozenset[str] | None = None
-    if roles is not None:
-        if isinstance(roles, str | bytes) or not isinstance(roles, Collection):
-            return Failure(InvalidQuery("roles", "must be a collection of role names, not one"))
-        if not roles:
-            return Failure(InvalidQuery("roles", "must not be empty (pass None for every role)"))
-        for role in roles:
-            checked = check_text("roles", role, max_chars=MAX_ROLE_CHARS)
-            if isinstance(checked, Failure):
-                return Failure(InvalidQuery("roles", checked.failure().reason))
-        role_set = frozenset(str(role) for role in roles)
-    return Success(ListQuery(after.unwrap(), before.unwrap(), role_set, int(limit)))
-
-
-@attrs.frozen
-class CheckpointDraft:
-    """A checked :meth:`CheckpointStore.create` request (for layers)."""
-
-    checkpoint_id: str
-    thread_id: str
-    run_id: str
-    summary: str
-    through_seq: int
-    observed_head_seq: int
-    expected_latest_id: str | None
-    at_ms: int
-
-
-def check_checkpoint(
-    checkpoint_id: object,
-    thread_id: object,
-    run_id: object,
-    summary: object,
-    through_seq: object,
-    observed_head_seq: object,
-    expected_latest_id: object,
-    at: object,
-    clock: Clock,
-) -> Result[CheckpointDraft, InvalidInput]:
-    """Check the arguments of :meth:`CheckpointStore.create` (see there for the rules)."""
-    ids: list[str] = []
-    for field, value in (
-        ("checkpoint_id", checkpoint_id),
-        ("thread_id", thread_id),
-        ("run_id", run_id),
-    ):
-        checked = check_id(field, value)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        ids.append(checked.unwrap())
-    expected: str | None = None
-    if expected_latest_id is not None:
-        checked_expected = check_id("expected_latest_id", expected_latest_id)
-        if isinstance(checked_expected, Failure):
-            return Failure(checked_expected.failure())
-        expected = checked_expected.unwrap()
-    text = check_text("summary", summary, max_chars=MAX_CONTENT_BYTES // 4)
-    if isinstance(text, Failure):
-        return Failure(text.failure())
-    through = check_count("through_seq", through_seq, minimum=1)
-    if isinstance(through, Failure):
-        return Failure(through.failure())
-    head = check_count("observed_head_seq", observed_head_seq, minimum=1)
-    if isinstance(head, Failure):
-        return Failure(head.failure())
-    if through.unwrap() > head.unwrap():
-        return Failure(
-            InvalidInput("through_seq", "cannot summarize past the observed head sequence")
-        )
-    at_ms = to_epoch_ms("at", at, clock)
-    if isinstance(at_ms, Failure):
-        return Failure(at_ms.failure())
-    return Success(
-        CheckpointDraft(
-            checkpoint_id=ids[0],
-            thread_id=ids[1],
-            run_id=ids[2],
-            summary=text.unwrap(),
-            through_seq=through.unwrap(),
-            observed_head_seq=head.unwrap(),
-            expected_latest_id=expected,
-            at_ms=at_ms.unwrap(),
-        )
-    )

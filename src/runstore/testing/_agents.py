@@ -43,8 +43,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from returns.result import Failure, Result, Success
 
 from runstore.layers import Container, Layer, build, in_memory, merge
-from runstore.layers._agents_memory import InMemoryAgentStorage, InMemoryMessageStore, _ThreadRow
+from runstore.layers._agents_memory import InMemoryAgentStorage, InMemoryMessageStore
 from runstore.layers._memory_database import InMemoryDatabase
+from runstore.services._agents_rules import ThreadRow
 from runstore.services.agents import (
     MAX_JSON_DEPTH,
     ActiveRunExists,
@@ -68,6 +69,7 @@ from runstore.services.executions import (
     NewExecution,
     ProjectMismatch,
 )
+from runstore.services.pagination import CursorCodec
 
 __all__ = [
     "AgentStorageContract",
@@ -89,6 +91,14 @@ OPEN_EXECUTIONS = {"ex-p1": "p1", "ex-p2": "p2"}
 FINISHED_EXECUTION = "ex-p1-done"
 """An execution of ``p1`` that the machine finishes at the start."""
 EXECUTIONS = (*OPEN_EXECUTIONS, FINISHED_EXECUTION, "ex-missing")
+CURSORS = (
+    CursorCodec("agent_messages", arity=2).encode(3, 0),
+    CursorCodec("agent_messages", arity=2).encode(6, 1),
+    CursorCodec("agent_messages", arity=2).encode(2, 7),
+    CursorCodec("executions").encode(3),
+    "3",
+)
+"""Cursors the machine passes: forward after 3, newest first before 6, and refused ones."""
 
 
 def json_values(max_leaves: int = 6) -> st.SearchStrategy[JsonValue]:
@@ -377,15 +387,40 @@ class AgentStorageMachine(RuleBasedStateMachine):
         | st.just("user")
         | st.lists(st.sampled_from(["user", "assistant", "tool", "critic"]), min_size=1),
         limit=st.sampled_from([-1, 0, 1, 2, 3, 7, 1000, 1001]),
+        cursor=st.none() | st.sampled_from(CURSORS),
     )
     def list_messages(
-        self, thread: str, after: int | None, before: int | None, roles: Any, limit: int
+        self,
+        thread: str,
+        after: int | None,
+        before: int | None,
+        roles: Any,
+        limit: int,
+        cursor: str | None,
     ) -> None:
         self.both(
             lambda s: s.messages.list(
-                thread, after_seq=after, before_seq=before, roles=roles, limit=limit
+                thread, after_seq=after, before_seq=before, roles=roles, limit=limit, cursor=cursor
             )
         )
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        forward=st.booleans(),
+        roles=st.none() | st.just(["assistant"]),
+        limit=st.integers(min_value=1, max_value=3),
+    )
+    def page_through(self, thread: str, forward: bool, roles: list[str] | None, limit: int) -> None:
+        """Follow ``next_cursor`` to the end, forward or newest first: every page equal."""
+        after, cursor = (0 if forward else None), None
+
+        def listing(s: AgentStorage) -> Result[Any, Any]:
+            return s.messages.list(thread, after_seq=after, roles=roles, limit=limit, cursor=cursor)
+
+        page = self.both(listing)
+        while isinstance(page, Success) and page.unwrap().has_more:
+            after, cursor = None, page.unwrap().next_cursor
+            page = self.both(listing)
 
     @rule(thread=st.sampled_from(THREADS), seq=st.integers(min_value=-1, max_value=12))
     def get_message(self, thread: str, seq: int) -> None:
@@ -491,12 +526,11 @@ class _ReusingMessageStore(InMemoryMessageStore):
     """Hands out sequence numbers after the highest *stored* message, not after the counter:
     a delete of the newest messages makes their numbers come back."""
 
-    def _next_seqs(self, thread: _ThreadRow, count: int) -> range:
+    def _head(self, thread: ThreadRow) -> int:
         stored = [
             seq for seq in range(1, thread.head_seq + 1) if (thread.id, seq) in self._s.messages
         ]
-        start = (max(stored) if stored else 0) + 1
-        return range(start, start + count)
+        return max(stored, default=0)
 
 
 class _ReusingAgentStorage(InMemoryAgentStorage):
@@ -701,31 +735,56 @@ class AgentStorageContract:
         newest = agents.messages.list("t", limit=5).unwrap()
         assert [m.seq for m in newest.items] == [19, 20, 21, 22, 23]
         assert newest.has_more
-        assert newest.next_cursor == "19"
+        assert newest.next_cursor is not None
         seen: list[int] = []
-        after = 0
+        page = agents.messages.list("t", after_seq=0, limit=5).unwrap()
         while True:
-            page = agents.messages.list("t", after_seq=after, limit=5).unwrap()
             seen.extend(m.seq for m in page.items)
             if not page.has_more:
                 assert page.next_cursor is None
                 break
             assert page.next_cursor is not None
-            after = int(page.next_cursor)
+            page = agents.messages.list("t", cursor=page.next_cursor, limit=5).unwrap()
         assert seen == list(range(1, 24))
         back: list[int] = []
-        before: int | None = None
+        cursor: str | None = None
         while True:
-            page = agents.messages.list("t", before_seq=before, roles=["user"], limit=3).unwrap()
+            page = agents.messages.list("t", roles=["user"], limit=3, cursor=cursor).unwrap()
             back = [m.seq for m in page.items] + back
             if not page.has_more:
                 break
-            assert page.next_cursor is not None
-            before = int(page.next_cursor)
+            cursor = page.next_cursor
+            assert cursor is not None
         assert back == list(range(1, 24, 3))
         window = agents.messages.list("t", after_seq=4, before_seq=9, limit=10).unwrap()
         assert [m.seq for m in window.items] == [5, 6, 7, 8]
         assert not window.has_more
+        first = agents.messages.list("t", after_seq=4, before_seq=9, limit=2).unwrap()
+        assert first.next_cursor is not None
+        rest = agents.messages.list("t", before_seq=9, limit=10, cursor=first.next_cursor)
+        assert [m.seq for m in rest.unwrap().items] == [7, 8], "a cursor keeps the window"
+
+    def test_cursors_are_opaque_and_refused_when_foreign(self, agents: AgentStorage) -> None:
+        agents.messages.append_many("t", [NewMessage(role="user", content=i) for i in range(6)])
+        forward = agents.messages.list("t", after_seq=0, limit=2).unwrap().next_cursor
+        newest = agents.messages.list("t", limit=2).unwrap().next_cursor
+        assert forward is not None
+        assert newest is not None
+        assert "3" != forward != newest, "not the bare sequence number"
+        edited = forward[:-1] + ("0" if forward[-1] != "0" else "1")
+        refused: list[dict[str, Any]] = [
+            {"cursor": "2"},
+            {"cursor": edited},
+            {"cursor": CursorCodec("executions").encode(2)},
+            {"cursor": forward, "after_seq": 0},
+            {"cursor": newest, "before_seq": 5},
+            {"cursor": newest, "after_seq": 1},
+        ]
+        for kwargs in refused:
+            result = agents.messages.list("t", limit=2, **kwargs)
+            assert isinstance(result, Failure), kwargs
+            assert result.failure() == InvalidQuery("cursor", result.failure().reason), kwargs
+            assert agents.messages.list("nope", limit=2, **kwargs) == result, "before the thread"
 
     # -- runs --------------------------------------------------------------------------------
 

@@ -1,0 +1,1092 @@
+"""The rules of the agent stores, written once for every layer (not part of the public API).
+
+Every layer method reads the same way::
+
+    check_<request>(...)            -> the checked request, or InvalidInput / InvalidQuery
+    unit of work (the layer's)      -> load facts: rows as plain values (ThreadRow, RunRow, ...)
+    decide_<operation>(facts, req)  -> what to write, or NotFound / Conflict / ...
+    apply (the layer's)             -> the rows and counters written
+    <thing>_record(row)             -> the record returned
+
+so a layer keeps only how it stores rows and finds them. The checks of a write run in the
+order :mod:`runstore.services.agents` documents: arguments, then existence, then the rules of
+stored state. Validators follow the one style of :mod:`runstore.services._primitives`:
+``Result[T, InvalidInput]`` naming the field path (``messages[3].content``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from decimal import Decimal
+from typing import Generic, TypeVar
+
+import attrs
+from returns.result import Failure, Result, Success
+
+from runstore.services._primitives import (
+    MAX_INT64,
+    JsonValue,
+    check_int,
+    check_optional,
+    check_text,
+    decode_json,
+    encode_json,
+    first_failure,
+    to_epoch_ms,
+    within,
+)
+from runstore.services.agents import (
+    MAX_CONTENT_BYTES,
+    MAX_ID_CHARS,
+    MAX_JSON_DEPTH,
+    MAX_ROLE_CHARS,
+    MAX_TITLE_CHARS,
+    ActiveRunExists,
+    AgentError,
+    AgentRun,
+    AgentRunFailure,
+    AgentRunId,
+    AgentRunStatus,
+    CheckpointId,
+    ContextCheckpoint,
+    InvalidQuery,
+    Message,
+    NewMessage,
+    Thread,
+    ThreadId,
+    ThreadStatus,
+    TokenUsage,
+)
+from runstore.services.clock import Clock
+from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.executions import (
+    ExecutionFinished,
+    ExecutionId,
+    ExecutionStorage,
+    ProjectMismatch,
+    StaleFencingToken,
+)
+from runstore.services.pagination import MAX_PAGE_SIZE, CursorCodec, Page
+
+T = TypeVar("T")
+
+MESSAGE_CURSOR = CursorCodec("agent_messages", arity=2)
+"""The cursor of a message page: ``(seq, direction)``, direction 0 forward, 1 newest first."""
+
+_FORWARD, _BACKWARD = 0, 1
+
+# -- primitives as the agent stores apply them ---------------------------------------------------
+
+
+def check_id(value: object, field: str) -> Result[str, InvalidInput]:
+    """Check an id: non-empty text up to :data:`MAX_ID_CHARS` characters, NUL allowed."""
+    return check_text(value, field, max_chars=MAX_ID_CHARS, allow_nul=True)
+
+
+def check_title(value: object, field: str = "title") -> Result[str, InvalidInput]:
+    """Check a thread title: text up to :data:`MAX_TITLE_CHARS` characters, empty allowed."""
+    return check_text(value, field, max_chars=MAX_TITLE_CHARS, allow_empty=True, allow_nul=True)
+
+
+def encode_content(value: object, field: str) -> Result[str, InvalidInput]:
+    """Encode a JSON value the agent stores keep: nesting up to :data:`MAX_JSON_DEPTH` levels
+    and at most :data:`MAX_CONTENT_BYTES` UTF-8 bytes once encoded."""
+    return encode_json(value, field, max_depth=MAX_JSON_DEPTH, max_bytes=MAX_CONTENT_BYTES)
+
+
+def encode_object(value: object, field: str) -> Result[str, InvalidInput]:
+    """Encode a JSON object (a ``Mapping`` with text keys); ``None`` is the empty object."""
+    if value is None:
+        return Success("{}")
+    if not isinstance(value, Mapping):
+        return Failure(InvalidInput(field, f"must be a JSON object, got {type(value).__name__}"))
+    return encode_content(dict(value), field)
+
+
+def canonical_json(text: str) -> str:
+    """Stored JSON text with sorted keys, to compare two objects regardless of key order."""
+    return json.dumps(json.loads(text), sort_keys=True, ensure_ascii=False)
+
+
+def resolve_at(value: object, clock: Clock, field: str = "at") -> Result[int, InvalidInput]:
+    """Return ``value`` as epoch ms: an aware ``datetime``, an ``int`` of ms, or ``None`` (the
+    clock's now). ``InvalidInput(field)`` as :func:`~runstore.services._primitives.to_epoch_ms`."""
+    return Success(clock.now_ms()) if value is None else to_epoch_ms(value, field)
+
+
+def check_usage(value: object, field: str = "usage") -> Result[TokenUsage, InvalidInput]:
+    """Check a :class:`TokenUsage` (``None`` is all zeros): counts in ``0..2**63-1``."""
+    if value is None:
+        return Success(TokenUsage())
+    if not isinstance(value, TokenUsage):
+        return Failure(InvalidInput(field, f"must be TokenUsage, got {type(value).__name__}"))
+    for name in ("input", "output", "cache_read", "cache_write"):
+        count = getattr(value, name)
+        if type(count) is int and 0 <= count <= MAX_INT64:
+            continue  # the common case, without building a Result per field
+        checked = check_int(count, f"{field}.{name}", minimum=0)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(value)
+
+
+def encode_cost(value: object, field: str = "cost") -> Result[str | None, InvalidInput]:
+    """Return the exact decimal text of a cost (``str(Decimal)``), or ``None`` for no cost.
+
+    An ``int`` is taken as a whole ``Decimal``. A ``float`` is refused (it is already
+    inexact), as are negative, NaN and infinite values and texts over 100 characters.
+    """
+    if value is None:
+        return Success(None)
+    if isinstance(value, bool | float):
+        return Failure(InvalidInput(field, "must be a decimal.Decimal (a float is inexact)"))
+    if isinstance(value, int):
+        value = Decimal(value)
+    if not isinstance(value, Decimal):
+        return Failure(
+            InvalidInput(field, f"must be a decimal.Decimal, got {type(value).__name__}")
+        )
+    if not value.is_finite():
+        return Failure(InvalidInput(field, f"must be finite, got {value}"))
+    if value.is_signed() and not value.is_zero():
+        return Failure(InvalidInput(field, f"must not be negative, got {value}"))
+    text = str(value)
+    if len(text) > 100:
+        return Failure(InvalidInput(field, "has more than 100 characters as text"))
+    return Success(text)
+
+
+def decode_cost(text: str | None) -> Decimal | None:
+    """Turn stored cost text back into the same ``Decimal`` (same digits, same exponent)."""
+    return None if text is None else Decimal(text)
+
+
+def check_thread_status(value: object) -> Result[ThreadStatus, InvalidInput]:
+    """Return ``value`` as a :class:`ThreadStatus` or ``InvalidInput("status")``."""
+    if isinstance(value, ThreadStatus):
+        return Success(value)
+    try:
+        return Success(ThreadStatus(str(value)))
+    except ValueError:
+        return Failure(InvalidInput("status", f"unknown thread status {value!r}"))
+
+
+def check_failure(
+    status: object, failure: object
+) -> Result[tuple[AgentRunStatus, str | None], InvalidInput]:
+    """Check a final run ``status`` with its ``failure``; return the status and the failure as
+    JSON text (``None`` when absent). ``failed`` needs a failure, ``succeeded`` refuses one."""
+    if not isinstance(status, AgentRunStatus):
+        try:
+            status = AgentRunStatus(str(status))
+        except ValueError:
+            return Failure(InvalidInput("status", f"unknown run status {status!r}"))
+    if status is AgentRunStatus.RUNNING:
+        return Failure(InvalidInput("status", "a run finishes with a final status, not running"))
+    if failure is None:
+        if status is AgentRunStatus.FAILED:
+            return Failure(InvalidInput("failure", "a failed run needs an AgentRunFailure"))
+        return Success((status, None))
+    if status is AgentRunStatus.SUCCEEDED:
+        return Failure(InvalidInput("failure", "a succeeded run carries no failure"))
+    if not isinstance(failure, AgentRunFailure):
+        return Failure(
+            InvalidInput("failure", f"must be AgentRunFailure, got {type(failure).__name__}")
+        )
+    checks = first_failure(
+        check_id(failure.kind, "failure.kind"),
+        check_text(
+            failure.message,
+            "failure.message",
+            max_chars=MAX_TITLE_CHARS * 16,
+            allow_empty=True,
+            allow_nul=True,
+        ),
+    )
+    encoded = checks.bind(
+        lambda _: encode_content(
+            {"kind": failure.kind, "message": failure.message, "details": failure.details},
+            "failure",
+        )
+    )
+    return encoded.map(lambda text: (status, text))
+
+
+def decode_failure(text: str | None) -> AgentRunFailure | None:
+    """Turn stored failure JSON back into an :class:`AgentRunFailure`."""
+    if text is None:
+        return None
+    data = decode_json(text)
+    assert isinstance(data, dict)
+    kind, message = data["kind"], data["message"]
+    assert isinstance(kind, str)
+    assert isinstance(message, str)
+    return AgentRunFailure(kind=kind, message=message, details=data["details"])
+
+
+def _combine(
+    make: Callable[..., T], *checks: Result[object, InvalidInput]
+) -> Result[T, InvalidInput]:
+    """``make(*values)`` of the checked values, or the first failure among ``checks`` (in
+    argument order: the order a caller sees errors in)."""
+    failed = first_failure(*checks)
+    if isinstance(failed, Failure):
+        return Failure(failed.failure())
+    return Success(make(*(check.unwrap() for check in checks)))
+
+
+# -- facts: the rows every layer keeps, as plain values -----------------------------------------
+
+
+@attrs.frozen
+class ThreadRow:
+    """A thread as stored: :class:`Thread` with its metadata still JSON text."""
+
+    id: str
+    project_id: str
+    title: str
+    metadata_json: str
+    status: ThreadStatus
+    active_run_id: str | None
+    head_seq: int
+    message_count: int
+    last_message_at_ms: int | None
+    checkpoint_count: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+@attrs.frozen
+class RunRow:
+    """A run as stored: :class:`AgentRun` with its failure still JSON text."""
+
+    id: str
+    thread_id: str
+    project_id: str
+    execution_id: str | None
+    status: AgentRunStatus
+    failure_json: str | None
+    started_at_ms: int
+    finished_at_ms: int | None
+
+
+def thread_record(row: ThreadRow) -> Thread:
+    """The :class:`Thread` a stored row stands for."""
+    metadata = decode_json(row.metadata_json)
+    assert isinstance(metadata, dict)
+    return Thread(
+        id=ThreadId(row.id),
+        project_id=row.project_id,
+        title=row.title,
+        metadata=metadata,
+        status=row.status,
+        active_run_id=None if row.active_run_id is None else AgentRunId(row.active_run_id),
+        head_seq=row.head_seq,
+        message_count=row.message_count,
+        last_message_at_ms=row.last_message_at_ms,
+        checkpoint_count=row.checkpoint_count,
+        created_at_ms=row.created_at_ms,
+        updated_at_ms=row.updated_at_ms,
+    )
+
+
+def run_record(row: RunRow) -> AgentRun:
+    """The :class:`AgentRun` a stored row stands for."""
+    return AgentRun(
+        id=AgentRunId(row.id),
+        thread_id=ThreadId(row.thread_id),
+        project_id=row.project_id,
+        execution_id=row.execution_id,
+        status=row.status,
+        failure=decode_failure(row.failure_json),
+        started_at_ms=row.started_at_ms,
+        finished_at_ms=row.finished_at_ms,
+    )
+
+
+_NO_USAGE = TokenUsage()
+
+
+def message_record(
+    thread_id: ThreadId,
+    seq: int,
+    role: str,
+    content_json: str,
+    run_id: str | None,
+    usage: TokenUsage,
+    cost_text: str | None,
+    created_at_ms: int,
+) -> Message:
+    """The :class:`Message` a stored message stands for (the hot path of every listing)."""
+    # Built positionally, in Message's field order: measurably cheaper than keywords.
+    return Message(
+        thread_id,
+        seq,
+        role,
+        decode_json(content_json),
+        None if run_id is None else AgentRunId(run_id),
+        usage,
+        None if cost_text is None else Decimal(cost_text),
+        created_at_ms,
+    )
+
+
+def usage_of(input_: int, output: int, cache_read: int, cache_write: int) -> TokenUsage:
+    """The :class:`TokenUsage` of four stored counts (one shared value for all zeros)."""
+    if input_ == output == cache_read == cache_write == 0:
+        return _NO_USAGE
+    return TokenUsage(input_, output, cache_read, cache_write)
+
+
+def require_thread(row: T | None, thread_id: str) -> Result[T, AgentError]:
+    """Return the thread's facts, or ``NotFound("thread", thread_id)`` when it has none."""
+    return Failure(NotFound("thread", thread_id)) if row is None else Success(row)
+
+
+def require_run(row: RunRow | None, run_id: str) -> Result[RunRow, AgentError]:
+    """Return the run's row, or ``NotFound("agent_run", run_id)``."""
+    return Failure(NotFound("agent_run", run_id)) if row is None else Success(row)
+
+
+def check_run_in_thread(
+    row: RunRow | None, run_id: str, thread_id: str
+) -> Result[RunRow, AgentError]:
+    """Return the run's row when it belongs to ``thread_id``: ``NotFound("agent_run")`` when
+    there is none, ``Conflict`` (``expected`` this thread, ``actual`` the run's) otherwise."""
+    if row is None:
+        return Failure(NotFound("agent_run", run_id))
+    if row.thread_id != thread_id:
+        return Failure(
+            Conflict(
+                "agent_run",
+                run_id,
+                "run belongs to another thread",
+                expected=thread_id,
+                actual=row.thread_id,
+            )
+        )
+    return Success(row)
+
+
+@attrs.frozen
+class Decided(Generic[T]):
+    """A decision: the ``row`` that answers the request, and whether the layer must ``write``
+    it (False for a retry that the stored row already answers)."""
+
+    row: T
+    write: bool
+
+
+def write_decided(
+    decided: Result[Decided[T], AgentError], write: Callable[[T], object]
+) -> Result[T, AgentError]:
+    """Apply a decision: call ``write(row)`` when it says so (the layer's storage), and return
+    the row that answers the request; a ``Failure`` passes through and nothing is written."""
+    if isinstance(decided, Failure):
+        return Failure(decided.failure())
+    outcome = decided.unwrap()
+    if outcome.write:
+        write(outcome.row)
+    return Success(outcome.row)
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ThreadCreate:
+    """A checked :meth:`ThreadStore.create`."""
+
+    thread_id: str
+    project_id: str
+    title: str
+    metadata_json: str
+    at_ms: int
+
+
+def check_thread_create(
+    thread_id: object, project_id: object, title: object, metadata: object, at: object, clock: Clock
+) -> Result[ThreadCreate, InvalidInput]:
+    """Check the arguments of :meth:`ThreadStore.create`, in that order."""
+    return _combine(
+        ThreadCreate,
+        check_id(thread_id, "thread_id"),
+        check_id(project_id, "project_id"),
+        check_title(title),
+        encode_object(metadata, "metadata"),
+        resolve_at(at, clock),
+    )
+
+
+def decide_thread_create(
+    existing: ThreadRow | None, request: ThreadCreate
+) -> Result[Decided[ThreadRow], AgentError]:
+    """A new open, empty thread; the stored one when the same create is repeated (metadata
+    compared regardless of key order); ``Conflict`` when the id exists with other values."""
+    if existing is not None:
+        if (
+            existing.project_id == request.project_id
+            and existing.title == request.title
+            and canonical_json(existing.metadata_json) == canonical_json(request.metadata_json)
+        ):
+            return Success(Decided(existing, write=False))
+        return Failure(Conflict("thread", request.thread_id, "thread exists with other values"))
+    row = ThreadRow(
+        id=request.thread_id,
+        project_id=request.project_id,
+        title=request.title,
+        metadata_json=request.metadata_json,
+        status=ThreadStatus.OPEN,
+        active_run_id=None,
+        head_seq=0,
+        message_count=0,
+        last_message_at_ms=None,
+        checkpoint_count=0,
+        created_at_ms=request.at_ms,
+        updated_at_ms=request.at_ms,
+    )
+    return Success(Decided(row, write=True))
+
+
+@attrs.frozen
+class ThreadUpdate:
+    """A checked :meth:`ThreadStore.update` (``None``: keep the stored value)."""
+
+    thread_id: str
+    title: str | None
+    metadata_json: str | None
+    status: ThreadStatus | None
+    at_ms: int
+
+
+def check_thread_update(
+    thread_id: object, title: object, metadata: object, status: object, at: object, clock: Clock
+) -> Result[ThreadUpdate, InvalidInput]:
+    """Check the arguments of :meth:`ThreadStore.update`, in that order."""
+    return _combine(
+        ThreadUpdate,
+        check_id(thread_id, "thread_id"),
+        check_optional(title, "title", check_title),
+        check_optional(metadata, "metadata", encode_object),
+        Success(None) if status is None else check_thread_status(status),
+        resolve_at(at, clock),
+    )
+
+
+def decide_thread_update(
+    row: ThreadRow | None, request: ThreadUpdate
+) -> Result[Decided[ThreadRow], AgentError]:
+    """The changed thread row (always written: ``updated_at_ms`` moves); ``NotFound``;
+    ``Conflict("active run")`` when archiving a thread whose run is still running."""
+    if row is None:
+        return Failure(NotFound("thread", request.thread_id))
+    if request.status is ThreadStatus.ARCHIVED and row.active_run_id is not None:
+        return Failure(
+            Conflict("thread", request.thread_id, "active run", actual=row.active_run_id)
+        )
+    changed = attrs.evolve(
+        row,
+        title=row.title if request.title is None else request.title,
+        metadata_json=row.metadata_json if request.metadata_json is None else request.metadata_json,
+        status=row.status if request.status is None else request.status,
+        updated_at_ms=request.at_ms,
+    )
+    return Success(Decided(changed, write=True))
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RunStart:
+    """A checked :meth:`AgentRunStore.start`."""
+
+    run_id: str
+    thread_id: str
+    execution_id: str | None
+    at_ms: int
+
+
+def check_run_start(
+    run_id: object, thread_id: object, execution_id: object, at: object, clock: Clock
+) -> Result[RunStart, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.start`, in that order."""
+    return _combine(
+        RunStart,
+        check_id(run_id, "run_id"),
+        check_id(thread_id, "thread_id"),
+        check_optional(execution_id, "execution_id", check_id),
+        resolve_at(at, clock),
+    )
+
+
+def check_execution(
+    ledger: ExecutionStorage, execution_id: str, project_id: str
+) -> Result[None, AgentError]:
+    """Check that the execution may own a run of ``project_id``: it exists
+    (``NotFound("execution")``), is of that project (``ProjectMismatch``) and is not finished
+    (``ExecutionFinished``). Read through ``ledger`` in the caller's unit of work."""
+    found = ledger.get(ExecutionId(execution_id))
+    if isinstance(found, Failure):
+        error = found.failure()
+        if isinstance(error, StaleFencingToken):  # pragma: no cover - get never returns it
+            raise TypeError(f"ExecutionStorage.get returned {error!r}")
+        return Failure(error)
+    execution = found.unwrap()
+    if execution.project_id != project_id:
+        return Failure(ProjectMismatch("execution", execution_id, project_id, execution.project_id))
+    if execution.status.is_finished:
+        return Failure(ExecutionFinished(execution_id, str(execution.status)))
+    return Success(None)
+
+
+def decide_run_start(
+    thread: ThreadRow | None,
+    existing: RunRow | None,
+    request: RunStart,
+    ledger: ExecutionStorage,
+) -> Result[Decided[RunRow], AgentError]:
+    """The new running row, or the stored one for a repeated start; the failures of
+    :meth:`AgentRunStore.start` in its order, ending with the single-flight rule
+    (``ActiveRunExists``). The execution is read from ``ledger`` only when it is reached."""
+    if thread is None:
+        return Failure(NotFound("thread", request.thread_id))
+    if existing is not None:
+        if (
+            existing.thread_id == request.thread_id
+            and existing.execution_id == request.execution_id
+        ):
+            return Success(Decided(existing, write=False))
+        return Failure(
+            Conflict("agent_run", request.run_id, "run exists with another thread or execution")
+        )
+    if thread.status is ThreadStatus.ARCHIVED:
+        return Failure(Conflict("thread", request.thread_id, "thread is archived"))
+    if request.execution_id is not None:
+        checked = check_execution(ledger, request.execution_id, thread.project_id)
+        if isinstance(checked, Failure):
+            return checked
+    if thread.active_run_id is not None:
+        return Failure(ActiveRunExists(request.thread_id, thread.active_run_id))
+    row = RunRow(
+        id=request.run_id,
+        thread_id=request.thread_id,
+        project_id=thread.project_id,
+        execution_id=request.execution_id,
+        status=AgentRunStatus.RUNNING,
+        failure_json=None,
+        started_at_ms=request.at_ms,
+        finished_at_ms=None,
+    )
+    return Success(Decided(row, write=True))
+
+
+@attrs.frozen
+class RunFinish:
+    """A checked :meth:`AgentRunStore.finish`."""
+
+    run_id: str
+    status: AgentRunStatus
+    failure_json: str | None
+    at_ms: int
+
+
+def check_run_finish(
+    run_id: object, status: object, failure: object, at: object, clock: Clock
+) -> Result[RunFinish, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.finish`, in that order."""
+    return _combine(
+        lambda checked_id, final, at_ms: RunFinish(checked_id, final[0], final[1], at_ms),
+        check_id(run_id, "run_id"),
+        check_failure(status, failure),
+        resolve_at(at, clock),
+    )
+
+
+def decide_run_finish(
+    row: RunRow | None, request: RunFinish
+) -> Result[Decided[RunRow], AgentError]:
+    """The finished row; the stored one when the same finish is repeated; ``NotFound``;
+    ``IllegalTransition`` when the run already finished otherwise."""
+    if row is None:
+        return Failure(NotFound("agent_run", request.run_id))
+    if row.status is not AgentRunStatus.RUNNING:
+        if row.status is request.status and row.failure_json == request.failure_json:
+            return Success(Decided(row, write=False))
+        return Failure(
+            IllegalTransition("agent_run", request.run_id, str(row.status), str(request.status))
+        )
+    finished = attrs.evolve(
+        row, status=request.status, failure_json=request.failure_json, finished_at_ms=request.at_ms
+    )
+    return Success(Decided(finished, write=True))
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class MessageDraft:
+    """A checked :class:`NewMessage`: JSON and cost encoded, time resolved."""
+
+    role: str
+    run_id: str | None
+    content_json: str
+    usage: TokenUsage
+    cost_text: str | None
+    at_ms: int
+
+
+def check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, InvalidInput]:
+    """Check one :class:`NewMessage` (fields ``role``, ``run_id``, ``content``, ``usage``,
+    ``cost``, ``at``, in that order)."""
+    return _combine(
+        MessageDraft,
+        check_text(message.role, "role", max_chars=MAX_ROLE_CHARS, allow_nul=True),
+        check_optional(message.run_id, "run_id", check_id),
+        encode_content(message.content, "content"),
+        check_usage(message.usage),
+        encode_cost(message.cost),
+        resolve_at(message.at, clock),
+    )
+
+
+def check_messages(
+    messages: object, clock: Clock
+) -> Result[tuple[MessageDraft, ...], InvalidInput]:
+    """Check every message of an append; the field names carry the index (``messages[3].role``)
+    when more than one is given."""
+    # list and tuple first: the common case, without the slower ABC check.
+    if not isinstance(messages, list | tuple) and (
+        not isinstance(messages, Sequence) or isinstance(messages, NewMessage)
+    ):
+        return Failure(InvalidInput("messages", "must be a sequence of NewMessage"))
+    many = len(messages) > 1
+    drafts: list[MessageDraft] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, NewMessage):
+            field = f"messages[{index}].message" if many else "message"
+            return Failure(InvalidInput(field, "must be a NewMessage"))
+        checked = check_message(message, clock)
+        if many:
+            checked = within(f"messages[{index}]", checked)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        drafts.append(checked.unwrap())
+    return Success(tuple(drafts))
+
+
+@attrs.frozen
+class Append:
+    """A checked :meth:`MessageStore.append_many`; ``now_ms`` is the thread's new
+    ``updated_at_ms``."""
+
+    thread_id: str
+    drafts: tuple[MessageDraft, ...]
+    now_ms: int
+
+
+def check_append(thread_id: object, messages: object, clock: Clock) -> Result[Append, InvalidInput]:
+    """Check the arguments of :meth:`MessageStore.append_many`: the thread id, then the
+    messages."""
+    checked_id = check_id(thread_id, "thread_id")
+    if isinstance(checked_id, Failure):
+        return Failure(checked_id.failure())
+    return check_messages(messages, clock).map(
+        lambda drafts: Append(checked_id.unwrap(), drafts, clock.now_ms())
+    )
+
+
+def message_run_ids(drafts: Sequence[MessageDraft]) -> tuple[str, ...]:
+    """The distinct runs the drafts name, in order of first mention."""
+    return tuple(dict.fromkeys(d.run_id for d in drafts if d.run_id is not None))
+
+
+@attrs.frozen
+class ThreadHead:
+    """What an append needs to know of its thread: its status and counter."""
+
+    status: ThreadStatus
+    head_seq: int
+
+
+def decide_append(
+    head: ThreadHead | None, runs: Mapping[str, RunRow | None], request: Append
+) -> Result[range, AgentError]:
+    """The sequence numbers of the drafts: the next ones after the thread's counter, never a
+    number handed out before (an empty append gets none). ``runs`` holds the row of every run
+    in :func:`message_run_ids` (None when missing).
+
+    Failures, in order: ``NotFound("thread")``; ``Conflict("thread is archived")``;
+    ``NotFound("agent_run")`` or ``Conflict`` (a run of another thread).
+    """
+    if head is None:
+        return Failure(NotFound("thread", request.thread_id))
+    count = len(request.drafts)
+    if count == 0:
+        return Success(range(head.head_seq + 1, head.head_seq + 1))
+    if head.status is ThreadStatus.ARCHIVED:
+        return Failure(Conflict("thread", request.thread_id, "thread is archived"))
+    for run_id, row in runs.items():
+        checked = check_run_in_thread(row, run_id, request.thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(range(head.head_seq + 1, head.head_seq + count + 1))
+
+
+def appended_messages(
+    thread_id: str, seqs: range, drafts: Sequence[MessageDraft]
+) -> tuple[Message, ...]:
+    """The records of drafts stored as ``seqs``."""
+    typed = ThreadId(thread_id)
+    return tuple(
+        message_record(typed, seq, d.role, d.content_json, d.run_id, d.usage, d.cost_text, d.at_ms)
+        for seq, d in zip(seqs, drafts, strict=True)
+    )
+
+
+def check_message_ref(thread_id: object, seq: object) -> Result[int, AgentError]:
+    """Check the arguments of :meth:`MessageStore.get`: ``InvalidInput`` (thread id), then
+    ``InvalidQuery("seq")`` unless ``seq`` is an ``int`` of at least 1; return the seq."""
+    checked_id = check_id(thread_id, "thread_id")
+    if isinstance(checked_id, Failure):
+        return Failure(checked_id.failure())
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        return Failure(InvalidQuery("seq", f"must be an integer of at least 1, got {seq!r}"))
+    return Success(int(seq))
+
+
+@attrs.frozen
+class ListQuery:
+    """A checked :meth:`MessageStore.list` query, its cursor resolved into a bound."""
+
+    after_seq: int | None
+    before_seq: int | None
+    roles: frozenset[str] | None
+    limit: int
+
+    @property
+    def forward(self) -> bool:
+        """Whether the page is the first ``limit`` after ``after_seq`` (else the newest)."""
+        return self.after_seq is not None
+
+
+def _query_int(field: str, value: object) -> Result[int | None, InvalidQuery]:
+    if value is None:
+        return Success(None)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Failure(InvalidQuery(field, f"must be an integer, got {type(value).__name__}"))
+    if value < 0:
+        return Failure(InvalidQuery(field, f"must not be negative, got {value}"))
+    return Success(min(int(value), MAX_INT64))
+
+
+def _query_roles(roles: object) -> Result[frozenset[str] | None, InvalidQuery]:
+    if roles is None:
+        return Success(None)
+    if isinstance(roles, str | bytes) or not isinstance(roles, Collection):
+        return Failure(InvalidQuery("roles", "must be a collection of role names, not one"))
+    if not roles:
+        return Failure(InvalidQuery("roles", "must not be empty (pass None for every role)"))
+    for role in roles:
+        checked = check_text(role, "roles", max_chars=MAX_ROLE_CHARS, allow_nul=True)
+        if isinstance(checked, Failure):
+            return Failure(InvalidQuery("roles", checked.failure().reason))
+    return Success(frozenset(str(role) for role in roles))
+
+
+def _query_cursor(
+    cursor: object, after_seq: int | None, before_seq: int | None
+) -> Result[tuple[int | None, int | None], InvalidQuery]:
+    """The bounds once ``cursor`` is applied: a forward cursor sets ``after_seq``, a newest-first
+    one ``before_seq``; a cursor cannot be combined with the bound it sets, nor a newest-first
+    one with ``after_seq`` (that would turn the paging direction)."""
+    decoded = MESSAGE_CURSOR.decode(cursor)
+    if isinstance(decoded, Failure):
+        return Failure(InvalidQuery("cursor", decoded.failure().reason))
+    keys = decoded.unwrap()
+    if keys is None:
+        return Success((after_seq, before_seq))
+    seq, direction = keys
+    if seq < 0 or direction not in (_FORWARD, _BACKWARD):
+        return Failure(InvalidQuery("cursor", "not a cursor of this listing (agent_messages)"))
+    if after_seq is not None:
+        return Failure(InvalidQuery("cursor", "pass a cursor or after_seq, not both"))
+    if direction == _FORWARD:
+        return Success((seq, before_seq))
+    if before_seq is not None:
+        return Failure(InvalidQuery("cursor", "pass a cursor or before_seq, not both"))
+    return Success((None, seq))
+
+
+def check_list_query(
+    after_seq: object, before_seq: object, roles: object, limit: object, cursor: object = None
+) -> Result[ListQuery, InvalidQuery]:
+    """Check the query arguments of :meth:`MessageStore.list` (see there for the rules), in
+    the order ``limit``, ``after_seq``, ``before_seq``, ``roles``, ``cursor``."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        return Failure(InvalidQuery("limit", f"must be an integer, got {type(limit).__name__}"))
+    if limit < 1:
+        return Failure(InvalidQuery("limit", f"must be at least 1, got {limit}"))
+    if limit > MAX_PAGE_SIZE:
+        return Failure(InvalidQuery("limit", f"must be at most {MAX_PAGE_SIZE}, got {limit}"))
+    after = _query_int("after_seq", after_seq)
+    before = _query_int("before_seq", before_seq)
+    role_set = _query_roles(roles)
+    for checked in (after, before, role_set):
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    bounds = _query_cursor(cursor, after.unwrap(), before.unwrap())
+    return bounds.map(lambda b: ListQuery(b[0], b[1], role_set.unwrap(), int(limit)))
+
+
+def check_list(
+    thread_id: object,
+    after_seq: object,
+    before_seq: object,
+    roles: object,
+    limit: object,
+    cursor: object,
+) -> Result[ListQuery, AgentError]:
+    """Check the arguments of :meth:`MessageStore.list`: the query first (``InvalidQuery``),
+    then the thread id (``InvalidInput``)."""
+    query: Result[ListQuery, AgentError] = check_list_query(
+        after_seq, before_seq, roles, limit, cursor
+    )
+    checked_id = check_id(thread_id, "thread_id")
+    if isinstance(query, Success) and isinstance(checked_id, Failure):
+        return Failure(checked_id.failure())
+    return query
+
+
+def message_page(items: Sequence[Message], has_more: bool, query: ListQuery) -> Page[Message]:
+    """The page of ``items`` (ascending seq); when ``has_more``, its cursor continues in the
+    query's direction from the page's far end."""
+    if not has_more:
+        return Page(items=tuple(items), has_more=False)
+    if query.forward:
+        cursor = MESSAGE_CURSOR.encode(items[-1].seq, _FORWARD)
+    else:
+        cursor = MESSAGE_CURSOR.encode(items[0].seq, _BACKWARD)
+    return Page(items=tuple(items), has_more=True, next_cursor=cursor)
+
+
+def check_delete_by_run(thread_id: object, run_id: object) -> Result[None, InvalidInput]:
+    """Check the arguments of :meth:`MessageStore.delete_by_run`, in that order."""
+    return first_failure(check_id(thread_id, "thread_id"), check_id(run_id, "run_id"))
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CheckpointDraft:
+    """A checked :meth:`CheckpointStore.create` request."""
+
+    checkpoint_id: str
+    thread_id: str
+    run_id: str
+    expected_latest_id: str | None
+    summary: str
+    through_seq: int
+    observed_head_seq: int
+    at_ms: int
+
+
+def check_checkpoint(
+    checkpoint_id: object,
+    thread_id: object,
+    run_id: object,
+    summary: object,
+    through_seq: object,
+    observed_head_seq: object,
+    expected_latest_id: object,
+    at: object,
+    clock: Clock,
+) -> Result[CheckpointDraft, InvalidInput]:
+    """Check the arguments of :meth:`CheckpointStore.create` (see there for the rules): the
+    ids, the summary, the sequence numbers (``through_seq <= observed_head_seq``), ``at``."""
+    ids = (
+        check_id(checkpoint_id, "checkpoint_id"),
+        check_id(thread_id, "thread_id"),
+        check_id(run_id, "run_id"),
+    )
+    expected = check_optional(expected_latest_id, "expected_latest_id", check_id)
+    text = check_text(summary, "summary", max_chars=MAX_CONTENT_BYTES // 4, allow_nul=True)
+    through = check_int(through_seq, "through_seq", minimum=1)
+    head = check_int(observed_head_seq, "observed_head_seq", minimum=1)
+    failed = first_failure(*ids, expected, text, through, head)
+    if isinstance(failed, Failure):
+        return Failure(failed.failure())
+    if through.unwrap() > head.unwrap():
+        return Failure(
+            InvalidInput("through_seq", "cannot summarize past the observed head sequence")
+        )
+    return resolve_at(at, clock).map(
+        lambda at_ms: CheckpointDraft(
+            checkpoint_id=ids[0].unwrap(),
+            thread_id=ids[1].unwrap(),
+            run_id=ids[2].unwrap(),
+            expected_latest_id=expected.unwrap(),  # type: ignore[arg-type]
+            summary=text.unwrap(),
+            through_seq=through.unwrap(),
+            observed_head_seq=head.unwrap(),
+            at_ms=at_ms,
+        )
+    )
+
+
+@attrs.frozen
+class CheckpointFacts:
+    """What a checkpoint create is decided on, read in its unit of work: the thread, the run,
+    the checkpoint that run already created, whether the id is taken, and the thread's
+    latest checkpoint (each None when there is none)."""
+
+    thread: ThreadRow | None
+    run: RunRow | None
+    mine: ContextCheckpoint | None
+    id_taken: bool
+    latest: ContextCheckpoint | None
+
+
+def decide_checkpoint(
+    facts: CheckpointFacts, draft: CheckpointDraft
+) -> Result[Decided[ContextCheckpoint], AgentError]:
+    """Decide a checkpoint create by compare-and-swap against the thread's head and latest
+    checkpoint: the new checkpoint (number ``checkpoint_count + 1``), or the stored one when
+    the run repeats its create; the failures of :meth:`CheckpointStore.create` in its order."""
+    thread = facts.thread
+    if thread is None:
+        return Failure(NotFound("thread", draft.thread_id))
+    run = check_run_in_thread(facts.run, draft.run_id, draft.thread_id)
+    if isinstance(run, Failure):
+        return Failure(run.failure())
+    stored = facts.mine
+    if stored is not None:
+        if (
+            stored.id == draft.checkpoint_id
+            and stored.summary == draft.summary
+            and stored.through_seq == draft.through_seq
+            and stored.observed_head_seq == draft.observed_head_seq
+            and stored.previous_id == draft.expected_latest_id
+        ):
+            return Success(Decided(stored, write=False))
+        return Failure(
+            Conflict(
+                "checkpoint",
+                draft.checkpoint_id,
+                "run already created a different checkpoint",
+                actual=stored.id,
+            )
+        )
+    status = run.unwrap().status
+    if status is not AgentRunStatus.RUNNING:
+        return Failure(
+            Conflict("agent_run", draft.run_id, "run is not running", actual=str(status))
+        )
+    if facts.id_taken:
+        return Failure(Conflict("checkpoint", draft.checkpoint_id, "checkpoint id taken"))
+    latest = facts.latest
+    latest_id = None if latest is None else latest.id
+    if latest_id != draft.expected_latest_id:
+        return Failure(
+            Conflict(
+                "thread",
+                draft.thread_id,
+                "latest checkpoint changed",
+                expected=draft.expected_latest_id or "",
+                actual=latest_id or "",
+            )
+        )
+    if thread.head_seq != draft.observed_head_seq:
+        return Failure(
+            Conflict(
+                "thread",
+                draft.thread_id,
+                "head moved",
+                expected=str(draft.observed_head_seq),
+                actual=str(thread.head_seq),
+            )
+        )
+    if latest is not None and draft.through_seq <= latest.through_seq:
+        return Failure(
+            Conflict(
+                "thread",
+                draft.thread_id,
+                "checkpoint does not advance",
+                expected=f"> {latest.through_seq}",
+                actual=str(draft.through_seq),
+            )
+        )
+    checkpoint = ContextCheckpoint(
+        id=CheckpointId(draft.checkpoint_id),
+        thread_id=ThreadId(draft.thread_id),
+        run_id=AgentRunId(draft.run_id),
+        number=thread.checkpoint_count + 1,
+        previous_id=None if latest_id is None else CheckpointId(latest_id),
+        summary=draft.summary,
+        through_seq=draft.through_seq,
+        observed_head_seq=draft.observed_head_seq,
+        created_at_ms=draft.at_ms,
+    )
+    return Success(Decided(checkpoint, write=True))
+
+
+__all__ = [
+    "MESSAGE_CURSOR",
+    "Append",
+    "CheckpointDraft",
+    "CheckpointFacts",
+    "Decided",
+    "JsonValue",
+    "ListQuery",
+    "MessageDraft",
+    "RunFinish",
+    "RunRow",
+    "RunStart",
+    "ThreadCreate",
+    "ThreadHead",
+    "ThreadRow",
+    "ThreadUpdate",
+    "appended_messages",
+    "canonical_json",
+    "check_append",
+    "check_checkpoint",
+    "check_delete_by_run",
+    "check_execution",
+    "check_failure",
+    "check_id",
+    "check_list",
+    "check_list_query",
+    "check_message",
+    "check_message_ref",
+    "check_messages",
+    "check_run_finish",
+    "check_run_in_thread",
+    "check_run_start",
+    "check_thread_create",
+    "check_thread_status",
+    "check_thread_update",
+    "check_title",
+    "check_usage",
+    "decide_append",
+    "decide_checkpoint",
+    "decide_run_finish",
+    "decide_run_start",
+    "decide_thread_create",
+    "decide_thread_update",
+    "decode_cost",
+    "decode_failure",
+    "encode_content",
+    "encode_cost",
+    "encode_object",
+    "message_page",
+    "message_record",
+    "message_run_ids",
+    "require_run",
+    "require_thread",
+    "resolve_at",
+    "usage_of",
+    "write_decided",
+]
