@@ -30,22 +30,22 @@ Rules shared by every layer:
   (``BadReference``). A failed write changes nothing: rows, counters, summary, caches and the
   leaf stay exactly as they were.
 
-Every method returns a ``Result`` whose failure is one :data:`SessionError`.
+Every method returns a ``Result`` whose failure is one :data:`SessionError`. The rules
+themselves (validators, the tree decisions, the summary fold, the context) live once, in
+:mod:`runstore.services._sessions_rules`, shared by every layer; their public names are
+served from here too.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import re
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
-from decimal import Context, Decimal
+from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
 from typing import (
+    TYPE_CHECKING,
     Any,
     ClassVar,
-    NamedTuple,
     NewType,
     Protocol,
     TypeAlias,
@@ -54,7 +54,7 @@ from typing import (
 )
 
 import attrs
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
 from runstore.services.errors import (
     Busy,
@@ -64,6 +64,29 @@ from runstore.services.errors import (
     StorageFailure,
 )
 from runstore.services.pagination import Page
+
+if TYPE_CHECKING:  # served by __getattr__ below at run time
+    from runstore.services._sessions_rules import (
+        SummaryBuilder,
+        ValidEntry,
+        as_result,
+        assemble_context,
+        decode_session_cursor,
+        dump_json,
+        empty_summary,
+        encode_session_cursor,
+        fold_summary,
+        iso_from_ms,
+        make_entry,
+        ms_from_iso,
+        new_session_fields,
+        next_state,
+        payload_from_body,
+        to_epoch_ms,
+        validate_entry,
+        validate_json_object,
+        validate_session_id,
+    )
 
 __all__ = [
     "DEFAULT_THINKING_LEVEL",
@@ -135,10 +158,6 @@ DEFAULT_THINKING_LEVEL = "off"
 
 ENVELOPE_KEYS = frozenset({"type", "id", "parentId", "timestamp"})
 """Keys of a JSONL entry that are columns, not payload."""
-
-# Exact decimal arithmetic for costs: 80 significant digits hold any sum of JSON doubles a
-# transcript can carry without rounding.
-_EXACT = Context(prec=80)
 
 
 class EntryType(StrEnum):
@@ -212,111 +231,6 @@ SessionError: TypeAlias = (
 - ``DuplicateEntry`` / ``BadReference``: a tree rule refused an entry; nothing written.
 - ``Busy`` / ``StorageFailure``: the store could not do it; nothing written.
 """
-
-
-# -- time ----------------------------------------------------------------------------------------
-
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
-
-
-def to_epoch_ms(value: datetime | int, field: str) -> int | InvalidInput:
-    """Return ``value`` (an aware datetime or epoch ms) as integer epoch ms UTC.
-
-    A naive datetime, a ``bool`` or anything else is ``InvalidInput(field, ...)``.
-    """
-    if isinstance(value, bool):
-        return InvalidInput(field, "must be an aware datetime or epoch milliseconds, not a bool")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            return InvalidInput(field, "naive datetime: give a timezone (UTC)")
-        return (value - _EPOCH) // _MS
-    return InvalidInput(
-        field, f"must be an aware datetime or epoch milliseconds, not {type(value).__name__}"
-    )
-
-
-def ms_from_iso(text: str) -> int | None:
-    """Parse the format's ISO 8601 timestamp (``2025-11-30T10:53:21.000Z``) to epoch ms.
-
-    A timestamp without a zone is read as UTC (JavaScript's ``Date`` writes ``Z``). Returns
-    None when ``text`` is not such a timestamp.
-    """
-    try:
-        parsed = datetime.fromisoformat(text)
-    except (TypeError, ValueError):
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return (parsed - _EPOCH) // _MS
-
-
-def iso_from_ms(ms: int) -> str:
-    """Format epoch ms as the format writes timestamps: ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC)."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
-
-
-# -- JSON ----------------------------------------------------------------------------------------
-
-
-def dump_json(value: Any) -> str:
-    """Serialize ``value`` as compact JSON text (UTF-8 characters kept, no NaN).
-
-    Raises ``TypeError``/``ValueError`` for what JSON cannot hold; callers validate first.
-    """
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _dump_checked(value: Any, field: str) -> str | InvalidInput:
-    try:
-        text = dump_json(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return InvalidInput(field, f"not storable as JSON: {exc}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return InvalidInput(field, "holds a lone surrogate, which UTF-8 cannot store")
-    return text
-
-
-def payload_from_body(body: str) -> dict[str, Any]:
-    """Read a stored entry body back: its members besides the envelope keys."""
-    value: dict[str, Any] = json.loads(body)
-    if not ENVELOPE_KEYS.isdisjoint(value):
-        return {k: v for k, v in value.items() if k not in ENVELOPE_KEYS}
-    return value
-
-
-def validate_json_object(value: object, field: str) -> str | InvalidInput:
-    """Return ``value`` (a mapping with ``str`` keys) as JSON text, or ``InvalidInput``."""
-    if not isinstance(value, Mapping):
-        return InvalidInput(field, f"must be a JSON object (a mapping), not {type(value).__name__}")
-    for key in value:
-        if not isinstance(key, str):
-            return InvalidInput(field, f"keys must be strings, got {key!r}")
-    return _dump_checked(dict(value), field)
-
-
-def _check_text(value: object, field: str, *, max_chars: int | None = None) -> str | InvalidInput:
-    if not isinstance(value, str):
-        return InvalidInput(field, f"must be a string, not {type(value).__name__}")
-    if max_chars is not None and not 1 <= len(value) <= max_chars:
-        return InvalidInput(field, f"must be 1 to {max_chars} characters, got {len(value)}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return InvalidInput(field, "holds a lone surrogate, which UTF-8 cannot store")
-    return value
-
-
-def validate_session_id(value: object, field: str = "session_id") -> str | InvalidInput:
-    """Return ``value`` when it is usable as a session id (1..MAX_ID_CHARS characters)."""
-    return _check_text(value, field, max_chars=MAX_ID_CHARS)
 
 
 # -- records -------------------------------------------------------------------------------------
@@ -520,50 +434,6 @@ Entry: TypeAlias = (
 )
 """One stored entry, as the record of its type."""
 
-_KNOWN: dict[str, type[Any]] = {
-    cls.type: cls
-    for cls in (
-        MessageEntry,
-        ThinkingLevelChangeEntry,
-        ModelChangeEntry,
-        CompactionEntry,
-        BranchSummaryEntry,
-        CustomEntry,
-        CustomMessageEntry,
-        LabelEntry,
-        SessionInfoEntry,
-    )
-}
-
-
-def make_entry(
-    entry_type: str,
-    entry_id: str,
-    parent_id: str | None,
-    seq: int,
-    timestamp_ms: int,
-    payload: Mapping[str, Any],
-) -> Entry:
-    """Build the record of a stored (already validated) entry of ``entry_type``."""
-    cls = _KNOWN.get(entry_type)
-    if cls is None:
-        return UnknownEntry(
-            id=EntryId(entry_id),
-            parent_id=None if parent_id is None else EntryId(parent_id),
-            seq=seq,
-            timestamp_ms=timestamp_ms,
-            payload=payload,
-            type=entry_type,
-        )
-    entry: Entry = cls(
-        id=EntryId(entry_id),
-        parent_id=None if parent_id is None else EntryId(parent_id),
-        seq=seq,
-        timestamp_ms=timestamp_ms,
-        payload=payload,
-    )
-    return entry
-
 
 @attrs.frozen(kw_only=True)
 class NewEntry:
@@ -753,178 +623,6 @@ class NewEntry:
         )
 
 
-class ValidEntry(NamedTuple):
-    """A :class:`NewEntry` that passed :func:`validate_entry`: the timestamp in epoch ms, the
-    payload, and the JSON text that is stored (``raw`` when given, else the payload's)."""
-
-    id: str
-    parent_id: str | None
-    type: str
-    timestamp_ms: int
-    payload: Mapping[str, Any]
-    body: str
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _shape_problem(entry_type: str, payload: Mapping[str, Any]) -> tuple[str, str] | None:
-    """Return (field, reason) when ``payload`` does not fit the format's ``entry_type``."""
-
-    if entry_type == "message":
-        message = payload.get("message")
-        if type(message) is not dict and not isinstance(message, Mapping):
-            return "message", "must be a JSON object"
-        if type(message.get("role")) is not str:
-            return "message.role", "must be a string"
-        return None
-
-    def need_text(key: str) -> tuple[str, str] | None:
-        if not isinstance(payload.get(key), str):
-            return key, "must be a string"
-        return None
-
-    if entry_type == "thinking_level_change":
-        return need_text("thinkingLevel")
-    if entry_type == "model_change":
-        return need_text("provider") or need_text("modelId")
-    if entry_type == "compaction":
-        problem = need_text("summary") or need_text("firstKeptEntryId")
-        if problem is None and not _is_number(payload.get("tokensBefore")):
-            return "tokensBefore", "must be a number"
-        return problem
-    if entry_type == "branch_summary":
-        return need_text("fromId") or need_text("summary")
-    if entry_type == "custom":
-        return need_text("customType")
-    if entry_type == "custom_message":
-        problem = need_text("customType")
-        if problem is None and not isinstance(payload.get("content"), str | list):
-            return "content", "must be a string or a list of content blocks"
-        if problem is None and "display" in payload and not isinstance(payload["display"], bool):
-            return "display", "must be a boolean"
-        return problem
-    if entry_type == "label":
-        problem = need_text("targetId")
-        if (
-            problem is None
-            and payload.get("label") is not None
-            and not isinstance(payload["label"], str)
-        ):
-            return "label", "must be a string or null"
-        return problem
-    if entry_type == "session_info":
-        if payload.get("name") is not None and not isinstance(payload["name"], str):
-            return "name", "must be a string or null"
-        return None
-    return None
-
-
-def _fast_text(value: object, max_chars: int) -> bool:
-    """Whether ``value`` is storable text of 1..max_chars characters (the quick check)."""
-    if type(value) is not str or not 0 < len(value) <= max_chars:
-        return False
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput:
-    """Check ``new`` on its own (not against the tree) and return it ready to store.
-
-    ``prefix`` is put before field names in the ``InvalidInput`` (``"entries[3]."`` for a
-    batch). Refused: an id or parent id that is not 1..MAX_ID_CHARS characters, an empty
-    type or the header type ``session``, a naive datetime or non-integer timestamp, a payload
-    that is not a JSON object with string keys, holds an envelope key (``type``, ``id``,
-    ``parentId``, ``timestamp``) or does not fit its known type (for example a
-    ``model_change`` without a string ``provider``), text UTF-8 cannot hold (a lone
-    surrogate).
-    """
-    entry_id, parent_id, entry_type = new.id, new.parent_id, new.type
-    # The common case in one expression: ASCII ids and type of sensible length.
-    if not (
-        type(entry_id) is str
-        and type(entry_type) is str
-        and 0 < len(entry_id) <= MAX_ID_CHARS
-        and 0 < len(entry_type) <= MAX_ID_CHARS
-        and entry_id.isascii()
-        and entry_type.isascii()
-        and (
-            parent_id is None
-            or (
-                type(parent_id) is str
-                and 0 < len(parent_id) <= MAX_ID_CHARS
-                and parent_id.isascii()
-            )
-        )
-    ):
-        for field, value in (("id", entry_id), ("parent_id", parent_id), ("type", entry_type)):
-            if (value is not None or field != "parent_id") and not _fast_text(value, MAX_ID_CHARS):
-                return _refusal(
-                    _check_text(value, prefix + field, max_chars=MAX_ID_CHARS), prefix + field
-                )
-    if entry_type == "session":
-        return InvalidInput(prefix + "type", "'session' is the header, not an entry")
-    timestamp = new.timestamp
-    if type(timestamp) is int:
-        timestamp_ms = timestamp
-    else:
-        converted = to_epoch_ms(timestamp, prefix + "timestamp")
-        if isinstance(converted, InvalidInput):
-            return converted
-        timestamp_ms = converted
-    payload = new.payload
-    if type(payload) is not dict and not isinstance(payload, Mapping):
-        return InvalidInput(prefix + "payload", f"must be a mapping, not {type(payload).__name__}")
-    for key in payload:
-        if type(key) is not str:
-            return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
-        if key in ENVELOPE_KEYS:
-            return InvalidInput(
-                prefix + "payload", f"{key!r} belongs to the envelope, not the payload"
-            )
-    if entry_type == "message":  # the common case, checked inline
-        message = payload.get("message")
-        problem = (
-            None
-            if (type(message) is dict or isinstance(message, Mapping))
-            and type(message.get("role")) is str
-            else _shape_problem(entry_type, payload)
-        )
-    else:
-        problem = _shape_problem(entry_type, payload)
-    if problem is not None:
-        return InvalidInput(
-            f"{prefix}payload.{problem[0]}", f"{problem[1]} in a {entry_type} entry"
-        )
-    raw = new.raw
-    if (
-        type(raw) is str
-        and raw
-        and (raw.isascii() or _fast_text(raw, len(raw)))
-        and ("\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None)
-    ):
-        body: str | InvalidInput = raw
-    else:
-        # Without raw text, or when it escapes UTF-16 surrogates (which may be unpaired and
-        # so not storable as UTF-8), serialize the payload itself and check that.
-        body = _dump_checked(payload, prefix + "payload")
-    if isinstance(body, InvalidInput):
-        return body
-    return ValidEntry(entry_id, parent_id, entry_type, timestamp_ms, payload, body)
-
-
-def _refusal(checked: str | InvalidInput, field: str) -> InvalidInput:
-    if isinstance(checked, InvalidInput):
-        return checked
-    return InvalidInput(field, "must be text of 1 to 256 characters")  # pragma: no cover
-
-
 # -- context state per entry ---------------------------------------------------------------------
 
 
@@ -943,36 +641,6 @@ class EntryState:
 
 
 ROOT_STATE = EntryState(None, DEFAULT_THINKING_LEVEL, None)
-
-
-def next_state(
-    parent: EntryState | None, entry_type: str, payload: Mapping[str, Any]
-) -> EntryState:
-    """Return the state at an entry of ``entry_type`` whose parent has state ``parent``."""
-    state = parent if parent is not None else ROOT_STATE
-    if entry_type == "message":
-        message = payload["message"]
-        if message.get("role") == "assistant":
-            provider, model = message.get("provider"), message.get("model")
-            if type(provider) is str and type(model) is str:
-                current = state.model
-                if (
-                    current is not None
-                    and current.provider == provider
-                    and current.model_id == model
-                ):
-                    return state
-                return EntryState(ModelRef(provider, model), state.thinking_level, state.anchor_id)
-        return state
-    if entry_type == "model_change":
-        return EntryState(
-            ModelRef(payload["provider"], payload["modelId"]), state.thinking_level, state.anchor_id
-        )
-    if entry_type == "thinking_level_change":
-        return EntryState(state.model, payload["thinkingLevel"], state.anchor_id)
-    if entry_type == "compaction":
-        return EntryState(state.model, state.thinking_level, payload["firstKeptEntryId"])
-    return state
 
 
 # -- summary -------------------------------------------------------------------------------------
@@ -1007,134 +675,6 @@ class SessionSummary:
     model: ModelRef | None = None
     thinking_level: str = DEFAULT_THINKING_LEVEL
     labels: Mapping[str, str] = attrs.field(factory=dict, hash=False)
-
-
-def empty_summary() -> SessionSummary:
-    """The summary of a session without entries."""
-    return SessionSummary()
-
-
-def _tokens(value: object) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return 0
-
-
-def _cost(value: object) -> Decimal:
-    if isinstance(value, bool):
-        return Decimal(0)
-    if isinstance(value, int):
-        return Decimal(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return Decimal(repr(value))
-    return Decimal(0)
-
-
-class SummaryBuilder:
-    """Folds entries into a :class:`SessionSummary` (mutable, for loops over many entries)."""
-
-    __slots__ = (
-        "cached_tokens",
-        "cost",
-        "entry_count",
-        "labels",
-        "message_count",
-        "model",
-        "name",
-        "thinking_level",
-        "total_tokens",
-        "uncached_tokens",
-    )
-
-    def __init__(self, summary: SessionSummary) -> None:
-        self.name = summary.name
-        self.entry_count = summary.entry_count
-        self.message_count = summary.message_count
-        self.cached_tokens = summary.cached_tokens
-        self.uncached_tokens = summary.uncached_tokens
-        self.total_tokens = summary.total_tokens
-        self.cost = summary.cost
-        self.model = summary.model
-        self.thinking_level = summary.thinking_level
-        self.labels = dict(summary.labels)
-
-    def _usage(self, usage: object) -> None:
-        if type(usage) is not dict and not isinstance(usage, Mapping):
-            return
-        inp, out = usage.get("input", 0), usage.get("output", 0)
-        read, write = usage.get("cacheRead", 0), usage.get("cacheWrite", 0)
-        if not (type(inp) is int and type(out) is int and type(read) is int and type(write) is int):
-            inp, out, read, write = _tokens(inp), _tokens(out), _tokens(read), _tokens(write)
-        self.cached_tokens += read
-        self.uncached_tokens += inp + write
-        self.total_tokens += inp + out + read + write
-        cost = usage.get("cost")
-        if type(cost) is dict or isinstance(cost, Mapping):
-            total = cost.get("total")
-            if total:
-                self.cost = _EXACT.add(self.cost, _cost(total))
-
-    def add(self, entry_type: str, payload: Mapping[str, Any]) -> None:
-        """Count one more (validated) entry of ``entry_type``; see :class:`SessionSummary`."""
-        self.entry_count += 1
-        if entry_type == "message":
-            message = payload["message"]
-            self.message_count += 1
-            if message.get("role") == "assistant":
-                self._usage(message.get("usage"))
-                provider, model = message.get("provider"), message.get("model")
-                if isinstance(provider, str) and isinstance(model, str):
-                    current = self.model
-                    if current is None or current.provider != provider or current.model_id != model:
-                        self.model = ModelRef(provider, model)
-        elif entry_type in ("compaction", "branch_summary"):
-            self._usage(payload.get("usage"))
-        elif entry_type == "model_change":
-            self.model = ModelRef(payload["provider"], payload["modelId"])
-        elif entry_type == "thinking_level_change":
-            self.thinking_level = payload["thinkingLevel"]
-        elif entry_type == "session_info":
-            name = payload.get("name")
-            if isinstance(name, str) and name.strip():
-                self.name = name.strip()
-        elif entry_type == "label":
-            target, label = payload["targetId"], payload.get("label")
-            if isinstance(label, str) and label:
-                self.labels[target] = label
-            else:
-                self.labels.pop(target, None)
-
-    def build(self) -> SessionSummary:
-        """The summary of everything added so far."""
-        return SessionSummary(
-            name=self.name,
-            entry_count=self.entry_count,
-            message_count=self.message_count,
-            cached_tokens=self.cached_tokens,
-            uncached_tokens=self.uncached_tokens,
-            total_tokens=self.total_tokens,
-            cost=self.cost,
-            model=self.model,
-            thinking_level=self.thinking_level,
-            labels=dict(self.labels),
-        )
-
-
-def fold_summary(
-    summary: SessionSummary, entry_type: str, payload: Mapping[str, Any]
-) -> SessionSummary:
-    """Return ``summary`` with one more (validated) entry of ``entry_type`` counted.
-
-    The rules are those of the format's own backends (seed 004; the pi session list for the
-    name): see :class:`SessionSummary`.
-    """
-    builder = SummaryBuilder(summary)
-    builder.add(entry_type, payload)
-    return builder.build()
 
 
 # -- sessions ------------------------------------------------------------------------------------
@@ -1200,80 +740,6 @@ class SessionContext:
     messages: tuple[ContextMessage, ...]
     model: ModelRef | None
     thinking_level: str
-
-
-def assemble_context(
-    leaf_id: EntryId | None, path: Sequence[Entry], state: EntryState
-) -> SessionContext:
-    """Build the context from ``path`` (root-first, ending at the leaf, starting at the leaf's
-    anchor when it has one) and the leaf's ``state``.
-
-    The format's rules (pi ``buildSessionContext``): with a compaction on the path, its
-    summary comes first, then the entries from its first kept entry up to it, then those after
-    it; otherwise every entry of the path. ``message`` entries go in as stored; branch
-    summaries (with a non-empty summary) and custom messages are converted; everything else
-    (custom entries, labels, model and thinking changes, session info, unknown types) is left
-    out.
-    """
-    messages: list[ContextMessage] = []
-    compaction_at = -1
-    for index in range(len(path) - 1, -1, -1):
-        if path[index].type == "compaction":
-            compaction_at = index
-            break
-    if compaction_at >= 0:
-        compaction = path[compaction_at]
-        messages.append(
-            ContextMessage(
-                compaction.id,
-                {
-                    "role": "compactionSummary",
-                    "summary": compaction.payload["summary"],
-                    "tokensBefore": compaction.payload["tokensBefore"],
-                    "timestamp": compaction.timestamp_ms,
-                },
-            )
-        )
-        selected = [*path[:compaction_at], *path[compaction_at + 1 :]]
-    else:
-        selected = list(path)
-    for entry in selected:
-        converted = _context_message(entry)
-        if converted is not None:
-            messages.append(converted)
-    return SessionContext(
-        leaf_id=leaf_id,
-        messages=tuple(messages),
-        model=state.model,
-        thinking_level=state.thinking_level,
-    )
-
-
-def _context_message(entry: Entry) -> ContextMessage | None:
-    if isinstance(entry, MessageEntry):
-        return ContextMessage(entry.id, entry.payload["message"])
-    if isinstance(entry, CustomMessageEntry):
-        message: dict[str, Any] = {
-            "role": "custom",
-            "customType": entry.payload["customType"],
-            "content": entry.payload["content"],
-            "display": entry.display,
-        }
-        if "details" in entry.payload:
-            message["details"] = entry.payload["details"]
-        message["timestamp"] = entry.timestamp_ms
-        return ContextMessage(entry.id, message)
-    if isinstance(entry, BranchSummaryEntry) and entry.payload["summary"]:
-        return ContextMessage(
-            entry.id,
-            {
-                "role": "branchSummary",
-                "summary": entry.payload["summary"],
-                "fromId": entry.payload["fromId"],
-                "timestamp": entry.timestamp_ms,
-            },
-        )
-    return None
 
 
 # -- the services --------------------------------------------------------------------------------
@@ -1434,48 +900,14 @@ class SessionRepository(Protocol):
         ...
 
 
-def new_session_fields(
-    new: NewSession, now_ms: int, generated_id: str
-) -> tuple[str, str, str | None, str, int] | InvalidInput:
-    """Validate ``new``: return (id, cwd, parent_session, metadata JSON, created ms)."""
-    session_id = validate_session_id(new.id if new.id is not None else generated_id, "id")
-    if isinstance(session_id, InvalidInput):
-        return session_id
-    cwd = _check_text(new.cwd, "cwd")
-    if isinstance(cwd, InvalidInput):
-        return cwd
-    parent = new.parent_session
-    if parent is not None:
-        checked = _check_text(parent, "parent_session")
-        if isinstance(checked, InvalidInput):
-            return checked
-    metadata = validate_json_object(new.metadata, "metadata")
-    if isinstance(metadata, InvalidInput):
-        return metadata
-    created = now_ms if new.created is None else to_epoch_ms(new.created, "created")
-    if isinstance(created, InvalidInput):
-        return created
-    return session_id, cwd, parent, metadata, created
+def __getattr__(name: str) -> Any:
+    """Serve the rules of :mod:`runstore.services._sessions_rules` under their old names.
 
+    They are imported on first use because that module imports the records of this one;
+    :data:`__all__` names them (and the ``TYPE_CHECKING`` import above, for type checkers).
+    """
+    if name in __all__:
+        from runstore.services import _sessions_rules
 
-def encode_session_cursor(key: int) -> str:
-    """The opaque cursor of ``list`` that continues after the session numbered ``key``."""
-    return f"s{key}"
-
-
-def decode_session_cursor(cursor: str | None) -> int | InvalidInput | None:
-    """Read a ``list`` cursor back (None starts at the newest), or ``InvalidInput("cursor")``."""
-    if cursor is None:
-        return None
-    if isinstance(cursor, str) and len(cursor) > 1 and cursor[0] == "s" and cursor[1:].isdigit():
-        key = int(cursor[1:])
-        if key >= 1 and cursor[1] != "0":
-            return key
-    return InvalidInput("cursor", f"not a cursor of this listing: {cursor!r}")
-
-
-def as_result(value: T | InvalidInput) -> Result[T, InvalidInput]:
-    """Wrap a checked value (or its ``InvalidInput``) in a ``Result``."""
-    if isinstance(value, InvalidInput):
-        return Failure(value)
-    return Success(value)
+        return getattr(_sessions_rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._sessions_rules import dump_json, iso_from_ms
 from runstore.services.sessions import (
     Entry,
     EntryId,
@@ -23,8 +24,6 @@ from runstore.services.sessions import (
     SessionId,
     SessionRecord,
     SessionRepository,
-    dump_json,
-    iso_from_ms,
 )
 
 __all__ = ["ExportReport", "entry_line", "export_jsonl", "header_line"]

@@ -47,6 +47,7 @@ from typing import Any, BinaryIO, TypeAlias
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._sessions_rules import ms_from_iso
 from runstore.services.errors import InvalidInput, NotFound
 from runstore.services.sessions import (
     ENVELOPE_KEYS,
@@ -60,7 +61,6 @@ from runstore.services.sessions import (
     SessionId,
     SessionRepository,
     SessionStorage,
-    ms_from_iso,
 )
 from runstore.sessions_import._reader import LineReader, Parsed, Unreadable
 
