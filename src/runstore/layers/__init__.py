@@ -2,13 +2,17 @@
 
 ``sqlite(path)`` is the live layer: one migrated SQLite database and every service on it.
 ``in_memory()`` provides the same services from memory, for tests and for hosts that keep
-nothing. ``build(layer)`` turns either into a container::
+nothing. ``build(layer)`` turns either into a container; a service is looked up by its
+:class:`Tag` (typed: ``container.get(DATA_READER)`` is a ``DataReader``) or by its class::
 
-    from runstore.layers import build, sqlite
-    from runstore.services import Clock
+    from runstore.layers import DATA_READER, build, sqlite
 
     with build(sqlite(".runstore/runstore.db")) as container:
-        clock = container.get(Clock)
+        reader = container.get(DATA_READER)
+
+Importing this package imports no domain: each domain's layer module (test runs, the
+execution ledger, agents, sessions) is imported when one of its services is first asked of
+a container, or when one of its names below is first read.
 
 A container and its services belong to the thread that built it (an SQLite connection may
 not cross threads); build one per thread.
@@ -16,35 +20,65 @@ not cross threads); build one per thread.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from returns.result import Failure
 
 from runstore.exceptions import DatabaseOpenError
-from runstore.layers._action_runs_memory import InMemoryActionRunStorage, in_memory_execution_ledger
-from runstore.layers._action_runs_sqlite import SqliteActionRunStorage, sqlite_execution_ledger
-from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agent_storage
-from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agent_storage
-from runstore.layers._executions_memory import InMemoryExecutionStorage
-from runstore.layers._executions_sqlite import SqliteExecutionStorage
-from runstore.layers._layer import Container, Layer, build, merge, provide
+from runstore.layers._layer import Container, Key, Layer, Tag, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._open import open_database
-from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
-from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
-from runstore.layers._testruns_memory import (
-    InMemoryDataReader,
-    InMemoryDataStore,
-    in_memory_test_runs,
+from runstore.layers._tags import (
+    ACTION_RUN_STORAGE,
+    AGENT_STORAGE,
+    CLOCK,
+    DATA_READER,
+    DATA_STORE,
+    EXECUTION_STORAGE,
+    SESSION_REPOSITORY,
 )
-from runstore.layers._testruns_sqlite import SqliteDataReader, SqliteDataStore, sqlite_test_runs
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
-from runstore.services.clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from runstore.layers._action_runs_memory import (
+        InMemoryActionRunStorage,
+        in_memory_execution_ledger,
+    )
+    from runstore.layers._action_runs_sqlite import (
+        SqliteActionRunStorage,
+        sqlite_execution_ledger,
+    )
+    from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agent_storage
+    from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agent_storage
+    from runstore.layers._executions_memory import InMemoryExecutionStorage
+    from runstore.layers._executions_sqlite import SqliteExecutionStorage
+    from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
+    from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
+    from runstore.layers._testruns_memory import (
+        InMemoryDataReader,
+        InMemoryDataStore,
+        in_memory_test_runs,
+    )
+    from runstore.layers._testruns_sqlite import (
+        SqliteDataReader,
+        SqliteDataStore,
+        sqlite_test_runs,
+    )
+    from runstore.services.clock import Clock
 
 __all__ = [
+    "ACTION_RUN_STORAGE",
+    "AGENT_STORAGE",
+    "CLOCK",
+    "DATA_READER",
+    "DATA_STORE",
     "DEFAULT_DB_PATH",
+    "EXECUTION_STORAGE",
+    "SESSION_REPOSITORY",
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
@@ -54,6 +88,7 @@ __all__ = [
     "InMemoryDatabase",
     "InMemoryExecutionStorage",
     "InMemorySessionRepository",
+    "Key",
     "Layer",
     "SqliteActionRunStorage",
     "SqliteAgentStorage",
@@ -62,6 +97,7 @@ __all__ = [
     "SqliteDatabase",
     "SqliteExecutionStorage",
     "SqliteSessionRepository",
+    "Tag",
     "TxDict",
     "UnitOfWork",
     "build",
@@ -85,6 +121,50 @@ __all__ = [
 ]
 
 DEFAULT_DB_PATH = os.path.join(".runstore", "runstore.db")
+
+# Where each domain name of ``__all__`` lives; read on first access (PEP 562).
+_DOMAIN_NAMES = {
+    "_action_runs_memory": ("InMemoryActionRunStorage", "in_memory_execution_ledger"),
+    "_action_runs_sqlite": ("SqliteActionRunStorage", "sqlite_execution_ledger"),
+    "_agents_memory": ("InMemoryAgentStorage", "in_memory_agent_storage"),
+    "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agent_storage"),
+    "_executions_memory": ("InMemoryExecutionStorage",),
+    "_executions_sqlite": ("SqliteExecutionStorage",),
+    "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
+    "_sessions_sqlite": ("SqliteSessionRepository", "sqlite_sessions"),
+    "_testruns_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
+    "_testruns_sqlite": ("SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"),
+}
+_MODULE_OF = {name: module for module, names in _DOMAIN_NAMES.items() for name in names}
+
+if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
+
+    def __getattr__(name: str) -> object:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULE_OF})
+
+
+def _domain(
+    module: str, function: str, *, provides: tuple[Key[Any], ...], requires: tuple[Key[Any], ...]
+) -> Layer:
+    """The layer ``function()`` of ``module``, imported when one of its services is first used."""
+
+    def load() -> Layer:
+        layer: Layer = getattr(importlib.import_module(f"{__name__}.{module}"), function)()
+        return layer
+
+    return Layer.lazy(load, provides=provides, requires=requires)
+
+
+_TEST_RUNS_MEMORY_STATE: Tag[object] = Tag(f"{__name__}._testruns_memory.TestRunsMemoryState")
 
 
 def sqlite_database(
@@ -115,8 +195,14 @@ def in_memory_database() -> Layer:
 
 
 def system_clock() -> Layer:
-    """A layer providing the wall clock as :class:`~runstore.services.Clock`."""
-    return Layer.value(Clock, SystemClock())  # type: ignore[type-abstract]
+    """A layer providing the wall clock as :class:`~runstore.services.Clock` (:data:`CLOCK`)."""
+
+    def factory(_: Container) -> Clock:
+        from runstore.services.clock import SystemClock
+
+        return SystemClock()
+
+    return Layer.service(CLOCK, factory)
 
 
 def sqlite(
@@ -124,25 +210,67 @@ def sqlite(
 ) -> Layer:
     """The live layer: every runstore service on one SQLite database at ``path``.
 
-    ``path`` is a file (created with its folder) or ``:memory:``. Requires nothing.
+    ``path`` is a file (created with its folder) or ``:memory:``. Requires nothing. The
+    database is opened (and migrated) when the container is built; each domain's services
+    are made, and their module imported, when one of them is first asked for.
     """
+    on_db = (SqliteDatabase, CLOCK)
     return merge(
         sqlite_database(path, settings),
         system_clock(),
-        sqlite_execution_ledger(),
-        sqlite_agent_storage(),
-        sqlite_sessions(),
-        sqlite_test_runs(),
+        _domain(
+            "_action_runs_sqlite",
+            "sqlite_execution_ledger",
+            provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
+            requires=on_db,
+        ),
+        _domain(
+            "_agents_sqlite",
+            "sqlite_agent_storage",
+            provides=(AGENT_STORAGE,),
+            requires=(*on_db, EXECUTION_STORAGE),
+        ),
+        _domain(
+            "_sessions_sqlite", "sqlite_sessions", provides=(SESSION_REPOSITORY,), requires=on_db
+        ),
+        _domain(
+            "_testruns_sqlite",
+            "sqlite_test_runs",
+            provides=(DATA_STORE, DATA_READER),
+            requires=on_db,
+        ),
     )
 
 
 def in_memory() -> Layer:
-    """The in-memory layer: every runstore service, kept in memory. Requires nothing."""
+    """The in-memory layer: every runstore service, kept in memory. Requires nothing.
+
+    As with :func:`sqlite`, each domain's services are made, and their module imported, when
+    one of them is first asked for.
+    """
+    in_db = (InMemoryDatabase, CLOCK)
     return merge(
         in_memory_database(),
         system_clock(),
-        in_memory_execution_ledger(),
-        in_memory_agent_storage(),
-        in_memory_sessions(),
-        in_memory_test_runs(),
+        _domain(
+            "_action_runs_memory",
+            "in_memory_execution_ledger",
+            provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
+            requires=in_db,
+        ),
+        _domain(
+            "_agents_memory",
+            "in_memory_agent_storage",
+            provides=(AGENT_STORAGE,),
+            requires=(*in_db, EXECUTION_STORAGE),
+        ),
+        _domain(
+            "_sessions_memory", "in_memory_sessions", provides=(SESSION_REPOSITORY,), requires=in_db
+        ),
+        _domain(
+            "_testruns_memory",
+            "in_memory_test_runs",
+            provides=(_TEST_RUNS_MEMORY_STATE, DATA_STORE, DATA_READER),
+            requires=in_db,
+        ),
     )

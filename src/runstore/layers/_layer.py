@@ -1,11 +1,18 @@
-"""Layers in Effect's vocabulary, over the ``svcs`` container.
+"""Layers in Effect's vocabulary, and the small typed container they are built into.
 
-A :class:`Layer` provides services (keyed by their Protocol or class) and declares the
-services it requires. ``merge`` puts layers side by side; ``provide`` feeds one layer's
+A :class:`Layer` provides services and declares the services it requires. A service is
+keyed by a :class:`Tag` (Effect's ``Context.Tag``: a typed key, the way to key a Protocol)
+or by a concrete class. ``merge`` puts layers side by side; ``provide`` feeds one layer's
 services into another's requirements. ``build(layer)`` checks that nothing required is
-missing (naming every missing key), instantiates every provided service in registration
-order (so opening failures surface at once), and on exit closes them in reverse order. When
-two layers provide the same key, the later one wins: that is how a test swaps a layer.
+missing (naming every missing key), makes every provided service in registration order (so
+opening failures surface at once; a :meth:`Layer.lazy` layer's services are made when first
+asked for), and on exit closes the scoped ones in reverse order. When two layers provide the
+same key, the later one wins: that is how a test swaps a layer.
+
+Keys are identified by name: a class by ``module.qualname``, a tag by the name it was made
+with, so ``Tag.of(DataStore)``, ``Tag("runstore.services.testruns.DataStore")`` and the class
+``DataStore`` itself are one key. A tag can therefore name a service whose module has not
+been imported yet, which is what lets a lazy layer stay unimported until it is used.
 """
 
 from __future__ import annotations
@@ -13,79 +20,205 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
 
 import attrs
-import svcs
 
 from runstore.exceptions import ContainerClosed, MissingServices
 
-__all__ = ["Container", "Layer", "build", "merge", "provide"]
+if TYPE_CHECKING:
+    from typing_extensions import TypeForm
+
+__all__ = ["Container", "Key", "Layer", "Tag", "build", "merge", "provide"]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 _log = logging.getLogger("runstore.layers")
+
+
+@final
+class Tag(Generic[T]):
+    """A typed key for the service ``T``, in the manner of Effect's ``Context.Tag``.
+
+    ``container.get(DATA_STORE)`` is a ``DataStore`` to a type checker, and
+    ``Layer.service(DATA_STORE, factory)`` checks that ``factory`` makes one. A Protocol
+    class cannot itself be a registration key that type-checks (mypy refuses an abstract class
+    where ``type[T]`` is expected: ``type-abstract``), a tag can. Make one with
+    :meth:`Tag.of` from the class, or from the class's full name when the class must not be
+    imported yet, annotated: ``CLOCK: Final[Tag[Clock]] = Tag("runstore.services.clock.Clock")``.
+
+    Two tags are equal when their names are; a tag and the class it names are the same key.
+    """
+
+    __slots__ = ("key",)
+
+    key: str
+    """The full name of the service, ``module.qualname`` of its class."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    @staticmethod
+    def of(cls: TypeForm[S]) -> Tag[S]:
+        """The tag of the class ``cls`` (a Protocol, an ABC or a concrete class).
+
+        Raises ``TypeError`` when ``cls`` is not a class (a union, ``Any``, a string).
+        """
+        if not isinstance(cls, type):
+            raise TypeError(f"a tag names a class, not {cls!r}")
+        return Tag(_key(cls))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Tag) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"Tag({self.key!r})"
+
+
+Key = Tag[S] | type[S]
+"""What a registration is keyed by: a tag, or a concrete class (a Protocol needs a tag)."""
 
 Factory = Callable[["Container"], Any]
 """Makes one service from the container: returns it, or yields it and cleans up after."""
 
 
-def _name(key: type[Any]) -> str:
-    return f"{key.__module__}.{key.__qualname__}"
+def _key(key: object) -> str:
+    """The name that identifies ``key``: a tag's name, a class's ``module.qualname``.
+
+    Anything else (a union a type checker accepted in ``get``) gets its ``repr``, which no
+    registration has, so asking for it is a ``KeyError`` naming it.
+    """
+    if isinstance(key, Tag):
+        return key.key
+    if isinstance(key, type):
+        return f"{key.__module__}.{key.__qualname__}"
+    return repr(key)
+
+
+def _keys(keys: tuple[Key[Any], ...]) -> frozenset[str]:
+    return frozenset(_key(k) for k in keys)
 
 
 @attrs.frozen
 class _Registration:
-    key: type[Any]
+    key: str
     factory: Factory
-    requires: frozenset[type[Any]]
+    requires: frozenset[str]
+    lazy: bool = False
 
 
 @attrs.frozen
 class Layer:
     """What a set of registrations provides and what it still requires.
 
-    Build one with :meth:`service` (a factory) or :meth:`value` (a ready object) and combine
-    with :func:`merge` and :func:`provide`.
+    Build one with :meth:`service` (a factory), :meth:`value` (a ready object) or
+    :meth:`lazy` (a layer imported on first use) and combine with :func:`merge` and
+    :func:`provide`.
     """
 
     registrations: tuple[_Registration, ...] = ()
 
     @property
-    def provides(self) -> frozenset[type[Any]]:
-        """Every key some registration of this layer provides."""
-        return frozenset(r.key for r in self.registrations)
+    def provides(self) -> frozenset[Tag[Any]]:
+        """The tag of every key some registration of this layer provides."""
+        return frozenset(Tag(k) for k in _provided(self))
 
     @property
-    def requires(self) -> frozenset[type[Any]]:
-        """Every key a winning registration needs that no registration of this layer provides.
+    def requires(self) -> frozenset[Tag[Any]]:
+        """The tag of every key a winning registration needs that this layer does not provide.
 
         A registration overridden by a later one for the same key requires nothing: when a
         test swaps a live service for an in-memory one, the live one's needs go with it.
         """
-        needed = frozenset[type[Any]]().union(*(r.requires for r in _winners(self).values()))
-        return needed - self.provides
+        return frozenset(Tag(k) for k in _unmet(self))
 
+    @overload
+    @staticmethod
+    def service(
+        key: Tag[S],
+        factory: Callable[[Container], S] | Callable[[Container], Iterator[S]],
+        *,
+        requires: tuple[Key[Any], ...] = (),
+    ) -> Layer: ...
+    @overload
     @staticmethod
     def service(
         key: type[S],
         factory: Callable[[Container], S] | Callable[[Container], Iterator[S]],
         *,
-        requires: tuple[type[Any], ...] = (),
+        requires: tuple[Key[Any], ...] = (),
+    ) -> Layer: ...
+    @staticmethod
+    def service(
+        key: Key[Any],
+        factory: Callable[[Container], Any],
+        *,
+        requires: tuple[Key[Any], ...] = (),
     ) -> Layer:
-        """A layer providing ``key`` from ``factory(container)``.
+        """A layer providing ``key`` (a tag or a concrete class) from ``factory(container)``.
 
         ``requires`` lists the keys the factory reads from the container; ``build``
         checks them. A generator factory is a scoped resource: it yields the service once,
         and the code after its ``yield`` runs when the container closes, in the reverse
         order of opening (whether or not the ``with`` body raised).
         """
-        return Layer((_Registration(key, factory, frozenset(requires)),))
+        return Layer((_Registration(_key(key), factory, _keys(requires)),))
+
+    @overload
+    @staticmethod
+    def value(key: Tag[S], value: S) -> Layer: ...
+    @overload
+    @staticmethod
+    def value(key: type[S], value: S) -> Layer: ...
+    @staticmethod
+    def value(key: Key[Any], value: Any) -> Layer:
+        """A layer providing ``key`` as the ready object ``value`` (never closed by runstore)."""
+        return Layer((_Registration(_key(key), lambda _c: value, frozenset()),))
 
     @staticmethod
-    def value(key: type[S], value: S) -> Layer:
-        """A layer providing ``key`` as the ready object ``value`` (never closed by runstore)."""
-        return Layer((_Registration(key, lambda _c: value, frozenset()),))
+    def lazy(
+        load: Callable[[], Layer],
+        *,
+        provides: tuple[Key[Any], ...],
+        requires: tuple[Key[Any], ...] = (),
+    ) -> Layer:
+        """A layer that is ``load()``, called only when one of its services is first asked for.
+
+        ``provides`` and ``requires`` declare what the loaded layer provides and what it
+        needs, so that ``build`` can check requirements and overrides without loading it;
+        its services are made on first ``get`` (by the caller or by another service's
+        factory), not when the container is built. Use it to keep a module unimported until
+        a service of it is used: a tag names the keys without importing them. The layer is
+        loaded once per ``Layer.lazy`` value, however many containers are built from it.
+
+        Raises ``RuntimeError`` on first use when the loaded layer does not provide exactly
+        the declared keys or needs a key that was not declared.
+        """
+        declared = tuple(dict.fromkeys(_key(k) for k in provides))
+        needs = _keys(requires)
+        loaded: list[dict[str, _Registration]] = []
+
+        def registrations() -> dict[str, _Registration]:
+            if not loaded:
+                layer = load()
+                winners = _winners(layer)
+                if set(winners) != set(declared) or not _unmet(layer) <= needs:
+                    raise RuntimeError(
+                        f"a lazy layer declared to provide {sorted(declared)} and require"
+                        f" {sorted(needs)} provides {sorted(winners)} and requires"
+                        f" {sorted(_unmet(layer))}"
+                    )
+                loaded.append(winners)
+            return loaded[0]
+
+        def delegate(key: str) -> Factory:
+            return lambda container: registrations()[key].factory(container)
+
+        return Layer(tuple(_Registration(k, delegate(k), needs, lazy=True) for k in declared))
 
     def __add__(self, other: Layer) -> Layer:
         return merge(self, other)
@@ -109,51 +242,114 @@ def provide(layer: Layer, *dependencies: Layer) -> Layer:
     return merge(*dependencies, layer)
 
 
-def _winners(layer: Layer) -> dict[type[Any], _Registration]:
+def _winners(layer: Layer) -> dict[str, _Registration]:
     """The last registration of each key, ordered by the position of that last registration."""
-    winners: dict[type[Any], _Registration] = {}
+    winners: dict[str, _Registration] = {}
     for registration in layer.registrations:
         winners.pop(registration.key, None)  # re-insert so order follows the winner
         winners[registration.key] = registration
     return winners
 
 
+def _provided(layer: Layer) -> frozenset[str]:
+    return frozenset(r.key for r in layer.registrations)
+
+
+def _unmet(layer: Layer) -> frozenset[str]:
+    needed = frozenset[str]().union(*(r.requires for r in _winners(layer).values()))
+    return needed - _provided(layer)
+
+
 class Container:
     """Built services, looked up by key with :meth:`get`. Made only by :func:`build`."""
 
-    def __init__(self, inner: svcs.Container, provides: frozenset[type[Any]]) -> None:
-        self._inner = inner
-        self._provides = provides
+    def __init__(self, registrations: dict[str, _Registration]) -> None:
+        self._registrations = registrations
+        self._made: dict[str, Any] = {}
+        self._making: list[str] = []
+        self._opened: list[Generator[Any, None, None]] = []
         self._closed = False
 
+    @overload
+    def get(self, key: Tag[S]) -> S: ...
     @overload
     def get(self, key: type[S]) -> S: ...
     @overload
     def get(self, key: Any) -> Any: ...
-    def get(self, key: Any) -> Any:
+    def get(self, key: object) -> Any:
         """Return the service registered under ``key`` (the same object on every call).
 
-        Raises ``KeyError`` (naming the key) when the built layer does not provide it, and
-        :class:`~runstore.exceptions.ContainerClosed` once the ``build`` block has exited.
+        ``key`` is a :class:`Tag` (``get(DATA_STORE)`` is a ``DataStore`` to mypy) or a
+        class. A concrete class is typed as itself; a Protocol class is accepted and finds
+        the same service as its tag, but mypy types the result ``Any`` (it refuses a Protocol
+        where ``type[T]`` is expected), so ask by tag. The first ``get`` of a lazy layer's
+        service makes it (importing the layer).
+
+        Raises ``KeyError`` (naming the key) when the built layer does not provide it,
+        :class:`~runstore.exceptions.ContainerClosed` once the ``build`` block has exited,
+        and ``RuntimeError`` when factories ask for each other in a cycle.
         """
+        name = _key(key)
         if self._closed:
-            raise ContainerClosed(f"container closed; cannot get {_name(key)}")
-        if key not in self._provides:
-            raise KeyError(f"no service {_name(key)} in this container")
-        return self._inner.get(key)
+            raise ContainerClosed(f"container closed; cannot get {name}")
+        if name in self._made:
+            return self._made[name]
+        registration = self._registrations.get(name)
+        if registration is None:
+            raise KeyError(f"no service {name} in this container")
+        return self._make(registration)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._provides
+        return _key(key) in self._registrations
+
+    def _make(self, registration: _Registration) -> Any:
+        """Run ``registration``'s factory; open a generator factory and remember it."""
+        if registration.key in self._making:
+            cycle = [*self._making[self._making.index(registration.key) :], registration.key]
+            raise RuntimeError("services require each other in a cycle: " + " -> ".join(cycle))
+        self._making.append(registration.key)
+        try:
+            produced = registration.factory(self)
+            if isinstance(produced, Generator):
+                value = _open(produced)
+                self._opened.append(produced)
+            else:
+                value = produced
+        finally:
+            self._making.pop()
+        self._made[registration.key] = value
+        return value
+
+    def _close(self, *, reraise: bool) -> None:
+        """Refuse further gets; close what was opened, newest first, every one of them.
+
+        The first error a close raises is re-raised afterwards when ``reraise``; the others
+        (and that one, when the ``with`` body is already raising) are logged.
+        """
+        self._closed = True
+        first: Exception | None = None
+        while self._opened:
+            resource = self._opened.pop()
+            try:
+                _finish(resource)
+            except Exception as exc:
+                if first is None and reraise:
+                    first = exc
+                else:
+                    _log.warning("closing a scoped service failed", exc_info=True)
+        if first is not None:
+            raise first
 
 
 @contextmanager
 def build(layer: Layer) -> Iterator[Container]:
     """Build ``layer`` into a :class:`Container`; close its resources in reverse order on exit.
 
-    Every provided service is instantiated at once, in registration order (a service a
-    factory asks for is made first), so opening failures surface here, not on first use.
-    Scoped resources (generator factories) are closed in the reverse order of their
-    opening, so a resource is closed before everything it was opened from.
+    Every provided service is made at once, in registration order (a service a factory asks
+    for is made first), so opening failures surface here, not on first use; a lazy layer's
+    services are made on first ``get``. Scoped resources (generator factories) are closed in
+    the reverse order of their opening, so a resource is closed before everything it was
+    opened from.
 
     Raises :class:`~runstore.exceptions.MissingServices` naming every unmet requirement
     (nothing is opened then), and re-raises whatever a factory raises after closing, in
@@ -161,48 +357,27 @@ def build(layer: Layer) -> Iterator[Container]:
     the other closes; the first one is re-raised afterwards unless the ``with`` body or a
     factory is already raising (then it is logged on the ``runstore.layers`` logger).
     """
-    missing = layer.requires
+    missing = _unmet(layer)
     if missing:
-        raise MissingServices(tuple(sorted(_name(k) for k in missing)))
-    winners = _winners(layer)
-    registry = svcs.Registry()
-    inner = svcs.Container(registry)
-    container = Container(inner, frozenset(winners))
-    opened: list[Generator[Any, None, None]] = []
-    for registration in winners.values():
-        registry.register_factory(
-            registration.key, _adapt(registration.factory, container, opened)
-        )
+        raise MissingServices(tuple(sorted(missing)))
+    container = Container(_winners(layer))
     try:
-        for key in winners:
-            inner.get(key)
+        for registration in container._registrations.values():
+            if not registration.lazy and registration.key not in container._made:
+                container._make(registration)
         yield container
     except BaseException:
-        container._closed = True
-        _close_all(opened, reraise=False)
+        container._close(reraise=False)
         raise
-    else:
-        container._closed = True
-        _close_all(opened, reraise=True)
-    finally:
-        inner.close()
-        registry.close()
+    container._close(reraise=True)
 
 
-def _close_all(opened: list[Generator[Any, None, None]], *, reraise: bool) -> None:
-    """Close ``opened`` newest first; every one is closed even when one of them raises."""
-    first: Exception | None = None
-    while opened:
-        resource = opened.pop()
-        try:
-            _finish(resource)
-        except Exception as exc:
-            if first is None and reraise:
-                first = exc
-            else:
-                _log.warning("closing a scoped service failed", exc_info=True)
-    if first is not None:
-        raise first
+def _open(resource: Generator[Any, None, None]) -> Any:
+    """Run a scoped factory up to its ``yield`` and return what it yielded."""
+    try:
+        return next(resource)
+    except StopIteration:
+        raise RuntimeError("a scoped service factory must yield exactly once") from None
 
 
 def _finish(resource: Generator[Any, None, None]) -> None:
@@ -213,24 +388,3 @@ def _finish(resource: Generator[Any, None, None]) -> None:
         return
     resource.close()
     raise RuntimeError("a scoped service factory must yield exactly once")
-
-
-def _adapt(
-    factory: Factory, container: Container, opened: list[Generator[Any, None, None]]
-) -> Callable[[], Any]:
-    """Wrap ``factory`` for svcs; a generator factory is opened and remembered in ``opened``.
-
-    runstore closes scoped resources itself, in the order they finished opening: svcs
-    registers a cleanup before its factory runs, which would close a dependency the
-    factory opened before the factory's own resource.
-    """
-
-    def make() -> Any:
-        produced = factory(container)
-        if not isinstance(produced, Generator):
-            return produced
-        value = next(produced)
-        opened.append(produced)
-        return value
-
-    return make

@@ -1,0 +1,58 @@
+"""The typed key of every runstore service Protocol, one :class:`Tag` each.
+
+``container.get(DATA_STORE)`` is a ``DataStore`` to a type checker, and
+``Layer.service(AGENT_STORAGE, factory)`` checks that ``factory`` makes an ``AgentStorage``.
+The tags are made from the Protocols' full names, so importing this module imports no
+service module: a layer can name a domain's services without loading the domain.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from runstore.layers._layer import Tag
+
+if TYPE_CHECKING:
+    from runstore.services.action_runs import ActionRunStorage
+    from runstore.services.agents import AgentStorage
+    from runstore.services.clock import Clock
+    from runstore.services.executions import ExecutionStorage
+    from runstore.services.sessions import SessionRepository
+    from runstore.services.testruns import DataReader, DataStore
+
+__all__ = [
+    "ACTION_RUN_STORAGE",
+    "AGENT_STORAGE",
+    "CLOCK",
+    "DATA_READER",
+    "DATA_STORE",
+    "EXECUTION_STORAGE",
+    "SESSION_REPOSITORY",
+]
+
+CLOCK: Final[Tag[Clock]] = Tag("runstore.services.clock.Clock")
+"""The clock every writing service reads (:class:`~runstore.services.Clock`)."""
+
+DATA_STORE: Final[Tag[DataStore]] = Tag("runstore.services.testruns.DataStore")
+"""Test-run writes (:class:`~runstore.services.DataStore`)."""
+
+DATA_READER: Final[Tag[DataReader]] = Tag("runstore.services.testruns.DataReader")
+"""Test-run reads (:class:`~runstore.services.DataReader`)."""
+
+EXECUTION_STORAGE: Final[Tag[ExecutionStorage]] = Tag(
+    "runstore.services.executions.ExecutionStorage"
+)
+"""The execution ledger's executions (:class:`~runstore.services.ExecutionStorage`)."""
+
+ACTION_RUN_STORAGE: Final[Tag[ActionRunStorage]] = Tag(
+    "runstore.services.action_runs.ActionRunStorage"
+)
+"""The execution ledger's action runs (:class:`~runstore.services.ActionRunStorage`)."""
+
+AGENT_STORAGE: Final[Tag[AgentStorage]] = Tag("runstore.services.agents.AgentStorage")
+"""Agent threads, runs, messages and checkpoints (:class:`~runstore.services.AgentStorage`)."""
+
+SESSION_REPOSITORY: Final[Tag[SessionRepository]] = Tag(
+    "runstore.services.sessions.SessionRepository"
+)
+"""Tree-shaped agent sessions (:class:`~runstore.services.SessionRepository`)."""
