@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import attrs
 import pytest
@@ -15,13 +16,22 @@ from returns.result import Failure, Success
 import runstore.services as services
 from runstore.services import agents
 from runstore.services._agents_rules import (
+    CheckpointDraft,
+    CheckpointFacts,
+    Decided,
+    RunRow,
+    RunStart,
+    ThreadRow,
     check_failure,
     check_list_query,
     check_messages,
+    decide_checkpoint,
+    decide_run_start,
     decode_cost,
     decode_failure,
     encode_content,
     encode_cost,
+    message_page,
     resolve_at,
 )
 from runstore.services._primitives import decode_json
@@ -29,14 +39,20 @@ from runstore.services.agents import (
     MAX_JSON_DEPTH,
     ActiveRunExists,
     AgentRunFailure,
+    AgentRunId,
     AgentRunStatus,
+    CheckpointId,
+    ContextCheckpoint,
     InvalidQuery,
     JsonValue,
+    Message,
     NewMessage,
+    ThreadId,
+    ThreadStatus,
     TokenUsage,
 )
 from runstore.services.clock import FixedClock
-from runstore.services.errors import InvalidInput
+from runstore.services.errors import Conflict, InvalidInput, NotFound
 from runstore.testing import json_values
 
 
@@ -162,3 +178,114 @@ def test_errors_and_records_are_values() -> None:
         usage.input = 5  # type: ignore[misc]
     assert AgentRunStatus.CANCELLED.is_finished
     assert not AgentRunStatus.RUNNING.is_finished
+
+
+# -- decisions over loaded facts ---------------------------------------------------------------
+
+
+class _NoLedger:
+    """An ExecutionStorage stand-in that must not be read."""
+
+    def get(self, execution_id: str) -> object:
+        raise AssertionError(f"the ledger was read for {execution_id}")
+
+
+def _thread_row(**changes: Any) -> ThreadRow:
+    row = ThreadRow("t", "p", "", "{}", ThreadStatus.OPEN, None, 0, 0, None, 0, 1, 1)
+    return attrs.evolve(row, **changes)
+
+
+def _run_row(**changes: Any) -> RunRow:
+    row = RunRow("r", "t", "p", None, AgentRunStatus.RUNNING, None, 1, None)
+    return attrs.evolve(row, **changes)
+
+
+def test_a_run_start_reads_the_ledger_only_when_its_rung_is_reached() -> None:
+    ledger: Any = _NoLedger()
+    start = RunStart("r", "t", "ex", 5)
+    assert decide_run_start(None, None, start, ledger) == Failure(NotFound("thread", "t"))
+    replay = _run_row(execution_id="ex")
+    assert decide_run_start(_thread_row(), replay, start, ledger) == Success(
+        Decided(replay, write=False)
+    )
+    archived = _thread_row(status=ThreadStatus.ARCHIVED)
+    assert decide_run_start(archived, None, start, ledger) == Failure(
+        Conflict("thread", "t", "thread is archived")
+    )
+    busy = _thread_row(active_run_id="other")
+    plain = RunStart("r", "t", None, 5)
+    assert decide_run_start(busy, None, plain, ledger) == Failure(ActiveRunExists("t", "other"))
+    decided = decide_run_start(_thread_row(), None, plain, ledger).unwrap()
+    assert decided.write
+    assert (decided.row.status, decided.row.started_at_ms) == (AgentRunStatus.RUNNING, 5)
+
+
+def _draft(**changes: Any) -> CheckpointDraft:
+    draft = CheckpointDraft("c2", "t", "r", "c1", "so far", 3, 4, 9)
+    return attrs.evolve(draft, **changes)
+
+
+def _checkpoint(**changes: Any) -> ContextCheckpoint:
+    stored = ContextCheckpoint(
+        CheckpointId("c1"), ThreadId("t"), AgentRunId("r0"), 1, None, "before", 2, 2, 1
+    )
+    return attrs.evolve(stored, **changes)
+
+
+def test_the_checkpoint_ladder_answers_in_its_documented_order() -> None:
+    good = CheckpointFacts(
+        thread=_thread_row(head_seq=4, checkpoint_count=1),
+        run=_run_row(),
+        mine=None,
+        id_taken=False,
+        latest=_checkpoint(),
+    )
+    made = decide_checkpoint(good, _draft()).unwrap()
+    assert made.write
+    assert (made.row.number, made.row.previous_id, made.row.created_at_ms) == (2, "c1", 9)
+    # Each broken fact alone gives its reason; earlier rungs win when several are broken.
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"thread": None}, "not found"),
+        ({"run": None}, "not found"),
+        ({"run": _run_row(thread_id="other")}, "run belongs to another thread"),
+        ({"mine": _checkpoint(id="c9", run_id="r")}, "run already created a different checkpoint"),
+        ({"run": _run_row(status=AgentRunStatus.FAILED)}, "run is not running"),
+        ({"id_taken": True}, "checkpoint id taken"),
+        ({"latest": None}, "latest checkpoint changed"),
+        ({"thread": _thread_row(head_seq=5, checkpoint_count=1)}, "head moved"),
+        ({"latest": _checkpoint(through_seq=3)}, "checkpoint does not advance"),
+    ]
+    for index, (changes, reason) in enumerate(cases):
+        result = decide_checkpoint(attrs.evolve(good, **changes), _draft())
+        assert isinstance(result, Failure), changes
+        error = result.failure()
+        assert getattr(error, "reason", "not found") == reason, (changes, error)
+        later = dict(kv for c, _ in cases[index + 1 :] for kv in c.items())
+        both = decide_checkpoint(attrs.evolve(good, **{**later, **changes}), _draft())
+        assert both == result, ("an earlier rung decides", changes)
+    replay = _checkpoint(
+        id="c2", run_id="r", summary="so far", through_seq=3, observed_head_seq=4, previous_id="c1"
+    )
+    moved_on = attrs.evolve(good, mine=replay, thread=_thread_row(head_seq=8))
+    assert decide_checkpoint(moved_on, _draft()) == Success(Decided(replay, write=False))
+
+
+@given(
+    st.lists(st.integers(min_value=1, max_value=2**40), min_size=1, max_size=5, unique=True),
+    st.booleans(),
+)
+def test_a_page_cursor_continues_from_the_far_end_of_its_page(
+    seqs: list[int], forward: bool
+) -> None:
+    query = check_list_query(0 if forward else None, None, None, 5).unwrap()
+    items = [
+        Message(ThreadId("t"), seq, "user", None, None, TokenUsage(), None, 0)
+        for seq in sorted(seqs)
+    ]
+    page = message_page(items, True, query)
+    assert page.next_cursor is not None
+    assert not page.next_cursor.isdigit(), "opaque, not the bare sequence number"
+    after, before = (items[-1].seq, None) if forward else (None, items[0].seq)
+    resumed = check_list_query(None, None, None, 5, page.next_cursor).unwrap()
+    assert (resumed.after_seq, resumed.before_seq, resumed.forward) == (after, before, forward)
+    assert message_page(items, False, query).next_cursor is None
