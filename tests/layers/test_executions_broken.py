@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import attrs
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 from returns.result import Failure, Result, Success
 
 from runstore.layers import (
+    ACTION_RUN_STORAGE,
+    EXECUTION_STORAGE,
     InMemoryActionRunStorage,
     InMemoryDatabase,
     InMemoryExecutionStorage,
@@ -44,17 +45,29 @@ FIND_IT = settings(
 class NoOwnershipCheckRuns(InMemoryActionRunStorage):
     """Queues runs into executions of any project and any status."""
 
-    def _open_execution(self, project_id: str, execution_id: ExecutionId) -> ActionRunError | None:
+    def _open_execution(
+        self, project_id: str, execution_id: ExecutionId
+    ) -> Result[None, ActionRunError]:
         got = self._executions.get(execution_id)
-        return NotFound("execution", execution_id) if isinstance(got, Failure) else None
+        return (
+            Failure(NotFound("execution", execution_id))
+            if isinstance(got, Failure)
+            else Success(None)
+        )
 
 
 class NoOwnershipCheckSqliteRuns(SqliteActionRunStorage):
     """The live layer with the same check removed (the schema's foreign key still refuses)."""
 
-    def _open_execution(self, project_id: str, execution_id: ExecutionId) -> ActionRunError | None:
+    def _open_execution(
+        self, project_id: str, execution_id: ExecutionId
+    ) -> Result[None, ActionRunError]:
         got = self._executions.get(execution_id)
-        return NotFound("execution", execution_id) if isinstance(got, Failure) else None
+        return (
+            Failure(NotFound("execution", execution_id))
+            if isinstance(got, Failure)
+            else Success(None)
+        )
 
 
 class MutableFinishedExecutions(InMemoryExecutionStorage):
@@ -66,8 +79,8 @@ class MutableFinishedExecutions(InMemoryExecutionStorage):
         got = self.get(execution_id)
         if isinstance(got, Success) and got.unwrap().status.is_finished:
             row = self._rows[execution_id]
-            self._rows[execution_id] = attrs.evolve(
-                row, status=ExecutionStatus.CANCELLED, updated_at_ms=row.updated_at_ms + 1
+            self._rows[execution_id] = row._replace(
+                status=ExecutionStatus.CANCELLED.value, updated_at_ms=row.updated_at_ms + 1
             )
             return self.get(execution_id)
         return super().cancel(execution_id, failure)
@@ -77,7 +90,7 @@ def _no_ownership_in_memory() -> Layer:
     return merge(
         in_memory(),
         Layer.service(
-            ActionRunStorage,  # type: ignore[type-abstract]
+            ACTION_RUN_STORAGE,
             lambda c: NoOwnershipCheckRuns(
                 c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage)
             ),
@@ -89,7 +102,7 @@ def _no_ownership_sqlite() -> Layer:
     return merge(
         sqlite(":memory:"),
         Layer.service(
-            ActionRunStorage,  # type: ignore[type-abstract]
+            ACTION_RUN_STORAGE,
             lambda c: NoOwnershipCheckSqliteRuns(
                 c.get(SqliteDatabase), c.get(Clock), c.get(ExecutionStorage)
             ),
@@ -99,7 +112,7 @@ def _no_ownership_sqlite() -> Layer:
 
 def _mutable_finished() -> Layer:
     broken = Layer.service(
-        ExecutionStorage,  # type: ignore[type-abstract]
+        EXECUTION_STORAGE,
         lambda c: MutableFinishedExecutions(c.get(InMemoryDatabase), c.get(Clock)),
     )
     return merge(in_memory(), broken, _runs_on_broken_ledger())
@@ -107,7 +120,7 @@ def _mutable_finished() -> Layer:
 
 def _runs_on_broken_ledger() -> Layer:
     return Layer.service(
-        ActionRunStorage,  # type: ignore[type-abstract]
+        ACTION_RUN_STORAGE,
         lambda c: InMemoryActionRunStorage(
             c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage)
         ),
@@ -128,4 +141,3 @@ def test_the_invariant_alone_catches_a_finished_execution_that_changes() -> None
     machine = ledger_state_machine(_mutable_finished, model_factory=_mutable_finished)
     with pytest.raises(ContractViolation, match="finished execution"):
         run_state_machine_as_test(machine, settings=FIND_IT)
-

@@ -9,6 +9,7 @@ import pytest
 from returns.result import Failure, Result, Success
 
 from runstore.layers import (
+    CLOCK,
     Container,
     InMemoryDatabase,
     Layer,
@@ -41,7 +42,7 @@ T0 = 1_700_000_000_000
 
 @pytest.fixture
 def container(tmp_path: Path) -> Iterator[Container]:
-    clock = Layer.value(Clock, FixedClock(T0))  # type: ignore[type-abstract]
+    clock = Layer.value(CLOCK, FixedClock(T0))
     with build(merge(sqlite(tmp_path / "ledger.db"), clock)) as built:
         yield built
 
@@ -156,7 +157,7 @@ def _unit_layers() -> list[tuple[str, Callable[[], Layer]]]:
 def test_another_unit_of_work_sees_and_rolls_back_ledger_rows(
     name: str, factory: Callable[[], Layer]
 ) -> None:
-    clock = Layer.value(Clock, FixedClock(T0))  # type: ignore[type-abstract]
+    clock = Layer.value(CLOCK, FixedClock(T0))
     with build(merge(factory(), clock)) as container:
         executions: ExecutionStorage = container.get(ExecutionStorage)
         runs: ActionRunStorage = container.get(ActionRunStorage)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from runstore.layers import Layer, SqliteDatabase, SqliteSessionRepository, merge, sqlite
+from runstore.layers import SESSION_REPOSITORY, Layer, SqliteDatabase, SqliteSessionRepository, merge, sqlite
 from runstore.services import Clock, SessionRepository
 from runstore.testing import SessionsContractViolation, sessions_state_machine
 
@@ -46,7 +46,7 @@ def _layer(cls: type[SqliteSessionRepository]) -> Layer:
     return merge(
         sqlite(":memory:"),
         Layer.service(
-            SessionRepository,  # type: ignore[type-abstract]
+            SESSION_REPOSITORY,
             lambda c: cls(c.get(SqliteDatabase), c.get(Clock)),
             requires=(SqliteDatabase, Clock),
         ),

@@ -15,6 +15,7 @@ from runstore.services import InvalidInput, JsonValue
 from runstore.services._primitives import (
     MAX_EPOCH_MS,
     MAX_JSON_DEPTH,
+    and_then,
     check_int,
     check_json,
     check_optional,
@@ -289,3 +290,16 @@ def test_page_of_keeps_limit_rows_and_points_after_the_last() -> None:
     assert page_of([1, 2, 3], 2, codec.encode) == Page((1, 2), True, codec.encode(2))
     assert page_of([1, 2], 2, codec.encode) == Page((1, 2), False, None)
     assert page_of([], 2, codec.encode) == Page((), False, None)
+
+
+def test_and_then_runs_the_unit_only_on_checked_input() -> None:
+    ran: list[int] = []
+
+    def unit(value: int) -> Success[int]:
+        ran.append(value)
+        return Success(value * 2)
+
+    assert and_then(check_int(3, "n"), unit) == Success(6)
+    refused = check_int("x", "n")
+    assert and_then(refused, unit) == refused
+    assert ran == [3]

@@ -4,7 +4,8 @@
 their own unit of work, on the same connection, so the check and the write see one snapshot
 (no other writer can finish the execution in between: the unit holds the write lock). Each
 lifecycle step is one conditional ``UPDATE ... RETURNING``; only when it matches no row is
-the stored state read to say why (``NotFound`` or ``IllegalTransition``).
+the stored state read to say why (``NotFound`` or ``IllegalTransition``). The rules live in
+:mod:`runstore.services._ledger_rules`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,26 @@ from runstore.layers._executions_sqlite import next_counter, sqlite_execution_st
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
+from runstore.layers._tags import ACTION_RUN_STORAGE
+from runstore.services._ledger_rules import (
+    ACTION_RUN_COLUMNS,
+    ActionRunDraft,
+    Listing,
+    PhaseWrite,
+    RunFinish,
+    action_run_page,
+    action_run_record,
+    check_action_run_listing,
+    check_new_action_run,
+    check_phase,
+    check_run_finish,
+    check_run_id,
+    decide_new_run,
+    decide_queue,
+    decide_step,
+    final_failure_json,
+)
+from runstore.services._primitives import and_then
 from runstore.services.action_runs import (
     ActionRun,
     ActionRunError,
@@ -27,53 +48,22 @@ from runstore.services.action_runs import (
     ActionRunStatus,
     ActionRunStorage,
     NewActionRun,
-    PhaseFailed,
     PhaseOutcome,
-    check_finish_args,
-    check_new_action_run,
-    check_outcome,
-    check_step,
-    dump_run_failure,
-    load_run_failure,
-    parse_run_status,
-    phase_record,
-    with_phase,
 )
 from runstore.services.clock import Clock
-from runstore.services.errors import Conflict, NotFound
-from runstore.services.executions import (
-    DEFAULT_LIMIT,
-    ExecutionError,
-    ExecutionFinished,
-    ExecutionId,
-    ExecutionStorage,
-    ProjectMismatch,
-    StaleFencingToken,
-    check_listing,
-    check_text,
-    dump_json,
-    load_json,
-    make_page,
-)
+from runstore.services.errors import NotFound
+from runstore.services.executions import DEFAULT_LIMIT, ExecutionId, ExecutionStorage
 from runstore.services.pagination import Page
 
 __all__ = ["SqliteActionRunStorage", "sqlite_action_run_storage", "sqlite_execution_ledger"]
 
-COLUMNS = (
-    "id, project_id, execution_id, action_id, status, phase, seq, input, attempt, "
-    "queued_at_ms, started_at_ms, finished_at_ms, writeback_status, "
-    "writeback_completed_at_ms, writeback_result, writeback_failure, effects_status, "
-    "effects_completed_at_ms, effects_failure, failure"
-)
-_STATUS = {s.value: s for s in ActionRunStatus}
-_PHASE = {p.value: p for p in ActionRunPhase}
+COLUMNS = ", ".join(ACTION_RUN_COLUMNS)
 
 _SELECT_BY_ID = f"SELECT {COLUMNS} FROM action_runs WHERE id = ?"
 _STATE = "SELECT status, phase FROM action_runs WHERE id = ?"
 _INSERT = (
-    "INSERT INTO action_runs (id, project_id, execution_id, seq, action_id, input, status, "
-    "phase, attempt, queued_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'queued', 'queued', 1, ?) "
-    f"RETURNING {COLUMNS}"
+    f"INSERT INTO action_runs ({COLUMNS}) "
+    f"VALUES ({', '.join('?' * len(ACTION_RUN_COLUMNS))}) RETURNING {COLUMNS}"
 )
 _REQUEUE = (
     "UPDATE action_runs SET status = 'queued', phase = 'queued', attempt = attempt + 1, "
@@ -86,42 +76,15 @@ _START = (
     "UPDATE action_runs SET status = 'running', phase = 'running', started_at_ms = ? "
     f"WHERE id = ? AND status = 'queued' RETURNING {COLUMNS}"
 )
-_WRITEBACK = (
-    "UPDATE action_runs SET phase = 'writeback', writeback_status = ?, "
-    "writeback_completed_at_ms = ?, writeback_result = ?, writeback_failure = ? "
-    f"WHERE id = ? AND status = 'running' AND phase = 'running' RETURNING {COLUMNS}"
-)
-_EFFECTS = (
-    "UPDATE action_runs SET phase = 'effects', effects_status = ?, "
-    "effects_completed_at_ms = ?, effects_failure = ? "
-    "WHERE id = ? AND status = 'running' AND phase IN ('running', 'writeback') "
-    f"RETURNING {COLUMNS}"
-)
+_PHASE_GUARD = {
+    ActionRunPhase.WRITEBACK: "status = 'running' AND phase = 'running'",
+    ActionRunPhase.EFFECTS: "status = 'running' AND phase IN ('running', 'writeback')",
+}
+"""The states from which a phase may be recorded (as :func:`decide_step` has them)."""
 _FINISH = (
     "UPDATE action_runs SET status = ?, phase = 'finished', finished_at_ms = ?, failure = ? "
     f"WHERE id = ? RETURNING {COLUMNS}"
 )
-
-
-def action_run_row(row: tuple[Any, ...]) -> ActionRun:
-    """Return the :class:`ActionRun` stored in ``row`` (the columns of ``COLUMNS``)."""
-    return ActionRun(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        _STATUS[row[4]],
-        _PHASE[row[5]],
-        row[6],
-        load_json(row[7]),
-        row[8],
-        row[9],
-        row[10],
-        row[11],
-        None if row[12] is None else phase_record(row[12], row[13], row[14], row[15]),
-        None if row[16] is None else phase_record(row[16], row[17], None, row[18]),
-        None if row[19] is None else load_run_failure(row[19]),
-    )
 
 
 class SqliteActionRunStorage:
@@ -145,18 +108,22 @@ class SqliteActionRunStorage:
         except apsw.Error as exc:
             return Failure(from_apsw(exc, operation=operation, table="action_runs"))
 
+    def _state(self, run_id: str) -> tuple[str, str] | None:
+        state = self._db.one(_STATE, (run_id,))
+        return None if state is None else (state[0], state[1])
+
     def get(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.get`; ``InvalidInput`` for an id that is not valid text."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
+        return and_then(check_run_id(run_id), self._get)
+
+    def _get(self, run_id: str) -> Result[ActionRun, ActionRunError]:
         found = self._query("get action run", _SELECT_BY_ID, (run_id,))
         if isinstance(found, Failure):
             return Failure(found.failure())
         rows = found.unwrap()
         if not rows:
             return Failure(NotFound("action_run", run_id))
-        return Success(action_run_row(rows[0]))
+        return Success(action_run_record(rows[0]))
 
     def list(
         self,
@@ -168,172 +135,137 @@ class SqliteActionRunStorage:
         cursor: str | None = None,
     ) -> Result[Page[ActionRun], ActionRunError]:
         """See :meth:`ActionRunStorage.list`."""
-        if execution_id is not None:
-            problem = check_text(execution_id, "execution_id")
-            if problem is not None:
-                return Failure(problem)
-        wanted = parse_run_status(status)
-        if isinstance(wanted, Failure):
-            return Failure(wanted.failure())
-        checked = check_listing(project_id, limit, cursor, "a")
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        size, after = checked.unwrap()
-        only = wanted.unwrap()
+        checked = check_action_run_listing(project_id, execution_id, status, limit, cursor)
+        return and_then(checked, self._list)
+
+    def _list(self, query: Listing) -> Result[Page[ActionRun], ActionRunError]:
         where = ["project_id = ?"]
-        params: list[Any] = [project_id]
-        if execution_id is not None:
+        params: list[Any] = [query.project_id]
+        if query.execution_id is not None:
             where.append("execution_id = ?")
-            params.append(execution_id)
-        if only is not None:
+            params.append(query.execution_id)
+        if query.status is not None:
             where.append("status = ?")
-            params.append(only.value)
+            params.append(query.status)
         where.append("seq > ?")
-        params += [after, size + 1]
+        params += [query.after_seq, query.limit + 1]
         sql = f"SELECT {COLUMNS} FROM action_runs WHERE {' AND '.join(where)} ORDER BY seq LIMIT ?"
         return self._query("list action runs", sql, tuple(params)).map(
-            lambda rows: make_page([action_run_row(r) for r in rows], size, "a", _seq)
+            lambda rows: action_run_page(rows, query.limit)
         )
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _open_execution(self, project_id: str, execution_id: ExecutionId) -> ActionRunError | None:
-        """Why no run of ``project_id`` may be queued in ``execution_id`` now, or None."""
-        got = self._executions.get(execution_id)
-        if isinstance(got, Failure):
-            error: ExecutionError = got.failure()
-            if isinstance(error, StaleFencingToken):  # pragma: no cover - get never returns it
-                raise TypeError("ExecutionStorage.get returned StaleFencingToken")
-            return error
-        execution = got.unwrap()
-        if execution.project_id != project_id:
-            return ProjectMismatch("execution", execution_id, project_id, execution.project_id)
-        if execution.status.is_finished:
-            return ExecutionFinished(execution_id, execution.status.value)
-        return None
+    def _open_execution(
+        self, project_id: str, execution_id: ExecutionId
+    ) -> Result[None, ActionRunError]:
+        """Whether a run of ``project_id`` may be queued in ``execution_id`` now."""
+        return decide_queue(project_id, execution_id, self._executions.get(execution_id))
 
     def queue(self, new: NewActionRun) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.queue`."""
-        problem = check_new_action_run(new)
-        if problem is not None:
-            return Failure(problem)
+        return and_then(
+            check_new_action_run(new),
+            lambda draft: self._db.transact("queue action run", lambda: self._queue(draft)),
+        )
 
-        def queue() -> Result[ActionRun, ActionRunError]:
-            db = self._db
-            closed = self._open_execution(new.project_id, new.execution_id)
-            if closed is not None:
-                return Failure(closed)
-            if new.id is not None and db.one("SELECT 1 FROM action_runs WHERE id = ?", (new.id,)):
-                return Failure(Conflict("action_run", new.id, "an action run with this id exists"))
-            seq = next_counter(db, "action_run_seq")
-            row = db.execute(
-                _INSERT,
-                (
-                    new.id if new.id is not None else f"act_{seq}",
-                    new.project_id,
-                    new.execution_id,
-                    seq,
-                    new.action_id,
-                    dump_json(new.input),
-                    self._clock.now_ms(),
-                ),
-            )[0]
-            return Success(action_run_row(row))
+    def _queue(self, draft: ActionRunDraft) -> Result[ActionRun, ActionRunError]:
+        new = draft.new
+        return (
+            self._open_execution(new.project_id, new.execution_id)
+            .bind(lambda _: decide_new_run(new.id, self._exists(new.id)))
+            .map(lambda _: self._insert(draft))
+        )
 
-        return self._db.transact("queue action run", queue)
+    def _exists(self, run_id: str | None) -> bool:
+        if run_id is None:
+            return False
+        return self._db.one("SELECT 1 FROM action_runs WHERE id = ?", (run_id,)) is not None
+
+    def _insert(self, draft: ActionRunDraft) -> ActionRun:
+        row = draft.row(next_counter(self._db, "action_run_seq"), self._clock.now_ms())
+        return action_run_record(self._db.execute(_INSERT, row)[0])
 
     def _why_not(self, run_id: str, step: str) -> ActionRunError:
-        state = self._db.one(_STATE, (run_id,))
-        error = check_step(run_id, None if state is None else (state[0], state[1]), step)
-        if error is None:  # pragma: no cover - the conditional UPDATE and check_step agree
+        decided = decide_step(run_id, self._state(run_id), step)
+        if not isinstance(decided, Failure):  # pragma: no cover - the UPDATE and rules agree
             raise AssertionError(f"action run {run_id!r} matched no row but allows {step}")
+        error: ActionRunError = decided.failure()
         return error
+
+    def _step(
+        self, run_id: str, step: str, sql: str, params: tuple[Any, ...]
+    ) -> Result[ActionRun, ActionRunError]:
+        """Apply a conditional ``UPDATE ... RETURNING``; when it matches no row, say why."""
+        rows = self._db.execute(sql, params)
+        if not rows:
+            return Failure(self._why_not(run_id, step))
+        return Success(action_run_record(rows[0]))
 
     def requeue(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.requeue`."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
+        return and_then(
+            check_run_id(run_id),
+            lambda checked: self._db.transact("requeue action run", lambda: self._requeue(checked)),
+        )
 
-        def requeue() -> Result[ActionRun, ActionRunError]:
-            db = self._db
-            state = db.one(
-                "SELECT status, phase, project_id, execution_id FROM action_runs WHERE id = ?",
-                (run_id,),
+    def _requeue(self, run_id: str) -> Result[ActionRun, ActionRunError]:
+        found = self._db.one(
+            "SELECT status, phase, project_id, execution_id FROM action_runs WHERE id = ?",
+            (run_id,),
+        )
+        state = None if found is None else (found[0], found[1])
+        stepped: Result[object, ActionRunError] = decide_step(run_id, state, "queued")
+        return stepped.bind(lambda _: self._requeue_found(run_id, found))
+
+    def _requeue_found(self, run_id: str, found: Any) -> Result[ActionRun, ActionRunError]:
+        """Requeue the run whose ``(status, phase, project_id, execution_id)`` is ``found``."""
+        return self._open_execution(found[2], found[3]).map(
+            lambda _: action_run_record(
+                self._db.execute(_REQUEUE, (self._clock.now_ms(), run_id))[0]
             )
-            error = check_step(run_id, None if state is None else (state[0], state[1]), "queued")
-            if error is not None:
-                return Failure(error)
-            assert state is not None
-            closed = self._open_execution(state[2], state[3])
-            if closed is not None:
-                return Failure(closed)
-            row = db.execute(_REQUEUE, (self._clock.now_ms(), run_id))[0]
-            return Success(action_run_row(row))
-
-        return self._db.transact("requeue action run", requeue)
+        )
 
     def start(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.start`."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
-
-        def start() -> Result[ActionRun, ActionRunError]:
-            rows = self._db.execute(_START, (self._clock.now_ms(), run_id))
-            if not rows:
-                return Failure(self._why_not(run_id, "running"))
-            return Success(action_run_row(rows[0]))
-
-        return self._db.transact("start action run", start)
+        return and_then(
+            check_run_id(run_id),
+            lambda checked: self._db.transact(
+                "start action run",
+                lambda: self._step(checked, "running", _START, (self._clock.now_ms(), checked)),
+            ),
+        )
 
     def record_writeback(
         self, run_id: ActionRunId, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.record_writeback`."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
-        checked = check_outcome(outcome, ActionRunPhase.WRITEBACK)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        done = checked.unwrap()
-        if isinstance(done, PhaseFailed):
-            params: tuple[Any, ...] = ("failed", None, dump_run_failure(done.failure))
-        else:
-            params = ("succeeded", dump_json(done.result), None)
-
-        def writeback() -> Result[ActionRun, ActionRunError]:
-            rows = self._db.execute(
-                _WRITEBACK, (params[0], self._clock.now_ms(), params[1], params[2], run_id)
-            )
-            if not rows:
-                return Failure(self._why_not(run_id, "writeback"))
-            return Success(action_run_row(rows[0]))
-
-        return self._db.transact("record action run writeback", writeback)
+        return and_then(
+            check_phase(run_id, outcome, ActionRunPhase.WRITEBACK),
+            lambda write: self._db.transact(
+                "record action run writeback", lambda: self._record(write)
+            ),
+        )
 
     def record_effects(
         self, run_id: ActionRunId, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.record_effects`."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
-        checked = check_outcome(outcome, ActionRunPhase.EFFECTS)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        done = checked.unwrap()
-        failure = dump_run_failure(done.failure) if isinstance(done, PhaseFailed) else None
-        status = "failed" if isinstance(done, PhaseFailed) else "succeeded"
+        return and_then(
+            check_phase(run_id, outcome, ActionRunPhase.EFFECTS),
+            lambda write: self._db.transact(
+                "record action run effects", lambda: self._record(write)
+            ),
+        )
 
-        def effects() -> Result[ActionRun, ActionRunError]:
-            rows = self._db.execute(_EFFECTS, (status, self._clock.now_ms(), failure, run_id))
-            if not rows:
-                return Failure(self._why_not(run_id, "effects"))
-            return Success(action_run_row(rows[0]))
-
-        return self._db.transact("record action run effects", effects)
+    def _record(self, write: PhaseWrite) -> Result[ActionRun, ActionRunError]:
+        columns = write.columns(self._clock.now_ms())
+        sql = (
+            f"UPDATE action_runs SET {', '.join(f'{name} = ?' for name in columns)} "
+            f"WHERE id = ? AND {_PHASE_GUARD[write.phase]} RETURNING {COLUMNS}"
+        )
+        params = (*columns.values(), write.run_id)
+        return self._step(write.run_id, write.phase.value, sql, params)
 
     def finish(
         self,
@@ -342,32 +274,21 @@ class SqliteActionRunStorage:
         failure: ActionRunFailure | None = None,
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.finish`."""
-        problem = check_text(run_id, "run_id")
-        if problem is not None:
-            return Failure(problem)
-        checked = check_finish_args(status, failure)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        target, given = checked.unwrap()
+        return and_then(
+            check_run_finish(run_id, status, failure),
+            lambda finish: self._db.transact("finish action run", lambda: self._finish(finish)),
+        )
 
-        def finish() -> Result[ActionRun, ActionRunError]:
-            db = self._db
-            state = db.one(_STATE, (run_id,))
-            error = check_step(
-                run_id, None if state is None else (state[0], state[1]), target.value
-            )
-            if error is not None:
-                return Failure(error)
-            assert state is not None
-            stored = dump_run_failure(with_phase(given, state[1]))
-            row = db.execute(_FINISH, (target.value, self._clock.now_ms(), stored, run_id))[0]
-            return Success(action_run_row(row))
+    def _finish(self, finish: RunFinish) -> Result[ActionRun, ActionRunError]:
+        state = self._state(finish.run_id)
+        return decide_step(finish.run_id, state, finish.target.value).map(
+            lambda allowed: self._end(finish, allowed[1])
+        )
 
-        return self._db.transact("finish action run", finish)
-
-
-def _seq(run: ActionRun) -> int:
-    return run.seq
+    def _end(self, finish: RunFinish, phase: str) -> ActionRun:
+        stored = final_failure_json(finish.failure, phase)
+        params = (finish.target.value, self._clock.now_ms(), stored, finish.run_id)
+        return action_run_record(self._db.execute(_FINISH, params)[0])
 
 
 def _typed(db: SqliteDatabase, clock: Clock, executions: ExecutionStorage) -> ActionRunStorage:
@@ -386,7 +307,7 @@ def sqlite_action_run_storage() -> Layer:
         )
 
     return Layer.service(
-        ActionRunStorage,  # type: ignore[type-abstract]
+        ACTION_RUN_STORAGE,
         factory,
         requires=(SqliteDatabase, Clock, ExecutionStorage),
     )

@@ -17,6 +17,7 @@ from returns.result import Failure, Result, Success
 
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
+from runstore.layers._tags import AGENT_STORAGE
 from runstore.layers._unit_of_work import TxDict
 from runstore.services import _agents_rules as rules
 from runstore.services.agents import (
@@ -505,7 +506,7 @@ def in_memory_agent_storage() -> Layer:
         return _typed(c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage))
 
     return Layer.service(
-        AgentStorage,  # type: ignore[type-abstract]
+        AGENT_STORAGE,
         factory,
         requires=(InMemoryDatabase, Clock, ExecutionStorage),
     )

@@ -23,6 +23,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
+from runstore.layers._tags import AGENT_STORAGE
 from runstore.services import _agents_rules as rules
 from runstore.services.agents import (
     AgentError,
@@ -678,7 +679,7 @@ def sqlite_agent_storage() -> Layer:
         return _typed(c.get(SqliteDatabase), c.get(Clock), c.get(ExecutionStorage))
 
     return Layer.service(
-        AgentStorage,  # type: ignore[type-abstract]
+        AGENT_STORAGE,
         factory,
         requires=(SqliteDatabase, Clock, ExecutionStorage),
     )

@@ -4,13 +4,13 @@ Every write is one unit of work on the shared :class:`SqliteDatabase` (``BEGIN I
 outermost, a SAVEPOINT inside another service's unit); reads are single statements, so a
 read inside another unit of work sees its uncommitted rows. Sequences and fencing tokens
 come from the ``execution_counters`` rows, so they are dense and never reused: a unit that
-rolls back gives its numbers back with its rows.
+rolls back gives its numbers back with its rows. The rules (checks and decisions) live in
+:mod:`runstore.services._ledger_rules`; this layer holds the SQL that loads and applies.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import apsw
 from returns.result import Failure, Result, Success
@@ -18,8 +18,32 @@ from returns.result import Failure, Result, Success
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
+from runstore.layers._tags import EXECUTION_STORAGE
+from runstore.services._ledger_rules import (
+    EXECUTION_COLUMNS,
+    Claim,
+    CreateFacts,
+    ExecutionDraft,
+    Finish,
+    Listing,
+    Renew,
+    check_cancel,
+    check_claim,
+    check_execution_id,
+    check_execution_listing,
+    check_finish,
+    check_new_execution,
+    check_renew,
+    decide_cancel,
+    decide_create,
+    decide_held,
+    execution_page,
+    execution_record,
+    oldest,
+)
+from runstore.services._primitives import and_then
 from runstore.services.clock import Clock
-from runstore.services.errors import Conflict, IllegalTransition, NotFound
+from runstore.services.errors import NotFound
 from runstore.services.executions import (
     DEFAULT_LIMIT,
     Execution,
@@ -30,44 +54,20 @@ from runstore.services.executions import (
     ExecutionStorage,
     JsonValue,
     NewExecution,
-    ProjectMismatch,
-    check_failure,
-    check_finish,
-    check_held,
-    check_lease,
-    check_listing,
-    check_new_execution,
-    check_text,
-    check_token,
-    dump_failure,
-    dump_json,
-    load_failure,
-    load_json,
-    make_page,
-    parse_status,
 )
 from runstore.services.pagination import Page
 
-__all__ = ["SqliteExecutionStorage", "execution_row", "next_counter", "sqlite_execution_storage"]
+__all__ = ["SqliteExecutionStorage", "next_counter", "sqlite_execution_storage"]
 
-T = TypeVar("T")
-
-COLUMNS = (
-    "id, project_id, status, seq, name, input, output, failure, parent_id, metadata, "
-    "idempotency_key, created_at_ms, updated_at_ms, started_at_ms, finished_at_ms, "
-    "lease_owner, lease_expires_at_ms, fencing_token, attempts"
-)
-_STATUS = {status.value: status for status in ExecutionStatus}
+COLUMNS = ", ".join(EXECUTION_COLUMNS)
 
 _SELECT_BY_ID = f"SELECT {COLUMNS} FROM executions WHERE id = ?"
 _SELECT_BY_KEY = (
     f"SELECT {COLUMNS}, request_digest FROM executions WHERE project_id = ? AND idempotency_key = ?"
 )
 _INSERT = (
-    "INSERT INTO executions (id, project_id, seq, name, status, input, output, failure, "
-    "parent_id, metadata, idempotency_key, request_digest, created_at_ms, updated_at_ms) "
-    "VALUES (?, ?, ?, ?, 'queued', ?, 'null', NULL, ?, ?, ?, ?, ?, ?) "
-    f"RETURNING {COLUMNS}"
+    f"INSERT INTO executions ({COLUMNS}, request_digest) "
+    f"VALUES ({', '.join('?' * (len(EXECUTION_COLUMNS) + 1))}) RETURNING {COLUMNS}"
 )
 _OLDEST_QUEUED = (
     "SELECT seq, id FROM executions WHERE project_id = ? AND status = 'queued' ORDER BY seq LIMIT 1"
@@ -86,40 +86,13 @@ _RENEW = (
     "UPDATE executions SET lease_expires_at_ms = ?, updated_at_ms = ? WHERE id = ? "
     f"RETURNING {COLUMNS}"
 )
-_FINISH = (
-    "UPDATE executions SET status = ?, output = ?, failure = ?, finished_at_ms = ?, "
-    f"updated_at_ms = ?, lease_expires_at_ms = NULL WHERE id = ? RETURNING {COLUMNS}"
-)
-_CANCEL = (
-    "UPDATE executions SET status = 'cancelled', failure = ?, finished_at_ms = ?, "
-    f"updated_at_ms = ?, lease_expires_at_ms = NULL WHERE id = ? RETURNING {COLUMNS}"
+_END = (
+    "UPDATE executions SET status = ?, output = coalesce(?, output), failure = ?, "
+    "finished_at_ms = ?, updated_at_ms = ?, lease_expires_at_ms = NULL WHERE id = ? "
+    f"RETURNING {COLUMNS}"
 )
 _COUNTER = "UPDATE execution_counters SET value = value + 1 WHERE name = ? RETURNING value"
-
-
-def execution_row(row: tuple[Any, ...]) -> Execution:
-    """Return the :class:`Execution` stored in ``row`` (the columns of ``COLUMNS``)."""
-    return Execution(
-        row[0],
-        row[1],
-        _STATUS[row[2]],
-        row[3],
-        row[4],
-        load_json(row[5]),
-        load_json(row[6]),
-        load_failure(row[7]),
-        row[8],
-        load_json(row[9]),  # type: ignore[arg-type]
-        row[10],
-        row[11],
-        row[12],
-        row[13],
-        row[14],
-        row[15],
-        row[16],
-        row[17],
-        row[18],
-    )
+_CANCELLED = ExecutionStatus.CANCELLED.value
 
 
 def next_counter(db: SqliteDatabase, name: str) -> int:
@@ -135,6 +108,10 @@ class SqliteExecutionStorage:
         self._db = db
         self._clock = clock
 
+    def _state(self, execution_id: str) -> tuple[str, int] | None:
+        state = self._db.one(_STATE, (execution_id,))
+        return None if state is None else (state[0], state[1])
+
     # -- reads ---------------------------------------------------------------------------------
 
     def _query(
@@ -147,16 +124,16 @@ class SqliteExecutionStorage:
 
     def get(self, execution_id: ExecutionId) -> Result[Execution, ExecutionError]:
         """See :meth:`ExecutionStorage.get`; ``InvalidInput`` for an id that is not valid text."""
-        problem = check_text(execution_id, "execution_id")
-        if problem is not None:
-            return Failure(problem)
-        try:
-            rows = self._db.execute(_SELECT_BY_ID, (execution_id,))
-        except apsw.Error as exc:
-            return Failure(from_apsw(exc, operation="get execution", table="executions"))
+        return and_then(check_execution_id(execution_id), self._get)
+
+    def _get(self, execution_id: str) -> Result[Execution, ExecutionError]:
+        found = self._query("get execution", _SELECT_BY_ID, (execution_id,))
+        if isinstance(found, Failure):
+            return Failure(found.failure())
+        rows = found.unwrap()
         if not rows:
             return Failure(NotFound("execution", execution_id))
-        return Success(execution_row(rows[0]))
+        return Success(execution_record(rows[0]))
 
     def list(
         self,
@@ -167,141 +144,101 @@ class SqliteExecutionStorage:
         cursor: str | None = None,
     ) -> Result[Page[Execution], ExecutionError]:
         """See :meth:`ExecutionStorage.list`."""
-        wanted = parse_status(status)
-        if isinstance(wanted, Failure):
-            return Failure(wanted.failure())
-        checked = check_listing(project_id, limit, cursor, "e")
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        size, after = checked.unwrap()
-        only = wanted.unwrap()
-        if only is None:
+        return and_then(check_execution_listing(project_id, status, limit, cursor), self._list)
+
+    def _list(self, query: Listing) -> Result[Page[Execution], ExecutionError]:
+        if query.status is None:
             sql = (
                 f"SELECT {COLUMNS} FROM executions WHERE project_id = ? AND seq > ? "
                 "ORDER BY seq LIMIT ?"
             )
-            params: tuple[Any, ...] = (project_id, after, size + 1)
+            params: tuple[Any, ...] = (query.project_id, query.after_seq, query.limit + 1)
         else:
             sql = (
                 f"SELECT {COLUMNS} FROM executions WHERE project_id = ? AND status = ? "
                 "AND seq > ? ORDER BY seq LIMIT ?"
             )
-            params = (project_id, only.value, after, size + 1)
+            params = (query.project_id, query.status, query.after_seq, query.limit + 1)
         return self._query("list executions", sql, params).map(
-            lambda rows: make_page([execution_row(r) for r in rows], size, "e", _seq)
+            lambda rows: execution_page(rows, query.limit)
         )
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _unit(
-        self, operation: str, fn: Callable[[], Result[T, ExecutionError]]
-    ) -> Result[T, ExecutionError]:
-        return self._db.transact(operation, fn)
-
     def create(self, new: NewExecution) -> Result[Execution, ExecutionError]:
         """See :meth:`ExecutionStorage.create`."""
-        problem = check_new_execution(new)
-        if problem is not None:
-            return Failure(problem)
-        return self._unit("create execution", lambda: self._create(new))
+        return and_then(
+            check_new_execution(new),
+            lambda draft: self._db.transact("create execution", lambda: self._create(draft)),
+        )
 
-    def _create(self, new: NewExecution) -> Result[Execution, ExecutionError]:
-        db = self._db
-        digest = new.digest()
+    def _create(self, draft: ExecutionDraft) -> Result[Execution, ExecutionError]:
+        db, new = self._db, draft.new
+        keyed = None
         if new.idempotency_key is not None:
-            found = db.one(_SELECT_BY_KEY, (new.project_id, new.idempotency_key))
-            if found is not None:
-                existing = execution_row(found)
-                if found[-1] == digest:
-                    return Success(existing)
-                return Failure(_key_conflict(existing.id, new.idempotency_key))
-        if new.id is not None and db.one("SELECT 1 FROM executions WHERE id = ?", (new.id,)):
-            return Failure(Conflict("execution", new.id, "an execution with this id exists"))
+            keyed = db.one(_SELECT_BY_KEY, (new.project_id, new.idempotency_key))
+        parent = None
         if new.parent_id is not None:
-            parent_project = db.one(
-                "SELECT project_id FROM executions WHERE id = ?", (new.parent_id,)
-            )
-            if parent_project is None:
-                return Failure(NotFound("execution", new.parent_id))
-            if parent_project[0] != new.project_id:
-                return Failure(
-                    ProjectMismatch("execution", new.parent_id, new.project_id, parent_project[0])
-                )
-        seq = next_counter(db, "execution_seq")
-        now = self._clock.now_ms()
-        row = db.execute(
-            _INSERT,
-            (
-                new.id if new.id is not None else f"exe_{seq}",
-                new.project_id,
-                seq,
-                new.name,
-                dump_json(new.input),
-                new.parent_id,
-                dump_json(new.metadata),
-                new.idempotency_key,
-                digest,
-                now,
-                now,
-            ),
-        )[0]
-        return Success(execution_row(row))
+            parent = db.one("SELECT project_id FROM executions WHERE id = ?", (new.parent_id,))
+        facts = CreateFacts(
+            keyed=None if keyed is None else (execution_record(keyed), keyed[-1]),
+            id_taken=new.id is not None
+            and db.one("SELECT 1 FROM executions WHERE id = ?", (new.id,)) is not None,
+            parent_project=None if parent is None else parent[0],
+        )
+        return decide_create(draft, facts).map(
+            lambda replay: self._insert(draft) if replay is None else replay
+        )
+
+    def _insert(self, draft: ExecutionDraft) -> Execution:
+        row = draft.row(next_counter(self._db, "execution_seq"), self._clock.now_ms())
+        return execution_record(self._db.execute(_INSERT, row)[0])
 
     def claim(
         self, project_id: str, owner: str, lease_ms: int
     ) -> Result[Execution | None, ExecutionError]:
         """See :meth:`ExecutionStorage.claim`."""
-        problem = (
-            check_text(project_id, "project_id")
-            or check_text(owner, "owner")
-            or check_lease(lease_ms)
+        return and_then(
+            check_claim(project_id, owner, lease_ms),
+            lambda claim: self._db.transact("claim execution", lambda: self._claim(claim)),
         )
-        if problem is not None:
-            return Failure(problem)
-        return self._unit("claim execution", lambda: self._claim(project_id, owner, lease_ms))
 
-    def _claim(
-        self, project_id: str, owner: str, lease_ms: int
-    ) -> Result[Execution | None, ExecutionError]:
+    def _claim(self, claim: Claim) -> Result[Execution | None, ExecutionError]:
         db = self._db
         now = self._clock.now_ms()
-        candidates = [
+        chosen = oldest(
             row
             for row in (
-                db.one(_OLDEST_EXPIRED, (project_id, now)),
-                db.one(_OLDEST_QUEUED, (project_id,)),
+                db.one(_OLDEST_EXPIRED, (claim.project_id, now)),
+                db.one(_OLDEST_QUEUED, (claim.project_id,)),
             )
             if row is not None
-        ]
-        if not candidates:
+        )
+        if chosen is None:
             return Success(None)
-        _, execution_id = min(candidates)
         token = next_counter(db, "fencing_token")
-        row = db.execute(_CLAIM, (now, owner, now + lease_ms, token, now, execution_id))[0]
-        return Success(execution_row(row))
+        params = (now, claim.owner, now + claim.lease_ms, token, now, chosen)
+        return Success(execution_record(db.execute(_CLAIM, params)[0]))
 
     def renew(
         self, execution_id: ExecutionId, fencing_token: int, lease_ms: int
     ) -> Result[Execution, ExecutionError]:
         """See :meth:`ExecutionStorage.renew`."""
-        problem = (
-            check_text(execution_id, "execution_id")
-            or check_token(fencing_token)
-            or check_lease(lease_ms)
+        return and_then(
+            check_renew(execution_id, fencing_token, lease_ms),
+            lambda renew: self._db.transact("renew execution lease", lambda: self._renew(renew)),
         )
-        if problem is not None:
-            return Failure(problem)
 
-        def renew() -> Result[Execution, ExecutionError]:
-            state = self._db.one(_STATE, (execution_id,))
-            held = check_held(execution_id, state, fencing_token, None)
-            if held is not None:
-                return Failure(held)
-            now = self._clock.now_ms()
-            row = self._db.execute(_RENEW, (now + lease_ms, now, execution_id))[0]
-            return Success(execution_row(row))
+    def _renew(self, renew: Renew) -> Result[Execution, ExecutionError]:
+        state = self._state(renew.execution_id)
+        return decide_held(renew.execution_id, state, renew.fencing_token, None).map(
+            lambda _: self._extend(renew)
+        )
 
-        return self._unit("renew execution lease", renew)
+    def _extend(self, renew: Renew) -> Execution:
+        now = self._clock.now_ms()
+        params = (now + renew.lease_ms, now, renew.execution_id)
+        return execution_record(self._db.execute(_RENEW, params)[0])
 
     def finish(
         self,
@@ -313,63 +250,43 @@ class SqliteExecutionStorage:
         failure: ExecutionFailure | None = None,
     ) -> Result[Execution, ExecutionError]:
         """See :meth:`ExecutionStorage.finish`."""
-        problem = check_text(execution_id, "execution_id") or check_token(fencing_token)
-        if problem is not None:
-            return Failure(problem)
-        checked = check_finish(status, output, failure)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        target = checked.unwrap()
+        return and_then(
+            check_finish(execution_id, fencing_token, status, output, failure),
+            lambda finish: self._db.transact("finish execution", lambda: self._finish(finish)),
+        )
 
-        def finish() -> Result[Execution, ExecutionError]:
-            state = self._db.one(_STATE, (execution_id,))
-            held = check_held(execution_id, state, fencing_token, target)
-            if held is not None:
-                return Failure(held)
-            now = self._clock.now_ms()
-            row = self._db.execute(
-                _FINISH,
-                (target.value, dump_json(output), dump_failure(failure), now, now, execution_id),
-            )[0]
-            return Success(execution_row(row))
+    def _finish(self, finish: Finish) -> Result[Execution, ExecutionError]:
+        state = self._state(finish.execution_id)
+        return decide_held(finish.execution_id, state, finish.fencing_token, finish.target).map(
+            lambda _: self._end(
+                finish.execution_id, finish.target.value, finish.failure_json, finish.output_json
+            )
+        )
 
-        return self._unit("finish execution", finish)
+    def _end(
+        self, execution_id: str, status: str, failure_json: str | None, output_json: str | None
+    ) -> Execution:
+        """Store the final ``status`` (keeping the output when ``output_json`` is None)."""
+        now = self._clock.now_ms()
+        params = (status, output_json, failure_json, now, now, execution_id)
+        return execution_record(self._db.execute(_END, params)[0])
 
     def cancel(
         self, execution_id: ExecutionId, failure: ExecutionFailure | None = None
     ) -> Result[Execution, ExecutionError]:
         """See :meth:`ExecutionStorage.cancel`."""
-        problem = check_text(execution_id, "execution_id") or check_failure(failure, "failure")
-        if problem is not None:
-            return Failure(problem)
+        return and_then(
+            check_cancel(execution_id, failure),
+            lambda checked: self._db.transact("cancel execution", lambda: self._cancel(*checked)),
+        )
 
-        def cancel() -> Result[Execution, ExecutionError]:
-            state = self._db.one(_STATE, (execution_id,))
-            if state is None:
-                return Failure(NotFound("execution", execution_id))
-            if _STATUS[state[0]].is_finished:
-                return Failure(
-                    IllegalTransition(
-                        "execution", execution_id, state[0], ExecutionStatus.CANCELLED.value
-                    )
-                )
-            now = self._clock.now_ms()
-            row = self._db.execute(_CANCEL, (dump_failure(failure), now, now, execution_id))[0]
-            return Success(execution_row(row))
-
-        return self._unit("cancel execution", cancel)
-
-
-def _seq(execution: Execution) -> int:
-    return execution.seq
-
-
-def _key_conflict(execution_id: str, key: str) -> Conflict:
-    return Conflict(
-        "execution",
-        execution_id,
-        f"idempotency key {key!r} was used for a different request",
-    )
+    def _cancel(
+        self, execution_id: str, failure_json: str | None
+    ) -> Result[Execution, ExecutionError]:
+        state = self._state(execution_id)
+        return decide_cancel(execution_id, None if state is None else state[0]).map(
+            lambda _: self._end(execution_id, _CANCELLED, failure_json, None)
+        )
 
 
 def _typed(db: SqliteDatabase, clock: Clock) -> ExecutionStorage:
@@ -383,7 +300,7 @@ def sqlite_execution_storage() -> Layer:
         return _typed(c.get(SqliteDatabase), c.get(Clock))
 
     return Layer.service(
-        ExecutionStorage,  # type: ignore[type-abstract]
+        EXECUTION_STORAGE,
         factory,
         requires=(SqliteDatabase, Clock),
     )

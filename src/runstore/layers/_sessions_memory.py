@@ -20,6 +20,7 @@ from returns.result import Result
 from runstore.layers._layer import Layer
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._sessions_shared import BoundSession, SessionLayer
+from runstore.layers._tags import SESSION_REPOSITORY
 from runstore.layers._unit_of_work import TxDict
 from runstore.services._sessions_rules import (
     AppendPlan,
@@ -235,7 +236,7 @@ InMemorySessionStorage = BoundSession
 def in_memory_sessions() -> Layer:
     """A layer providing :class:`~runstore.services.SessionRepository` in memory."""
     return Layer.service(
-        SessionRepository,  # type: ignore[type-abstract]
+        SESSION_REPOSITORY,
         lambda c: InMemorySessionRepository(c.get(InMemoryDatabase), c.get(Clock)),
         requires=(InMemoryDatabase, Clock),
     )

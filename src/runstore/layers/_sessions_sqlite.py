@@ -28,6 +28,7 @@ from returns.result import Result
 from runstore.layers._layer import Layer
 from runstore.layers._sessions_shared import BoundSession, SessionLayer
 from runstore.layers._sqlite_database import Row, SqliteDatabase
+from runstore.layers._tags import SESSION_REPOSITORY
 from runstore.layers._unit_of_work import TxDict
 from runstore.services._sessions_rules import (
     FRESH_HEAD,
@@ -449,7 +450,7 @@ def sqlite_sessions() -> Layer:
     """A layer providing :class:`~runstore.services.SessionRepository` on the container's
     :class:`SqliteDatabase`."""
     return Layer.service(
-        SessionRepository,  # type: ignore[type-abstract]
+        SESSION_REPOSITORY,
         lambda c: SqliteSessionRepository(c.get(SqliteDatabase), c.get(Clock)),
         requires=(SqliteDatabase, Clock),
     )

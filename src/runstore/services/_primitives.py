@@ -28,6 +28,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MIN_INT64",
     "JsonValue",
+    "and_then",
     "check_int",
     "check_json",
     "check_optional",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+U = TypeVar("U")
+E = TypeVar("E")
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 """A JSON value as Python holds it: ``None``, ``bool``, ``int``, finite ``float``, ``str``,
@@ -74,6 +77,19 @@ def first_failure(*results: Result[object, InvalidInput]) -> Result[None, Invali
         if isinstance(result, Failure):
             return Failure(result.failure())
     return Success(None)
+
+
+def and_then(
+    checked: Result[T, InvalidInput], then: Callable[[T], Result[U, E]]
+) -> Result[U, E | InvalidInput]:
+    """Return ``then(value)`` for a ``Success(value)``, else the ``InvalidInput`` unchanged.
+
+    How a layer method runs its unit of work on checked arguments, e.g.
+    ``and_then(check_renew(...), lambda renew: db.transact("renew", lambda: ...))``.
+    """
+    if isinstance(checked, Failure):
+        return Failure(checked.failure())
+    return then(checked.unwrap())
 
 
 def within(prefix: str, result: Result[T, InvalidInput]) -> Result[T, InvalidInput]:

@@ -24,13 +24,11 @@ one structured value per phase.
 
 from __future__ import annotations
 
-import json
-import re
 from enum import StrEnum
 from typing import NewType, Protocol, TypeAlias, runtime_checkable
 
 import attrs
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
 from runstore.services.errors import (
     Busy,
@@ -46,10 +44,6 @@ from runstore.services.executions import (
     ExecutionId,
     JsonValue,
     ProjectMismatch,
-    check_json,
-    check_text,
-    dump_json,
-    load_json,
 )
 from runstore.services.pagination import Page
 
@@ -72,9 +66,6 @@ __all__ = [
 ActionRunId = NewType("ActionRunId", str)
 """Identifies one action run across the whole database (caller-supplied or ``act_<n>``)."""
 
-GENERATED_ACTION_RUN_ID = re.compile(r"act_[0-9]+")
-"""Ids of this form are generated from the action-run sequence; callers may not choose them."""
-
 
 class ActionRunStatus(StrEnum):
     """The outcome-level status of a run; ``succeeded``, ``failed``, ``cancelled`` are final."""
@@ -94,9 +85,6 @@ class ActionRunStatus(StrEnum):
 _FINISHED = frozenset(
     {ActionRunStatus.SUCCEEDED, ActionRunStatus.FAILED, ActionRunStatus.CANCELLED}
 )
-
-
-_STATUS_VALUES = frozenset(s.value for s in ActionRunStatus)
 
 
 class ActionRunPhase(StrEnum):
@@ -309,193 +297,3 @@ class ActionRunStorage(Protocol):
         ``InvalidInput`` for a bad ``limit``, ``cursor``, ``status`` or ``execution_id``.
         """
         ...
-
-
-# -- validation and the at-rest form, shared by every layer -----------------------------------
-
-
-def check_new_action_run(new: NewActionRun) -> InvalidInput | None:
-    """Return why ``new`` cannot be queued, or None (no storage is consulted)."""
-    if not isinstance(new, NewActionRun):
-        return InvalidInput("new", f"must be a NewActionRun, got {type(new).__name__}")
-    problem = (
-        check_text(new.project_id, "project_id")
-        or check_text(new.execution_id, "execution_id")
-        or check_text(new.action_id, "action_id")
-        or (None if new.id is None else check_text(new.id, "id"))
-        or check_json(new.input, "input")
-    )
-    if problem is not None:
-        return problem
-    if new.id is not None and GENERATED_ACTION_RUN_ID.fullmatch(new.id):
-        return InvalidInput("id", "ids of the form act_<digits> are reserved for generated ids")
-    return None
-
-
-def check_run_failure(
-    failure: object, field: str, *, phase: ActionRunPhase | None
-) -> Result[ActionRunFailure, InvalidInput]:
-    """Check ``failure`` and return it with its phase filled in.
-
-    ``phase`` is the phase the failure is recorded in; for writeback and effects a failure
-    naming another phase is ``InvalidInput``.
-    """
-    if not isinstance(failure, ActionRunFailure):
-        return Failure(
-            InvalidInput(field, f"must be an ActionRunFailure, got {type(failure).__name__}")
-        )
-    problem = check_text(failure.name, f"{field}.name") or check_json(
-        failure.details, f"{field}.details"
-    )
-    if problem is None and not isinstance(failure.message, str):
-        problem = InvalidInput(f"{field}.message", "must be text")
-    if problem is None:
-        problem = check_json(failure.message, f"{field}.message")
-    if problem is not None:
-        return Failure(problem)
-    given = failure.phase
-    if given is not None:
-        try:
-            given = ActionRunPhase(given)
-        except ValueError:
-            return Failure(InvalidInput(f"{field}.phase", f"{given!r} is not a phase"))
-    if phase in (ActionRunPhase.WRITEBACK, ActionRunPhase.EFFECTS) and given not in (None, phase):
-        return Failure(
-            InvalidInput(f"{field}.phase", f"a {phase} failure cannot name phase {given}")
-        )
-    filled = given if given is not None else phase
-    if filled == failure.phase:
-        return Success(failure)
-    return Success(attrs.evolve(failure, phase=filled))
-
-
-def check_outcome(
-    outcome: object, phase: ActionRunPhase
-) -> Result[PhaseSucceeded | PhaseFailed, InvalidInput]:
-    """Check a writeback or effects outcome; return it with the failure's phase filled."""
-    if isinstance(outcome, PhaseSucceeded):
-        if phase is ActionRunPhase.EFFECTS and outcome.result is not None:
-            return Failure(InvalidInput("outcome.result", "the effects phase has no result"))
-        problem = check_json(outcome.result, "outcome.result")
-        return Failure(problem) if problem is not None else Success(outcome)
-    if isinstance(outcome, PhaseFailed):
-        return check_run_failure(outcome.failure, "outcome.failure", phase=phase).map(PhaseFailed)
-    return Failure(
-        InvalidInput(
-            "outcome", f"must be PhaseSucceeded or PhaseFailed, got {type(outcome).__name__}"
-        )
-    )
-
-
-def check_finish_args(
-    status: object, failure: ActionRunFailure | None
-) -> Result[tuple[ActionRunStatus, ActionRunFailure | None], InvalidInput]:
-    """Check the arguments of ``finish`` that need no stored state.
-
-    Returns the final status and the failure (its phase still None when not given; fill it
-    with :func:`with_phase` from the run's phase).
-    """
-    if not isinstance(status, str) or status not in _STATUS_VALUES:
-        return Failure(InvalidInput("status", f"{status!r} is not an action run status"))
-    target = ActionRunStatus(status)
-    if not target.is_finished:
-        return Failure(InvalidInput("status", f"{target} is not a final status"))
-    if target is ActionRunStatus.SUCCEEDED and failure is not None:
-        return Failure(InvalidInput("failure", "a succeeded run carries no failure"))
-    if target is ActionRunStatus.FAILED and failure is None:
-        return Failure(InvalidInput("failure", "a failed run needs a failure"))
-    if failure is None:
-        return Success((target, None))
-    return check_run_failure(failure, "failure", phase=None).map(lambda f: (target, f))
-
-
-def with_phase(failure: ActionRunFailure | None, phase: str) -> ActionRunFailure | None:
-    """Return ``failure`` with ``phase`` filled in when it names none."""
-    if failure is None or failure.phase is not None:
-        return failure
-    return attrs.evolve(failure, phase=ActionRunPhase(phase))
-
-
-def parse_run_status(status: object) -> Result[ActionRunStatus | None, InvalidInput]:
-    """Return the status filter of ``list`` (None for all), or ``InvalidInput``."""
-    if status is None:
-        return Success(None)
-    if isinstance(status, str) and status in _STATUS_VALUES:
-        return Success(ActionRunStatus(status))
-    return Failure(InvalidInput("status", f"{status!r} is not an action run status"))
-
-
-def dump_run_failure(failure: ActionRunFailure | None) -> str | None:
-    """Return the stored JSON object of a checked failure (phase filled), or None."""
-    if failure is None:
-        return None
-    return dump_json(
-        {
-            "name": failure.name,
-            "message": failure.message,
-            "phase": None if failure.phase is None else str(failure.phase),
-            "details": failure.details,
-        }
-    )
-
-
-def load_run_failure(text: str | None) -> ActionRunFailure | None:
-    """Return the failure stored by :func:`dump_run_failure`."""
-    if text is None:
-        return None
-    data = json.loads(text)
-    phase = data["phase"]
-    return ActionRunFailure(
-        name=data["name"],
-        message=data["message"],
-        phase=None if phase is None else ActionRunPhase(phase),
-        details=data["details"],
-    )
-
-
-def phase_record(
-    status: str | None, completed_at_ms: int | None, result: str | None, failure: str | None
-) -> PhaseRecord | None:
-    """Return the phase record stored in four columns (None when the phase was not entered)."""
-    if status is None or completed_at_ms is None:
-        return None
-    return PhaseRecord(
-        status=PhaseStatus(status),
-        completed_at_ms=completed_at_ms,
-        result=None if result is None else load_json(result),
-        failure=load_run_failure(failure),
-    )
-
-
-_FINISHED_VALUES = frozenset(s.value for s in _FINISHED)
-
-
-def state_of(status: str, phase: str) -> str:
-    """Return a run's state: its final ``status`` once finished, else its ``phase``."""
-    return status if status in _FINISHED_VALUES else phase
-
-
-def check_step(
-    run_id: str, state: tuple[str, str] | None, step: str
-) -> NotFound | IllegalTransition | None:
-    """Return why the run with stored ``(status, phase)`` may not take ``step``, or None.
-
-    ``step`` is ``running`` (start), ``writeback``, ``effects``, ``queued`` (requeue) or a
-    final status (finish). ``state`` None means there is no such run (``NotFound``).
-    """
-    if state is None:
-        return NotFound("action_run", run_id)
-    status, phase = state
-    if step == "running":
-        allowed = status == "queued"
-    elif step == "writeback":
-        allowed = status == "running" and phase == "running"
-    elif step == "effects":
-        allowed = status == "running" and phase in ("running", "writeback")
-    elif step == "queued":
-        allowed = status == "failed"
-    else:
-        allowed = status == "running" or (status == "queued" and step == "cancelled")
-    if allowed:
-        return None
-    return IllegalTransition("action_run", run_id, state_of(status, phase), step)

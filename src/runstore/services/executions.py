@@ -31,15 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import re
-from collections.abc import Callable
 from enum import StrEnum
-from typing import NewType, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import NewType, Protocol, TypeAlias, runtime_checkable
 
 import attrs
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
+from runstore.services._primitives import MAX_JSON_DEPTH, JsonValue
 from runstore.services.errors import (
     Busy,
     Conflict,
@@ -48,9 +46,7 @@ from runstore.services.errors import (
     NotFound,
     StorageFailure,
 )
-from runstore.services.pagination import Page, check_limit
-
-T = TypeVar("T")
+from runstore.services.pagination import Page
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -73,23 +69,14 @@ __all__ = [
 ExecutionId = NewType("ExecutionId", str)
 """Identifies one execution across the whole database (caller-supplied or ``exe_<n>``)."""
 
-JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
-"""A JSON value as Python holds it (see the module docstring for what is accepted)."""
-
 DEFAULT_LIMIT = 100
 """Rows per page when a listing is called without ``limit``."""
-
-MAX_JSON_DEPTH = 64
-"""Deepest nesting of lists and objects a stored JSON value may have."""
 
 MAX_TEXT_CHARS = 256
 """Longest identifier-like text (ids, project ids, names, owners, keys), in characters."""
 
 MAX_LEASE_MS = 86_400_000
 """Longest lease ``claim`` and ``renew`` grant: one day, in ms."""
-
-GENERATED_EXECUTION_ID = re.compile(r"exe_[0-9]+")
-"""Ids of this form are generated from the execution sequence; callers may not choose them."""
 
 
 class ExecutionStatus(StrEnum):
@@ -114,7 +101,6 @@ class ExecutionStatus(StrEnum):
 _FINISHED = frozenset(
     {ExecutionStatus.SUCCEEDED, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
 )
-_STATUS_VALUES = frozenset(s.value for s in ExecutionStatus)
 _MOVES: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     ExecutionStatus.QUEUED: frozenset({ExecutionStatus.RUNNING, ExecutionStatus.CANCELLED}),
     ExecutionStatus.RUNNING: _FINISHED,
@@ -355,272 +341,3 @@ class ExecutionStorage(Protocol):
         ``IllegalTransition(current, "cancelled")`` when it is already finished.
         """
         ...
-
-
-# -- validation and the at-rest JSON form, shared by every layer -------------------------------
-
-
-def check_text(
-    value: object, field: str, *, max_chars: int = MAX_TEXT_CHARS
-) -> InvalidInput | None:
-    """Return why ``value`` is not acceptable identifier-like text, or None.
-
-    Accepted: a ``str`` of 1..``max_chars`` characters, encodable as UTF-8 (no lone
-    surrogates) and without NUL characters.
-    """
-    if not isinstance(value, str):
-        return InvalidInput(field, f"must be text, got {type(value).__name__}")
-    if not value:
-        return InvalidInput(field, "must not be empty")
-    if len(value) > max_chars:
-        return InvalidInput(field, f"must be at most {max_chars} characters, got {len(value)}")
-    if "\x00" in value:
-        return InvalidInput(field, "must not contain NUL characters")
-    return _check_encodable(value, field)
-
-
-def _check_encodable(value: str, field: str) -> InvalidInput | None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return InvalidInput(field, f"is not valid Unicode text ({exc.reason} at {exc.start})")
-    return None
-
-
-def check_json(value: object, field: str) -> InvalidInput | None:
-    """Return why ``value`` is not a storable :data:`JsonValue`, or None."""
-    stack: list[tuple[object, int, str]] = [(value, 0, field)]
-    while stack:
-        item, depth, where = stack.pop()
-        kind = type(item)
-        if item is None or kind is bool or kind is int:
-            continue
-        if kind is float and isinstance(item, float):
-            if not math.isfinite(item):
-                return InvalidInput(where, f"{item!r} is not a JSON number")
-            continue
-        if kind is str and isinstance(item, str):
-            problem = _check_encodable(item, where)
-            if problem is not None:
-                return problem
-            continue
-        if depth >= MAX_JSON_DEPTH:
-            return InvalidInput(where, f"nests deeper than {MAX_JSON_DEPTH} levels")
-        if kind is list and isinstance(item, list):
-            for index, child in enumerate(item):
-                stack.append((child, depth + 1, _path(where, depth, index)))
-            continue
-        if kind is dict and isinstance(item, dict):
-            for key, child in item.items():
-                if type(key) is not str:
-                    return InvalidInput(where, f"object key {key!r} is not text")
-                problem = _check_encodable(key, where)
-                if problem is not None:
-                    return problem
-                stack.append((child, depth + 1, _path(where, depth, key)))
-            continue
-        return InvalidInput(where, f"{kind.__name__} is not a JSON value")
-    return None
-
-
-def _path(where: str, depth: int, step: object) -> str:
-    """Name a nested value for error messages, eliding the path below eight levels."""
-    if depth < 8:
-        return f"{where}[{step!r}]"
-    return where if where.endswith("[...]") else f"{where}[...]"
-
-
-def dump_json(value: JsonValue) -> str:
-    """Return the stored text of a value that passed :func:`check_json` (key order kept)."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def load_json(text: str) -> JsonValue:
-    """Return the value stored as ``text`` by :func:`dump_json`."""
-    loaded: JsonValue = json.loads(text)
-    return loaded
-
-
-def check_failure(failure: ExecutionFailure | None, field: str) -> InvalidInput | None:
-    """Return why ``failure`` cannot be stored, or None."""
-    if failure is None:
-        return None
-    if not isinstance(failure, ExecutionFailure):
-        return InvalidInput(field, f"must be an ExecutionFailure, got {type(failure).__name__}")
-    return (
-        check_text(failure.name, f"{field}.name")
-        or _check_message(failure.message, f"{field}.message")
-        or check_json(failure.details, f"{field}.details")
-    )
-
-
-def _check_message(value: object, field: str) -> InvalidInput | None:
-    if not isinstance(value, str):
-        return InvalidInput(field, f"must be text, got {type(value).__name__}")
-    return _check_encodable(value, field)
-
-
-def dump_failure(failure: ExecutionFailure | None) -> str | None:
-    """Return the stored JSON object of ``failure`` (None for no failure)."""
-    if failure is None:
-        return None
-    return dump_json({"name": failure.name, "message": failure.message, "details": failure.details})
-
-
-def load_failure(text: str | None) -> ExecutionFailure | None:
-    """Return the failure stored by :func:`dump_failure`."""
-    if text is None:
-        return None
-    data = json.loads(text)
-    return ExecutionFailure(name=data["name"], message=data["message"], details=data["details"])
-
-
-def check_new_execution(new: NewExecution) -> InvalidInput | None:
-    """Return why ``new`` cannot be created, or None (no storage is consulted)."""
-    if not isinstance(new, NewExecution):
-        return InvalidInput("new", f"must be a NewExecution, got {type(new).__name__}")
-    problem = (
-        check_text(new.project_id, "project_id")
-        or check_text(new.name, "name")
-        or (None if new.id is None else check_text(new.id, "id"))
-        or (
-            None
-            if new.idempotency_key is None
-            else check_text(new.idempotency_key, "idempotency_key")
-        )
-        or (None if new.parent_id is None else check_text(new.parent_id, "parent_id"))
-        or check_json(new.input, "input")
-    )
-    if problem is not None:
-        return problem
-    if not isinstance(new.metadata, dict):
-        return InvalidInput("metadata", f"must be a dict, got {type(new.metadata).__name__}")
-    problem = check_json(new.metadata, "metadata")
-    if problem is not None:
-        return problem
-    if new.id is not None and GENERATED_EXECUTION_ID.fullmatch(new.id):
-        return InvalidInput("id", "ids of the form exe_<digits> are reserved for generated ids")
-    return None
-
-
-def check_lease(lease_ms: object) -> InvalidInput | None:
-    """Return why ``lease_ms`` is not a lease length in ``1..MAX_LEASE_MS`` ms, or None."""
-    if isinstance(lease_ms, bool) or not isinstance(lease_ms, int):
-        return InvalidInput("lease_ms", f"must be an integer, got {type(lease_ms).__name__}")
-    if not 1 <= lease_ms <= MAX_LEASE_MS:
-        return InvalidInput("lease_ms", f"must be in 1..{MAX_LEASE_MS}, got {lease_ms}")
-    return None
-
-
-def check_token(token: object) -> InvalidInput | None:
-    """Return why ``token`` is not a fencing token (a non-negative int), or None."""
-    if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-        return InvalidInput("fencing_token", f"must be a non-negative integer, got {token!r}")
-    return None
-
-
-def check_finish(
-    status: object, output: object, failure: ExecutionFailure | None
-) -> Result[ExecutionStatus, InvalidInput]:
-    """Check the arguments of ``finish``; return the final status they name."""
-    try:
-        target = ExecutionStatus(str(status)) if isinstance(status, str) else None
-    except ValueError:
-        target = None
-    if target is None:
-        return Failure(InvalidInput("status", f"{status!r} is not an execution status"))
-    if not target.is_finished:
-        return Failure(InvalidInput("status", f"{target} is not a final status"))
-    problem = check_json(output, "output") or check_failure(failure, "failure")
-    if problem is not None:
-        return Failure(problem)
-    if target is ExecutionStatus.SUCCEEDED and failure is not None:
-        return Failure(InvalidInput("failure", "a succeeded execution carries no failure"))
-    if target is ExecutionStatus.FAILED and failure is None:
-        return Failure(InvalidInput("failure", "a failed execution needs a failure"))
-    return Success(target)
-
-
-def parse_status(status: object) -> Result[ExecutionStatus | None, InvalidInput]:
-    """Return the status filter of ``list`` (None for all), or ``InvalidInput``."""
-    if status is None:
-        return Success(None)
-    if isinstance(status, str) and status in _STATUS_VALUES:
-        return Success(ExecutionStatus(status))
-    return Failure(InvalidInput("status", f"{status!r} is not an execution status"))
-
-
-def encode_cursor(kind: str, seq: int) -> str:
-    """Return the opaque cursor that continues a listing of ``kind`` after ``seq``."""
-    return f"{kind}{seq}"
-
-
-_CURSOR = re.compile(r"([a-z])([0-9]{1,18})")
-
-
-def decode_cursor(kind: str, cursor: str | None) -> Result[int, InvalidInput]:
-    """Return the ``seq`` a cursor of ``kind`` continues after (0 for None), or ``InvalidInput``."""
-    if cursor is None:
-        return Success(0)
-    match = _CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
-    if match is None or match.group(1) != kind:
-        return Failure(InvalidInput("cursor", f"{cursor!r} is not a cursor of this listing"))
-    return Success(int(match.group(2)))
-
-
-def check_listing(
-    project_id: object, limit: object, cursor: object, kind: str
-) -> Result[tuple[int, int], InvalidInput]:
-    """Check a listing's project, ``limit`` and ``cursor``; return ``(limit, after_seq)``.
-
-    The status filter is checked before this by the caller's own parser.
-    """
-    problem = check_text(project_id, "project_id")
-    if problem is not None:
-        return Failure(problem)
-    checked = check_limit(limit)  # type: ignore[arg-type]
-    if isinstance(checked, Failure):
-        return Failure(checked.failure())
-    after = decode_cursor(kind, cursor)  # type: ignore[arg-type]
-    if isinstance(after, Failure):
-        return Failure(after.failure())
-    return Success((checked.unwrap(), after.unwrap()))
-
-
-def make_page(items: list[T], limit: int, kind: str, seq_of: Callable[[T], int]) -> Page[T]:
-    """Return the page of at most ``limit`` of ``items`` (fetched as ``limit + 1`` rows)."""
-    if len(items) > limit:
-        kept = items[:limit]
-        return Page(tuple(kept), True, encode_cursor(kind, seq_of(kept[-1])))
-    return Page(tuple(items), False, None)
-
-
-def check_held(
-    execution_id: str,
-    state: tuple[str, int] | None,
-    token: int,
-    target: ExecutionStatus | None,
-) -> NotFound | IllegalTransition | Conflict | StaleFencingToken | None:
-    """Return why a worker presenting ``token`` may not act on the execution, or None.
-
-    ``state`` is the stored ``(status, fencing_token)``, None when there is no such
-    execution; ``target`` is the final status of ``finish``, or None for ``renew``. In
-    order: ``NotFound``; ``IllegalTransition(status, target)`` (finish) or ``Conflict``
-    (renew) unless it is running; ``StaleFencingToken`` unless ``token`` is the latest.
-    """
-    if state is None:
-        return NotFound("execution", execution_id)
-    status, current = state
-    if status != ExecutionStatus.RUNNING.value:
-        if target is None:
-            return Conflict(
-                "execution",
-                execution_id,
-                "only a running execution has a lease",
-                expected=ExecutionStatus.RUNNING.value,
-                actual=str(status),
-            )
-        return IllegalTransition("execution", execution_id, str(status), target.value)
-    if token != current:
-        return StaleFencingToken(execution_id, token, current)
-    return None

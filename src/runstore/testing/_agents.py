@@ -42,7 +42,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from returns.result import Failure, Result, Success
 
-from runstore.layers import Container, Layer, build, in_memory, merge
+from runstore.layers import AGENT_STORAGE, CLOCK, Container, Layer, build, in_memory, merge
 from runstore.layers._agents_memory import InMemoryAgentStorage, InMemoryMessageStore
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.services._agents_rules import ThreadRow
@@ -182,7 +182,7 @@ class AgentStorageMachine(RuleBasedStateMachine):
         self.used_runs: set[str] = set()
 
     def _open(self, factory: AgentLayerFactory) -> AgentStorage:
-        layer = merge(factory(), Layer.value(Clock, self.clock))  # type: ignore[type-abstract]
+        layer = merge(factory(), Layer.value(CLOCK, self.clock))
         container: Container = self._stack.enter_context(build(layer))
         self._seed_executions(container.get(ExecutionStorage))
         storage: AgentStorage = container.get(AgentStorage)
@@ -551,7 +551,7 @@ def broken_sequence_layer() -> Layer:
     return merge(
         in_memory(),
         Layer.service(
-            AgentStorage,  # type: ignore[type-abstract]
+            AGENT_STORAGE,
             factory,
             requires=(InMemoryDatabase, Clock, ExecutionStorage),
         ),
@@ -584,7 +584,7 @@ class AgentStorageContract:
     @pytest.fixture
     def container(self, layer_factory: AgentLayerFactory, clock: FixedClock) -> Iterator[Container]:
         """A built container of the layer under test with the contract's clock."""
-        with build(merge(layer_factory(), Layer.value(Clock, clock))) as built:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as built:
             yield built
 
     @pytest.fixture

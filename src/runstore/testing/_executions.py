@@ -42,6 +42,7 @@ from hypothesis.stateful import (
 from returns.result import Failure, Result, Success
 
 from runstore.layers import (
+    CLOCK,
     Container,
     InMemoryDatabase,
     Layer,
@@ -222,7 +223,7 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.clock = FixedClock(T0_MS)
         self._stack = ExitStack()
-        clock = Layer.value(Clock, self.clock)  # type: ignore[type-abstract]
+        clock = Layer.value(CLOCK, self.clock)
         model = self._stack.enter_context(build(merge(type(self).model_factory(), clock)))
         subject = self._stack.enter_context(build(merge(type(self).layer_factory(), clock)))
         self.model = _services(model)
@@ -702,7 +703,7 @@ class ExecutionLedgerContract:
     def ledger(self, layer_factory: LedgerFactory) -> Iterator[Ledger]:
         """The built layer under test with the contract's clock (starting at ``T0_MS``)."""
         clock = FixedClock(T0_MS)
-        with build(merge(layer_factory(), Layer.value(Clock, clock))) as container:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as container:
             services = _services(container)
             yield Ledger(services.executions, services.action_runs, container, clock)
 
@@ -797,7 +798,7 @@ class ExecutionLedgerContract:
         ],
     )
     def test_non_json_values_are_refused(self, layer_factory: LedgerFactory, bad: Any) -> None:
-        with build(merge(layer_factory(), Layer.value(Clock, FixedClock(T0_MS)))) as container:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             executions = _services(container).executions
             assert isinstance(
                 executions.create(NewExecution("p", "b", input=bad)).failure(), InvalidInput
@@ -827,7 +828,7 @@ class ExecutionLedgerContract:
         failure: ExecutionFailure,
         metadata: dict[str, JsonValue],
     ) -> None:
-        with build(merge(layer_factory(), Layer.value(Clock, FixedClock(T0_MS)))) as container:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             executions = _services(container).executions
             created = executions.create(
                 NewExecution("p", "b", input=value, metadata=metadata)
@@ -1178,7 +1179,7 @@ class ExecutionLedgerContract:
     def test_failures_round_trip_exactly(
         self, layer_factory: LedgerFactory, failure: ActionRunFailure, result: JsonValue
     ) -> None:
-        with build(merge(layer_factory(), Layer.value(Clock, FixedClock(T0_MS)))) as container:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             services = _services(container)
             execution = services.executions.create(NewExecution("p", "job")).unwrap()
             runs = services.action_runs

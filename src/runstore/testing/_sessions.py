@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 )
 from returns.result import Failure, Result, Success
 
-from runstore.layers import Layer, build, in_memory_database, merge
+from runstore.layers import CLOCK, Layer, build, in_memory_database, merge
 from runstore.layers._sessions_memory import in_memory_sessions
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import Conflict, InvalidInput, NotFound
@@ -279,7 +279,7 @@ class SessionsMachine(RuleBasedStateMachine):
     def _side(self, factory: Callable[[], Layer]) -> _Side:
         clock = FixedClock(T0_MS)
         container = self._stack.enter_context(
-            build(merge(factory(), Layer.value(Clock, clock)))  # type: ignore[type-abstract]
+            build(merge(factory(), Layer.value(CLOCK, clock)))
         )
         return _Side(container.get(SessionRepository), clock)
 
@@ -667,7 +667,7 @@ class SessionsContract:
     def sessions(self, layer_factory: SessionFactory) -> Iterator[Sessions]:
         """The built layer under test with the contract's clock (starting at ``T0_MS``)."""
         clock = FixedClock(T0_MS)
-        with build(merge(layer_factory(), Layer.value(Clock, clock))) as container:  # type: ignore[type-abstract]
+        with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as container:
             yield Sessions(container.get(SessionRepository), clock)
 
     # -- the model -------------------------------------------------------------------------------
