@@ -258,12 +258,11 @@ def test_a_host_unit_that_fails_after_an_append_undoes_it(
 
 
 def test_in_memory_layer_undoes_every_mirror_when_an_append_raises() -> None:
-    from runstore.layers import in_memory, merge
+    from runstore.layers import CLOCK, in_memory, merge
     from runstore.layers._layer import Layer
-    from runstore.services.clock import Clock
 
     clock = FixedClock()
-    with build(merge(in_memory(), Layer.value(Clock, clock))) as built:  # type: ignore[type-abstract]
+    with build(merge(in_memory(), Layer.value(CLOCK, clock))) as built:
         agents: AgentStorage = built.get(AgentStorage)
         agents.threads.create("t", project_id="p").unwrap()
         agents.messages.append("t", role="user", content="first").unwrap()
