@@ -22,7 +22,6 @@ from runstore.layers import (
 )
 from runstore.services import (
     ActionRunError,
-    ActionRunStorage,
     Clock,
     Execution,
     ExecutionError,

@@ -24,7 +24,6 @@ from runstore.services import (
     ActionRunFailure,
     ActionRunStatus,
     ActionRunStorage,
-    Clock,
     Execution,
     ExecutionStatus,
     ExecutionStorage,

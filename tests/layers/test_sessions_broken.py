@@ -13,8 +13,15 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from runstore.layers import SESSION_REPOSITORY, Layer, SqliteDatabase, SqliteSessionRepository, merge, sqlite
-from runstore.services import Clock, SessionRepository
+from runstore.layers import (
+    SESSION_REPOSITORY,
+    Layer,
+    SqliteDatabase,
+    SqliteSessionRepository,
+    merge,
+    sqlite,
+)
+from runstore.services import Clock
 from runstore.testing import SessionsContractViolation, sessions_state_machine
 
 FIND_IT = settings(

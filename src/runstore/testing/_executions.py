@@ -64,7 +64,7 @@ from runstore.services.action_runs import (
     PhaseStatus,
     PhaseSucceeded,
 )
-from runstore.services.clock import Clock, FixedClock
+from runstore.services.clock import FixedClock
 from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
 from runstore.services.executions import (
     MAX_JSON_DEPTH,

@@ -44,7 +44,7 @@ from returns.result import Failure, Result, Success
 
 from runstore.layers import CLOCK, Layer, build, in_memory_database, merge
 from runstore.layers._sessions_memory import in_memory_sessions
-from runstore.services.clock import Clock, FixedClock
+from runstore.services.clock import FixedClock
 from runstore.services.errors import Conflict, InvalidInput, NotFound
 from runstore.services.pagination import Page
 from runstore.services.sessions import (
