@@ -140,7 +140,7 @@ class Layer:
     @staticmethod
     def service(
         key: Tag[S],
-        factory: Callable[[Container], S] | Callable[[Container], Iterator[S]],
+        factory: Callable[[Container], S | Iterator[S]],
         *,
         requires: tuple[Key[Any], ...] = (),
     ) -> Layer: ...
@@ -148,7 +148,7 @@ class Layer:
     @staticmethod
     def service(
         key: type[S],
-        factory: Callable[[Container], S] | Callable[[Container], Iterator[S]],
+        factory: Callable[[Container], S | Iterator[S]],
         *,
         requires: tuple[Key[Any], ...] = (),
     ) -> Layer: ...
