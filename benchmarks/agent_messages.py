@@ -1,34 +1,47 @@
-"""Benchmark: append 10,000 agent messages and read them back in pages of 50.
+"""Benchmark: append 10,000 agent messages and read them back, at equal durability.
 
 Run: ``.venv/bin/python benchmarks/agent_messages.py [--messages 10000] [--page 50]
-[--chunk 250] [--passes 5] [--tail-messages 100000] [--full]``.
+[--chunk 250] [--passes 5] [--tail-messages 100000] [--synchronous sdk|OFF|NORMAL|FULL|EXTRA]``.
 
-The stores do the same work in the same run, each on its own fresh database file, and take
-turns in small slices (``--chunk`` appends, then one read pass each, the order rotating) so
-that all of them meet the same machine load; each store's time is the sum of its append
-slices and the best of its ``--passes`` read passes.
+**Equal durability.** Every store commits with the same ``PRAGMA synchronous``. By default
+(``--synchronous sdk``) that is the level the OpenAI Agents SDK's ``SQLiteSession`` runs with:
+it opens its connections with Python's ``sqlite3``, switches them to WAL and sets no
+``synchronous``, so they keep SQLite's compiled-in default, read here from a connection opened
+the same way (``FULL`` with the usual builds: one fsync per commit); runstore and the raw apsw
+floor are opened with that level. A level given explicitly is set on all three: on the SDK's
+connections through its per-connection hook ``_configure_connection`` (a private method: when
+it is missing the SDK keeps its default and its ratios are no verdict). The line
+``durability:`` says which level each store ran with, read back from its own connection.
 
-- **runstore**: ``MessageStore.append`` once per message (each its own unit of work: the
-  thread's counter row, the header and the body), then ``MessageStore.list``: forward in
-  pages of ``--page`` until ``has_more`` is False (the read-back), and the newest
-  ``--page`` as many times as that takes pages. Default ``synchronous=NORMAL``; ``--full``
-  adds a runstore with ``FULL``, the setting Python's ``sqlite3`` (and so the SDK) keeps.
-- **raw apsw**: the layer's own statements on an identically configured apsw connection,
-  ``BEGIN IMMEDIATE`` / ``COMMIT`` around each append, the same page query, ``json.loads``
-  of each body, but no validation, no records, no Results: the floor.
-- **OpenAI Agents SDK** ``SQLiteSession`` (``pip install openai-agents``; skipped with a
-  message when it is missing): ``await session.add_items([item])`` once per message. It has
-  no cursor, so its read-back is one ``await session.get_items()`` (its one way to read a
-  whole session) and its page read is ``get_items(limit=page)``, which returns the newest
-  ``page`` items.
+**Equal work.** The stores do the same work in the same run, each on its own fresh database
+file, and take turns in small slices (``--chunk`` appends, then one read pass each, the order
+rotating) so that all of them meet the same machine load; each store's time is the sum of its
+append slices and the best of its ``--passes`` read passes. Each read measure reads the same
+rows from every store (checked):
 
-Ratios printed: runstore / raw apsw and runstore / SDK; the target is runstore not slower
-than the SDK (ratio <= 1.0).
+- **append**: one call per message, each its own commit (runstore ``MessageStore.append``,
+  the SDK ``await session.add_items([item])``).
+- **read back (whole)**: every message once, as few statements as each API allows: the SDK
+  ``get_items()`` (one query); runstore ``MessageStore.list`` forward in pages of the largest
+  ``limit`` (1,000 rows), following ``next_cursor``; raw apsw the same page query.
+- **newest pages**: ``ceil(messages / page)`` reads of the newest ``--page`` messages (the SDK
+  ``get_items(limit=page)``, runstore ``list(limit=page)``).
+- **forward pages** (runstore and raw apsw only: the SDK cannot page forward): the whole
+  thread in pages of ``--page``.
 
-Then the cost of a page at the end of a long thread: the newest ``--page`` messages (and the
-same page read forward) of a ``--tail-messages`` thread against a 1,000-message thread, the
-two interleaved; the clustered ``(thread_key, seq)`` key makes it a seek, not a scan. The
-target is at most 1.5x.
+The stores: **runstore** (the live layer); **raw apsw**, the layer's own statements on an
+identically configured apsw connection, ``BEGIN IMMEDIATE`` / ``COMMIT`` around each append,
+the same page query, ``json.loads`` of each body, but no validation, no records, no Results
+(the floor); the **OpenAI Agents SDK** ``SQLiteSession``, imported as ``agents`` from the
+interpreter running this script (``pip install openai-agents``; skipped with a message when it
+is missing).
+
+Ratios printed: runstore / raw apsw and runstore / SDK; the target is runstore not slower than
+the SDK at equal durability (every ratio <= 1.00). Then the cost of a page at the end of a
+long thread: the newest ``--page`` messages (and the same page read forward) of a
+``--tail-messages`` thread against a 1,000-message thread, the two interleaved; the clustered
+``(thread_key, seq)`` key makes it a seek, not a scan. The target is at most 1.5x. The last
+line is the verdict.
 """
 
 from __future__ import annotations
@@ -37,16 +50,34 @@ import argparse
 import asyncio
 import importlib
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runstore.layers import ConnectionSettings, Container, build, connect, open_database, sqlite
+from runstore.layers import (
+    AGENT_STORAGE,
+    ConnectionSettings,
+    Container,
+    SqliteDatabase,
+    build,
+    connect,
+    open_database,
+    sqlite,
+)
 from runstore.layers._agents_sqlite import page_query
-from runstore.services.agents import AgentStorage, NewMessage, check_list_query
+from runstore.services._agents_rules import check_list_query
+from runstore.services.agents import AgentStorage, NewMessage
+from runstore.services.pagination import MAX_PAGE_SIZE
+
+SDK_TARGET = 1.0
+TAIL_TARGET = 1.5
+LEVELS = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 def _item(index: int) -> dict[str, Any]:
@@ -59,18 +90,34 @@ def _item(index: int) -> dict[str, Any]:
     }
 
 
+def sdk_synchronous(folder: Path) -> str:
+    """The ``synchronous`` level of a connection opened as the SDK opens its own: Python's
+    ``sqlite3``, ``PRAGMA journal_mode=WAL``, no ``synchronous`` set."""
+    connection = sqlite3.connect(str(folder / "probe.db"))
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        level: int = connection.execute("PRAGMA synchronous").fetchone()[0]
+    finally:
+        connection.close()
+    return LEVELS[level]
+
+
 class Store:
-    """One contestant: appends a slice of items, reads everything back, reads newest pages."""
+    """One contestant: appends a slice of items and reads them back in three ways."""
 
     name = ""
+    pages_forward = True
 
     async def append(self, items: list[dict[str, Any]]) -> None:
         raise NotImplementedError
 
-    async def read_back(self) -> int:
+    async def read_whole(self) -> int:
         raise NotImplementedError
 
-    async def newest_pages(self, pages: int) -> int:
+    async def read_forward(self, limit: int) -> int:
+        raise NotImplementedError
+
+    async def newest_pages(self, pages: int, limit: int) -> int:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -78,33 +125,42 @@ class Store:
 
 
 class Runstore(Store):
-    def __init__(self, folder: Path, page: int, synchronous: str) -> None:
-        self.name = f"runstore (synchronous={synchronous})"
+    name = "runstore"
+
+    def __init__(self, folder: Path, synchronous: str) -> None:
         self._built = build(
             sqlite(folder / "runstore.db", ConnectionSettings(synchronous=synchronous))
         )
         container: Container = self._built.__enter__()
-        self.agents: AgentStorage = container.get(AgentStorage)
+        self.agents: AgentStorage = container.get(AGENT_STORAGE)
+        self.db = container.get(SqliteDatabase)
         self.agents.threads.create("bench", project_id="p").unwrap()
-        self.page = page
 
     async def append(self, items: list[dict[str, Any]]) -> None:
         append = self.agents.messages.append
         for item in items:
             append("bench", role=item["role"], content=item).unwrap()
 
-    async def read_back(self) -> int:
-        after, read = 0, 0
-        while True:
-            got = self.agents.messages.list("bench", after_seq=after, limit=self.page).unwrap()
-            read += len(got.items)
-            if not got.has_more:
-                return read
-            after = got.items[-1].seq
+    async def read_whole(self) -> int:
+        return await self.read_forward(MAX_PAGE_SIZE)
 
-    async def newest_pages(self, pages: int) -> int:
+    async def read_forward(self, limit: int) -> int:
         listing = self.agents.messages.list
-        return sum(len(listing("bench", limit=self.page).unwrap().items) for _ in range(pages))
+        got = listing("bench", after_seq=0, limit=limit).unwrap()
+        read = len(got.items)
+        while got.has_more:
+            got = listing("bench", cursor=got.next_cursor, limit=limit).unwrap()
+            read += len(got.items)
+        return read
+
+    def level(self) -> str:
+        """The ``synchronous`` level of the layer's connection, read back from it."""
+        level: int = self.db.scalar("PRAGMA synchronous")
+        return LEVELS[level]
+
+    async def newest_pages(self, pages: int, limit: int) -> int:
+        listing = self.agents.messages.list
+        return sum(len(listing("bench", limit=limit).unwrap().items) for _ in range(pages))
 
     def close(self) -> None:
         self._built.__exit__(None, None, None)
@@ -124,17 +180,16 @@ _BODY = "INSERT INTO agent_message_bodies (id, content) VALUES (? * 4294967296 +
 
 
 class RawApsw(Store):
-    name = "raw apsw (same SQL, NORMAL)"
+    name = "raw apsw (same SQL)"
 
-    def __init__(self, folder: Path, page: int) -> None:
+    def __init__(self, folder: Path, synchronous: str) -> None:
         path = folder / "raw.db"
         open_database(path).unwrap().close()  # the same schema, migrated
-        self.connection = connect(path).unwrap()
+        self.connection = connect(path, ConnectionSettings(synchronous=synchronous)).unwrap()
         self.connection.execute(
             "INSERT INTO agent_threads (id, project_id, title, metadata, status, created_at_ms,"
             " updated_at_ms) VALUES ('bench', 'p', '', '{}', 'open', 0, 0)"
         )
-        self.page = page
 
     async def append(self, items: list[dict[str, Any]]) -> None:
         connection = self.connection
@@ -146,24 +201,32 @@ class RawApsw(Store):
             connection.execute(_BODY, (key, seq, json.dumps(item, ensure_ascii=False)))
             connection.execute("COMMIT")
 
-    def _page(self, after: int | None) -> list[Any]:
-        sql, params = page_query("bench", check_list_query(after, None, None, self.page).unwrap())
+    def level(self) -> str:
+        """The ``synchronous`` level of the connection, read back from it."""
+        level = self.connection.execute("PRAGMA synchronous").fetchall()[0][0]
+        return LEVELS[int(level)]  # type: ignore[arg-type]
+
+    def _page(self, after: int | None, limit: int) -> list[Any]:
+        sql, params = page_query("bench", check_list_query(after, None, None, limit).unwrap())
         rows: list[Any] = self.connection.execute(sql, params).fetchall()
         return rows
 
-    async def read_back(self) -> int:
+    async def read_whole(self) -> int:
+        return await self.read_forward(MAX_PAGE_SIZE)
+
+    async def read_forward(self, limit: int) -> int:
         after, read = 0, 0
         while True:
-            rows = self._page(after)
+            rows = self._page(after, limit)
             read += len([json.loads(row[10]) for row in rows])
             if rows[0][11] is None:
                 return read
             after = rows[-1][0]
 
-    async def newest_pages(self, pages: int) -> int:
+    async def newest_pages(self, pages: int, limit: int) -> int:
         read = 0
         for _ in range(pages):
-            read += len([json.loads(row[10]) for row in self._page(None)])
+            read += len([json.loads(row[10]) for row in self._page(None, limit)])
         return read
 
     def close(self) -> None:
@@ -172,65 +235,99 @@ class RawApsw(Store):
 
 class AgentsSdk(Store):
     name = "openai-agents SQLiteSession"
+    pages_forward = False
 
-    def __init__(self, session_class: Any, folder: Path, page: int) -> None:
+    def __init__(self, session_class: Any, folder: Path) -> None:
         self.session = session_class("bench", folder / "sdk.db")
-        self.page = page
+
+    def synchronous(self) -> str:
+        """The level of the session's connections, read back from one (``"unknown"`` when its
+        private connection getter is gone)."""
+        try:
+            row = self.session._get_connection().execute("PRAGMA synchronous").fetchone()
+        except AttributeError:
+            return "unknown"
+        return LEVELS[row[0]]
 
     async def append(self, items: list[dict[str, Any]]) -> None:
         for item in items:
             await self.session.add_items([item])
 
-    async def read_back(self) -> int:
+    async def read_whole(self) -> int:
         return len(await self.session.get_items())
 
-    async def newest_pages(self, pages: int) -> int:
+    async def newest_pages(self, pages: int, limit: int) -> int:
         read = 0
         for _ in range(pages):
-            read += len(await self.session.get_items(limit=self.page))
+            read += len(await self.session.get_items(limit=limit))
         return read
 
     def close(self) -> None:
         self.session.close()
 
 
-def _sdk_session_class() -> Any | None:
+def _sdk_session_class(level: str | None) -> Any | None:
+    """The SDK's ``SQLiteSession`` (None when not installed); with ``level``, a subclass whose
+    every new connection is also set to ``PRAGMA synchronous=<level>``."""
     try:
         module = importlib.import_module("agents")
     except ImportError:
         return None
-    return getattr(module, "SQLiteSession", None)
+    session_class = getattr(module, "SQLiteSession", None)
+    configure: Any = getattr(session_class, "_configure_connection", None)
+    if session_class is None or level is None or configure is None:
+        return session_class
+
+    class LevelledSession(session_class):  # type: ignore[misc, valid-type]
+        @staticmethod
+        def _configure_connection(connection: sqlite3.Connection) -> None:
+            configure(connection)
+            connection.execute(f"PRAGMA synchronous={level}")
+
+    return LevelledSession
+
+
+MEASURES = ("append", "read back (whole)", "newest pages", "forward pages")
 
 
 async def contest(
     stores: list[Store], messages: int, page: int, chunk: int, passes: int
-) -> dict[str, list[float]]:
-    """Return per store: [append seconds, best read-back seconds, best newest-pages seconds]."""
-    times = {store.name: [0.0, float("inf"), float("inf")] for store in stores}
+) -> dict[str, dict[str, float]]:
+    """Return per store and measure the seconds: appends summed, reads the best pass."""
+    times = {store.name: dict.fromkeys(MEASURES, float("inf")) for store in stores}
+    for store in stores:
+        times[store.name]["append"] = 0.0
     items = [_item(i) for i in range(messages)]
     for turn, start in enumerate(range(0, messages, chunk), start=1):
         for store in stores[turn % len(stores) :] + stores[: turn % len(stores)]:
             began = time.perf_counter()
             await store.append(items[start : start + chunk])
-            times[store.name][0] += time.perf_counter() - began
+            times[store.name]["append"] += time.perf_counter() - began
     pages = -(-messages // page)
     for pass_ in range(passes):
         for store in stores[pass_ % len(stores) :] + stores[: pass_ % len(stores)]:
-            began = time.perf_counter()
-            read = await store.read_back()
-            times[store.name][1] = min(times[store.name][1], time.perf_counter() - began)
-            assert read == messages, (store.name, read)
-            began = time.perf_counter()
-            read = await store.newest_pages(pages)
-            times[store.name][2] = min(times[store.name][2], time.perf_counter() - began)
-            assert read == pages * page, (store.name, read)
+            mine = times[store.name]
+            reads: list[tuple[str, Callable[[], Awaitable[int]], int]] = [
+                ("read back (whole)", store.read_whole, messages),
+                ("newest pages", partial(store.newest_pages, pages, page), pages * page),
+            ]
+            if store.pages_forward:
+                reads.append(("forward pages", partial(store.read_forward, page), messages))
+            for measure, read, rows in reads:
+                began = time.perf_counter()
+                got = await read()
+                mine[measure] = min(mine[measure], time.perf_counter() - began)
+                assert got == rows, (store.name, measure, got, rows)
     return times
 
 
-def tail_pages(folder: Path, sizes: tuple[int, int], page: int, repeats: int) -> list[float]:
+def tail_pages(
+    folder: Path, sizes: tuple[int, int], page: int, repeats: int, synchronous: str
+) -> list[float]:
     """Median seconds per (newest page + the same page forward), per thread size, interleaved."""
-    with build(sqlite(folder / "tail.db")) as container:
-        agents: AgentStorage = container.get(AgentStorage)
+    settings = ConnectionSettings(synchronous=synchronous)
+    with build(sqlite(folder / "tail.db", settings)) as container:
+        agents: AgentStorage = container.get(AGENT_STORAGE)
         for size in sizes:
             thread = f"t{size}"
             agents.threads.create(thread, project_id="p").unwrap()
@@ -259,51 +356,70 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--tail-messages", type=int, default=100_000)
     parser.add_argument("--tail-repeats", type=int, default=300)
-    parser.add_argument("--full", action="store_true", help="add runstore with synchronous=FULL")
+    parser.add_argument(
+        "--synchronous",
+        default="sdk",
+        choices=["sdk", *LEVELS],
+        help="PRAGMA synchronous of every store (default: the level the SDK runs with)",
+    )
     args = parser.parse_args(argv)
     messages, page = args.messages, args.page
-    session_class = _sdk_session_class()
-
     with tempfile.TemporaryDirectory() as root:
         folders = [Path(tempfile.mkdtemp(dir=root)) for _ in range(4)]
-        stores: list[Store] = [Runstore(folders[0], page, "NORMAL"), RawApsw(folders[1], page)]
-        if args.full:
-            stores.append(Runstore(folders[2], page, "FULL"))
-        if session_class is not None:
-            stores.append(AgentsSdk(session_class, folders[3], page))
+        sdk_default = sdk_synchronous(folders[3])
+        level = sdk_default if args.synchronous == "sdk" else args.synchronous
+        session_class = _sdk_session_class(None if args.synchronous == "sdk" else level)
+        runstore = Runstore(folders[0], level)
+        raw = RawApsw(folders[1], level)
+        stores: list[Store] = [runstore, raw]
+        sdk = None if session_class is None else AgentsSdk(session_class, folders[3])
+        if sdk is not None:
+            stores.append(sdk)
         try:
             times = asyncio.run(contest(stores, messages, page, args.chunk, args.passes))
+            levels = (runstore.level(), raw.level())
+            sdk_level = "not installed" if sdk is None else sdk.synchronous()
         finally:
             for store in stores:
                 store.close()
+    equal = levels == (level, level) and sdk_level == level
+    print(
+        f"durability: synchronous={levels[0]} for runstore, {levels[1]} for raw apsw,"
+        f" {sdk_level} for the SDK"
+        f" (its default: {sdk_default}, Python's sqlite3 in WAL; it sets none)"
+        + ("" if equal else "; NOT equal, so the SDK ratios are no verdict")
+    )
 
     pages = -(-messages // page)
     print(
-        f"{messages:,} appends, one call each, in slices of {args.chunk} taking turns; then"
-        f" best of {args.passes}: read back ({pages} forward pages of {page}; the SDK:"
-        f" one get_items()) and {pages} reads of the newest {page}:"
+        f"{messages:,} appends, one commit each, in slices of {args.chunk} taking turns; then"
+        f" best of {args.passes}: read back whole ({messages:,} rows: runstore and raw apsw in"
+        f" pages of {MAX_PAGE_SIZE}, the SDK in one get_items()), {pages} reads of the newest"
+        f" {page}, and forward pages of {page} (not the SDK):"
     )
-    for name, (append_s, back_s, newest_s) in times.items():
-        print(
-            f"  {name:<30} append {append_s:7.3f} s ({messages / append_s:7,.0f} msg/s)"
-            f"  read back {back_s * 1000:7.1f} ms  newest pages {newest_s * 1000:7.1f} ms"
+    for name, measured in times.items():
+        append_s = measured["append"]
+        reads = "  ".join(
+            f"{measure} {measured[measure] * 1000:7.1f} ms"
+            if measured[measure] != float("inf")
+            else f"{measure}       n/a"
+            for measure in MEASURES[1:]
         )
-    ours = times["runstore (synchronous=NORMAL)"]
+        print(f"  {name:<28} append {append_s:7.3f} s ({messages / append_s:6,.0f} msg/s)  {reads}")
+
     print("ratios (runstore / other; lower is better for runstore):")
-    others = [("raw apsw", RawApsw.name, "")]
-    if session_class is not None:
-        others.append(("SDK", AgentsSdk.name, "  (target <= 1.00)"))
-    for label, name, note in others:
-        theirs = times[name]
-        print(
-            f"  runstore / {label:<19} append {ours[0] / theirs[0]:5.2f}x"
-            f"  read back {ours[1] / theirs[1]:5.2f}x"
-            f"  newest pages {ours[2] / theirs[2]:5.2f}x{note}"
-        )
-    if args.full and session_class is not None:
-        full, sdk = times["runstore (synchronous=FULL)"], times[AgentsSdk.name]
-        print(f"  runstore FULL / SDK (same fsync) append {full[0] / sdk[0]:5.2f}x")
-    if session_class is None:
+    ours = times[Runstore.name]
+    sdk_ratios: list[tuple[str, float]] = []
+    for other in times:
+        if other == Runstore.name:
+            continue
+        theirs = times[other]
+        shared = [m for m in MEASURES if theirs[m] != float("inf")]
+        ratios = [(m, ours[m] / theirs[m]) for m in shared]
+        if other == AgentsSdk.name:
+            sdk_ratios = ratios
+        print(f"  runstore / {other:<28} " + "  ".join(f"{m} {r:5.2f}x" for m, r in ratios))
+    if sdk is None:
         print(
             "  runstore / SDK: skipped, the 'openai-agents' package is not installed"
             " (pip install openai-agents to compare with its SQLiteSession)"
@@ -311,14 +427,27 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         small, large = tail_pages(
-            Path(folder), (1_000, args.tail_messages), page, args.tail_repeats
+            Path(folder), (1_000, args.tail_messages), page, args.tail_repeats, level
         )
+    tail = large / small
     print(
         f"newest {page} + the same page forward, median of {args.tail_repeats}:"
         f" 1,000-message thread {small * 1e6:6.0f} us,"
         f" {args.tail_messages:,}-message thread {large * 1e6:6.0f} us,"
-        f" ratio {large / small:4.2f}x (target <= 1.50)"
+        f" ratio {tail:4.2f}x (target <= {TAIL_TARGET:.2f})"
     )
+
+    verdicts = [f"tail {tail:.2f}x {'ok' if tail <= TAIL_TARGET else 'MISSED'}"]
+    if sdk_ratios and equal:
+        over = [f"{m} {r:.2f}x" for m, r in sdk_ratios if r > SDK_TARGET]
+        verdicts.insert(
+            0,
+            f"runstore / SDK at synchronous={level}: "
+            + ("ok, every ratio <= 1.00" if not over else "MISSED: " + ", ".join(over)),
+        )
+    else:
+        verdicts.insert(0, "runstore / SDK: no verdict (SDK missing or durability not equal)")
+    print("verdict: " + "; ".join(verdicts))
     return 0
 
 
