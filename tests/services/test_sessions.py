@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from returns.result import Failure, Result, Success
 
 from runstore import services
 from runstore.services import InvalidInput, ModelRef, NewEntry
+from runstore.services._sessions_rules import SESSIONS_CURSOR, check_listing
+from runstore.services.pagination import CursorCodec
 from runstore.services.sessions import (
     ROOT_STATE,
     CompactionEntry,
@@ -23,9 +26,7 @@ from runstore.services.sessions import (
     UnknownEntry,
     ValidEntry,
     assemble_context,
-    decode_session_cursor,
     empty_summary,
-    encode_session_cursor,
     fold_summary,
     iso_from_ms,
     make_entry,
@@ -38,9 +39,13 @@ from runstore.services.sessions import (
 
 
 def _valid(new: NewEntry) -> ValidEntry:
-    checked = validate_entry(new)
-    assert isinstance(checked, ValidEntry), checked
-    return checked
+    return validate_entry(new).unwrap()
+
+
+def _refused(checked: Result[Any, InvalidInput]) -> InvalidInput:
+    assert isinstance(checked, Failure), checked
+    refusal: InvalidInput = checked.failure()
+    return refusal
 
 
 def test_session_names_are_exported_from_services() -> None:
@@ -62,12 +67,13 @@ def test_timestamps_are_epoch_ms_utc() -> None:
     assert ms_from_iso("2025-11-30T11:53:21.000+01:00") == 1_764_500_001_000
     assert ms_from_iso("2025-11-30T10:53:21.123") == 1_764_500_001_123  # no zone: UTC
     assert ms_from_iso("yesterday") is None
+    assert ms_from_iso("1969-12-31T23:59:59.999Z") is None  # before epoch ms 0: not a time
     assert iso_from_ms(1_764_500_001_007) == "2025-11-30T10:53:21.007Z"
     aware = datetime(2025, 11, 30, 11, 53, 21, tzinfo=timezone(timedelta(hours=1)))
-    assert to_epoch_ms(aware, "t") == 1_764_500_001_000
-    assert to_epoch_ms(5, "t") == 5
-    assert isinstance(to_epoch_ms(datetime(2025, 1, 1), "t"), InvalidInput)
-    assert isinstance(to_epoch_ms(True, "t"), InvalidInput)
+    assert to_epoch_ms(aware, "t") == Success(1_764_500_001_000)
+    assert to_epoch_ms(5, "t") == Success(5)
+    for refused in (datetime(2025, 1, 1), True, -1, 2**63):
+        assert _refused(to_epoch_ms(refused, "t")).field == "t"
 
 
 @given(st.integers(min_value=0, max_value=253_402_300_799_999))
@@ -108,9 +114,12 @@ def test_the_constructors_build_valid_entries_of_every_type() -> None:
         ({"payload": [1]}, "payload"),
         ({"payload": {1: "x"}}, "payload"),
         ({"payload": {"customType": "x", "parentId": "y"}}, "payload"),
-        ({"payload": {"customType": "x", "data": float("nan")}}, "payload"),
-        ({"payload": {"customType": "x", "data": object()}}, "payload"),
-        ({"payload": {"customType": "\udc00"}}, "payload"),
+        ({"payload": {"customType": "x", "data": float("nan")}}, "payload['data']"),
+        ({"payload": {"customType": "x", "data": object()}}, "payload['data']"),
+        ({"payload": {"customType": "x", "data": [(1, 2)]}}, "payload['data'][0]"),
+        ({"payload": {"customType": "\udc00"}}, "payload['customType']"),
+        ({"timestamp": -1}, "timestamp"),
+        ({"timestamp": 2**63}, "timestamp"),
         ({"payload": {"customType": 3}}, "payload.customType"),
         ({"id": "\ud800"}, "id"),
     ],
@@ -123,8 +132,7 @@ def test_validation_names_the_refused_field(fields: dict[str, Any], field: str) 
         "timestamp": 1,
         "payload": {"customType": "x"},
     }
-    refused = validate_entry(NewEntry(**{**base, **fields}), "entries[2].")
-    assert isinstance(refused, InvalidInput)
+    refused = _refused(validate_entry(NewEntry(**{**base, **fields}), "entries[2]."))
     assert refused.field == f"entries[2].{field}"
 
 
@@ -153,10 +161,11 @@ def test_validation_names_the_refused_field(fields: dict[str, Any], field: str) 
     ],
 )
 def test_known_types_need_their_shape(entry_type: str, payload: dict[str, Any], field: str) -> None:
-    refused = validate_entry(
-        NewEntry(id="a", parent_id=None, type=entry_type, timestamp=1, payload=payload)
+    refused = _refused(
+        validate_entry(
+            NewEntry(id="a", parent_id=None, type=entry_type, timestamp=1, payload=payload)
+        )
     )
-    assert isinstance(refused, InvalidInput)
     assert refused.field == field
 
 
@@ -192,7 +201,7 @@ def test_raw_text_is_stored_as_given_unless_it_escapes_surrogates() -> None:
             raw='{"customType": "c", "data": "\\ud800"}',
         )
     )
-    assert isinstance(refused, InvalidInput)
+    assert _refused(refused).field == "payload['data']"
 
 
 def test_records_expose_the_fields_of_their_type() -> None:
@@ -339,13 +348,16 @@ def test_context_puts_the_compaction_summary_first() -> None:
 
 
 @given(st.integers(min_value=1, max_value=2**62))
-def test_cursors_round_trip(key: int) -> None:
-    assert decode_session_cursor(encode_session_cursor(key)) == key
+def test_listing_cursors_name_a_session_key(key: int) -> None:
+    assert check_listing(10, SESSIONS_CURSOR.encode(key)) == Success(key)
+    assert check_listing(10, None) == Success(None)
 
 
-@pytest.mark.parametrize("cursor", ["", "s", "s0", "s01", "x5", "s-1", "s1.5"])
+@pytest.mark.parametrize(
+    "cursor", ["", "s", "s5", "x5", "sessions.1.5", CursorCodec("executions").encode(5)]
+)
 def test_foreign_cursors_are_refused(cursor: str) -> None:
-    assert isinstance(decode_session_cursor(cursor), InvalidInput)
+    assert _refused(check_listing(10, cursor)).field == "cursor"
 
 
 def test_empty_summary_is_the_default() -> None:

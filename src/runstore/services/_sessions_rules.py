@@ -21,7 +21,6 @@ The public names are also re-exported by :mod:`runstore.services.sessions`.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,8 +31,16 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._primitives import (
+    MAX_EPOCH_MS,
+    check_optional,
+    check_text,
+    decode_json,
+    encode_json,
+    to_epoch_ms,
+)
 from runstore.services.errors import Conflict, InvalidInput, NotFound
-from runstore.services.pagination import Page, check_limit
+from runstore.services.pagination import CursorCodec, Page, check_limit
 from runstore.services.sessions import (
     ENVELOPE_KEYS,
     MAX_ID_CHARS,
@@ -66,6 +73,7 @@ from runstore.services.sessions import (
 
 __all__ = [
     "FRESH_HEAD",
+    "SESSIONS_CURSOR",
     "AppendPlan",
     "Head",
     "Node",
@@ -84,10 +92,8 @@ __all__ = [
     "decide_create",
     "decide_fork",
     "decide_leaf",
-    "decode_session_cursor",
     "dump_json",
     "empty_summary",
-    "encode_session_cursor",
     "entries_page",
     "entries_window",
     "entry_from_row",
@@ -128,32 +134,14 @@ _EXACT = Context(prec=80)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
-
-
-def to_epoch_ms(value: datetime | int, field: str) -> int | InvalidInput:
-    """Return ``value`` (an aware datetime or epoch ms) as integer epoch ms UTC.
-
-    A naive datetime, a ``bool`` or anything else is ``InvalidInput(field, ...)``.
-    """
-    if isinstance(value, bool):
-        return InvalidInput(field, "must be an aware datetime or epoch milliseconds, not a bool")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            return InvalidInput(field, "naive datetime: give a timezone (UTC)")
-        return (value - _EPOCH) // _MS
-    return InvalidInput(
-        field, f"must be an aware datetime or epoch milliseconds, not {type(value).__name__}"
-    )
 
 
 def ms_from_iso(text: str) -> int | None:
     """Parse the format's ISO 8601 timestamp (``2025-11-30T10:53:21.000Z``) to epoch ms.
 
     A timestamp without a zone is read as UTC (JavaScript's ``Date`` writes ``Z``). Returns
-    None when ``text`` is not such a timestamp.
+    None when ``text`` is not such a timestamp or names a time :func:`to_epoch_ms` refuses
+    (before 1970 or after 9999).
     """
     try:
         parsed = datetime.fromisoformat(text)
@@ -161,7 +149,8 @@ def ms_from_iso(text: str) -> int | None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    return (parsed - _EPOCH) // _MS
+    converted = to_epoch_ms(parsed, "timestamp")
+    return converted.unwrap() if isinstance(converted, Success) else None
 
 
 def iso_from_ms(ms: int) -> str:
@@ -170,60 +159,53 @@ def iso_from_ms(ms: int) -> str:
     return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
-# -- JSON ----------------------------------------------------------------------------------------
+# -- JSON and text -------------------------------------------------------------------------------
 
 
 def dump_json(value: Any) -> str:
-    """Serialize ``value`` as compact JSON text (UTF-8 characters kept, no NaN).
+    """Serialize ``value`` (a :data:`JsonValue`) as compact JSON text (see ``encode_json``).
 
-    Raises ``TypeError``/``ValueError`` for what JSON cannot hold; callers validate first.
+    Raises ``ValueError`` for what JSON cannot hold exactly; callers validate first.
     """
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _dump_checked(value: Any, field: str) -> str | InvalidInput:
-    try:
-        text = dump_json(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return InvalidInput(field, f"not storable as JSON: {exc}")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return InvalidInput(field, "holds a lone surrogate, which UTF-8 cannot store")
-    return text
+    encoded = encode_json(value, "value")
+    if isinstance(encoded, Failure):
+        raise ValueError(str(encoded.failure()))
+    return encoded.unwrap()
 
 
 def payload_from_body(body: str) -> dict[str, Any]:
     """Read a stored entry body back: its members besides the envelope keys."""
-    value: dict[str, Any] = json.loads(body)
+    value: dict[str, Any] = decode_json(body)  # type: ignore[assignment]
     if not ENVELOPE_KEYS.isdisjoint(value):
         return {k: v for k, v in value.items() if k not in ENVELOPE_KEYS}
     return value
 
 
-def validate_json_object(value: object, field: str) -> str | InvalidInput:
-    """Return ``value`` (a mapping with ``str`` keys) as JSON text, or ``InvalidInput``."""
-    if not isinstance(value, Mapping):
-        return InvalidInput(field, f"must be a JSON object (a mapping), not {type(value).__name__}")
-    for key in value:
-        if not isinstance(key, str):
-            return InvalidInput(field, f"keys must be strings, got {key!r}")
-    return _dump_checked(dict(value), field)
+def validate_json_object(value: object, field: str) -> Result[str, InvalidInput]:
+    """Return ``value``, a mapping whose keys are ``str`` and whose values are
+    :data:`JsonValue`, as JSON text (``encode_json``), or ``InvalidInput`` naming the path."""
+    if type(value) is not dict:
+        if not isinstance(value, Mapping):
+            return Failure(
+                InvalidInput(
+                    field, f"must be a JSON object (a mapping), not {type(value).__name__}"
+                )
+            )
+        value = dict(value)
+    return encode_json(value, field)
 
 
-def _check_text(value: object, field: str, *, max_chars: int | None = None) -> str | InvalidInput:
-    if not isinstance(value, str):
-        return InvalidInput(field, f"must be a string, not {type(value).__name__}")
-    if max_chars is not None and not 1 <= len(value) <= max_chars:
-        return InvalidInput(field, f"must be 1 to {max_chars} characters, got {len(value)}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return InvalidInput(field, "holds a lone surrogate, which UTF-8 cannot store")
-    return value
+def _check_text(
+    value: object, field: str, *, max_chars: int | None = None
+) -> Result[str, InvalidInput]:
+    """The text policy of sessions: ids 1..``max_chars`` characters, other text any length
+    (empty included); NUL is kept; a lone surrogate is refused (``check_text``)."""
+    return check_text(
+        value, field, max_chars=max_chars, allow_empty=max_chars is None, allow_nul=True
+    )
 
 
-def validate_session_id(value: object, field: str = "session_id") -> str | InvalidInput:
+def validate_session_id(value: object, field: str = "session_id") -> Result[str, InvalidInput]:
     """Return ``value`` when it is usable as a session id (1..MAX_ID_CHARS characters)."""
     return _check_text(value, field, max_chars=MAX_ID_CHARS)
 
@@ -354,17 +336,26 @@ def _fast_text(value: object, max_chars: int) -> bool:
     return True
 
 
-def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput:
+def validate_entry(new: NewEntry, prefix: str = "") -> Result[ValidEntry, InvalidInput]:
     """Check ``new`` on its own (not against the tree) and return it ready to store.
 
     ``prefix`` is put before field names in the ``InvalidInput`` (``"entries[3]."`` for a
     batch). Refused: an id or parent id that is not 1..MAX_ID_CHARS characters, an empty
-    type or the header type ``session``, a naive datetime or non-integer timestamp, a payload
-    that is not a JSON object with string keys, holds an envelope key (``type``, ``id``,
-    ``parentId``, ``timestamp``) or does not fit its known type (for example a
-    ``model_change`` without a string ``provider``), text UTF-8 cannot hold (a lone
-    surrogate).
+    type or the header type ``session``, a timestamp ``to_epoch_ms`` refuses (a naive
+    datetime, not an int, before 1970 or after 9999), a payload that is not a mapping with
+    string keys, holds an envelope key (``type``, ``id``, ``parentId``, ``timestamp``), does
+    not fit its known type (for example a ``model_change`` without a string ``provider``) or
+    holds what ``encode_json`` refuses (the field then names its path), text UTF-8 cannot
+    hold (a lone surrogate).
     """
+    checked = _validate_entry(new, prefix)
+    if type(checked) is InvalidInput:
+        return Failure(checked)
+    return Success(checked)  # type: ignore[arg-type]
+
+
+def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
+    """:func:`validate_entry` without the ``Result`` (the loop over a batch runs this)."""
     entry_id, parent_id, entry_type = new.id, new.parent_id, new.type
     # The common case in one expression: ASCII ids and type of sensible length.
     if not (
@@ -383,24 +374,35 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
             )
         )
     ):
+        plain: list[str | None] = []
         for field, value in (("id", entry_id), ("parent_id", parent_id), ("type", entry_type)):
-            if (value is not None or field != "parent_id") and not _fast_text(value, MAX_ID_CHARS):
-                return _refusal(
-                    _check_text(value, prefix + field, max_chars=MAX_ID_CHARS), prefix + field
-                )
+            if value is None and field == "parent_id":
+                plain.append(None)
+                continue
+            text = _check_text(value, prefix + field, max_chars=MAX_ID_CHARS)
+            if isinstance(text, Failure):
+                refused: InvalidInput = text.failure()
+                return refused
+            plain.append(text.unwrap())
+        entry_id, parent_id, entry_type = plain  # type: ignore[assignment]
     if entry_type == "session":
         return InvalidInput(prefix + "type", "'session' is the header, not an entry")
     timestamp = new.timestamp
-    if type(timestamp) is int:
+    if type(timestamp) is int and 0 <= timestamp <= MAX_EPOCH_MS:
         timestamp_ms = timestamp
     else:
         converted = to_epoch_ms(timestamp, prefix + "timestamp")
-        if isinstance(converted, InvalidInput):
-            return converted
-        timestamp_ms = converted
+        if isinstance(converted, Failure):
+            bad_time: InvalidInput = converted.failure()
+            return bad_time
+        timestamp_ms = converted.unwrap()
     payload = new.payload
-    if type(payload) is not dict and not isinstance(payload, Mapping):
-        return InvalidInput(prefix + "payload", f"must be a mapping, not {type(payload).__name__}")
+    if type(payload) is not dict:
+        if not isinstance(payload, Mapping):
+            return InvalidInput(
+                prefix + "payload", f"must be a mapping, not {type(payload).__name__}"
+            )
+        payload = dict(payload)
     for key in payload:
         if type(key) is not str:
             return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
@@ -425,24 +427,20 @@ def validate_entry(new: NewEntry, prefix: str = "") -> ValidEntry | InvalidInput
     raw = new.raw
     if (
         type(raw) is str
-        and raw
+        and raw[:1] == "{"
         and (raw.isascii() or _fast_text(raw, len(raw)))
         and ("\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None)
     ):
-        body: str | InvalidInput = raw
+        body = raw
     else:
         # Without raw text, or when it escapes UTF-16 surrogates (which may be unpaired and
         # so not storable as UTF-8), serialize the payload itself and check that.
-        body = _dump_checked(payload, prefix + "payload")
-    if isinstance(body, InvalidInput):
-        return body
+        encoded = encode_json(payload, prefix + "payload")
+        if isinstance(encoded, Failure):
+            not_json: InvalidInput = encoded.failure()
+            return not_json
+        body = encoded.unwrap()
     return ValidEntry(entry_id, parent_id, entry_type, timestamp_ms, payload, body)
-
-
-def _refusal(checked: str | InvalidInput, field: str) -> InvalidInput:
-    if isinstance(checked, InvalidInput):
-        return checked
-    return InvalidInput(field, "must be text of 1 to 256 characters")  # pragma: no cover
 
 
 def next_state(
@@ -684,42 +682,26 @@ def new_session_fields(
 
     ``InvalidInput`` for, in this order: ``id`` (not 1..MAX_ID_CHARS characters), ``cwd`` and
     ``parent_session`` (not text UTF-8 can store), ``metadata`` (not a JSON object),
-    ``created`` (a naive datetime, not a time).
+    ``created`` (see ``to_epoch_ms``).
     """
-    session_id = validate_session_id(new.id if new.id is not None else generated_id, "id")
-    if isinstance(session_id, InvalidInput):
-        return Failure(session_id)
-    cwd = _check_text(new.cwd, "cwd")
-    if isinstance(cwd, InvalidInput):
-        return Failure(cwd)
-    parent = new.parent_session
-    if parent is not None:
-        checked = _check_text(parent, "parent_session")
-        if isinstance(checked, InvalidInput):
-            return Failure(checked)
-    metadata = validate_json_object(new.metadata, "metadata")
-    if isinstance(metadata, InvalidInput):
-        return Failure(metadata)
-    created = now_ms if new.created is None else to_epoch_ms(new.created, "created")
-    if isinstance(created, InvalidInput):
-        return Failure(created)
-    return Success(SessionFields(session_id, cwd, parent, metadata, created))
+    created: Result[int, InvalidInput] = (
+        Success(now_ms) if new.created is None else to_epoch_ms(new.created, "created")
+    )
+    return validate_session_id(new.id if new.id is not None else generated_id, "id").bind(
+        lambda session_id: _check_text(new.cwd, "cwd").bind(
+            lambda cwd: check_optional(new.parent_session, "parent_session", _check_text).bind(
+                lambda parent: validate_json_object(new.metadata, "metadata").bind(
+                    lambda metadata: created.map(
+                        lambda ms: SessionFields(session_id, cwd, parent, metadata, ms)
+                    )
+                )
+            )
+        )
+    )
 
 
-def encode_session_cursor(key: int) -> str:
-    """The opaque cursor of ``list`` that continues after the session numbered ``key``."""
-    return f"s{key}"
-
-
-def decode_session_cursor(cursor: str | None) -> int | InvalidInput | None:
-    """Read a ``list`` cursor back (None starts at the newest), or ``InvalidInput("cursor")``."""
-    if cursor is None:
-        return None
-    if isinstance(cursor, str) and len(cursor) > 1 and cursor[0] == "s" and cursor[1:].isdigit():
-        key = int(cursor[1:])
-        if key >= 1 and cursor[1] != "0":
-            return key
-    return InvalidInput("cursor", f"not a cursor of this listing: {cursor!r}")
+SESSIONS_CURSOR = CursorCodec("sessions")
+"""The cursor of ``SessionRepository.list``: the key of the last session of a page."""
 
 
 def as_result(value: T | InvalidInput) -> Result[T, InvalidInput]:
@@ -789,16 +771,14 @@ def check_fork(
     ``InvalidInput("metadata", ...)`` (not a JSON object) comes before ``InvalidInput(
     "session_id", ...)`` (not 1..MAX_ID_CHARS characters).
     """
-    metadata_text: str | None = None
-    if metadata is not None:
-        checked = validate_json_object(metadata, "metadata")
-        if isinstance(checked, InvalidInput):
-            return Failure(checked)
-        metadata_text = checked
-    new_id = validate_session_id(session_id if session_id is not None else generated_id)
-    if isinstance(new_id, InvalidInput):
-        return Failure(new_id)
-    return Success((metadata_text, new_id))
+    kept: Result[str | None, InvalidInput] = (
+        Success(None) if metadata is None else validate_json_object(metadata, "metadata")
+    )
+    return kept.bind(
+        lambda metadata_text: validate_session_id(
+            session_id if session_id is not None else generated_id
+        ).map(lambda new_id: (metadata_text, new_id))
+    )
 
 
 def decide_fork(
@@ -866,7 +846,7 @@ def validate_batch(entries: object, *, batch: bool) -> Result[ValidBatch, Invali
     append = valid.append
     for position, new in enumerate(entries):
         checked = (
-            validate_entry(new)
+            _validate_entry(new, "")
             if type(new) is NewEntry
             else InvalidInput("entry", "must be a NewEntry")
         )
@@ -1044,7 +1024,7 @@ def check_listing(limit: int, cursor: str | None) -> Result[int | None, InvalidI
     checked = check_limit(limit)
     if isinstance(checked, Failure):
         return Failure(checked.failure())
-    return as_result(decode_session_cursor(cursor))
+    return SESSIONS_CURSOR.decode(cursor).map(lambda keys: None if keys is None else keys[0])
 
 
 def listing_page(rows: Sequence[tuple[int, SessionRecord]], limit: int) -> Page[SessionRecord]:
@@ -1054,7 +1034,7 @@ def listing_page(rows: Sequence[tuple[int, SessionRecord]], limit: int) -> Page[
     return Page(
         items=tuple(record for _, record in kept),
         has_more=has_more,
-        next_cursor=encode_session_cursor(kept[-1][0]) if has_more else None,
+        next_cursor=SESSIONS_CURSOR.encode(kept[-1][0]) if has_more else None,
     )
 
 
@@ -1076,7 +1056,7 @@ def session_record(
         id=SessionId(session_id),
         cwd=cwd,
         parent_session=parent_session,
-        metadata=json.loads(metadata),
+        metadata=decode_json(metadata),  # type: ignore[arg-type]
         created_ms=created_ms,
         leaf_id=None if leaf_id is None else EntryId(leaf_id),
         summary=summary,

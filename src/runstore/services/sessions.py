@@ -71,10 +71,8 @@ if TYPE_CHECKING:  # served by __getattr__ below at run time
         ValidEntry,
         as_result,
         assemble_context,
-        decode_session_cursor,
         dump_json,
         empty_summary,
-        encode_session_cursor,
         fold_summary,
         iso_from_ms,
         make_entry,
@@ -124,10 +122,8 @@ __all__ = [
     "ValidEntry",
     "as_result",
     "assemble_context",
-    "decode_session_cursor",
     "dump_json",
     "empty_summary",
-    "encode_session_cursor",
     "fold_summary",
     "iso_from_ms",
     "make_entry",
@@ -440,9 +436,10 @@ class NewEntry:
     """An entry to append.
 
     ``timestamp`` is an aware datetime or epoch ms. ``payload`` holds the format's fields of
-    the entry besides the envelope (for a message: ``{"message": {...}}``); it is stored as
-    JSON and comes back as JSON (lists, string keys). The class methods build the format's
-    entry types.
+    the entry besides the envelope (for a message: ``{"message": {...}}``): a mapping whose
+    values are JSON values (``dict``, ``list``, ``str``, ``int``, finite ``float``, ``bool``,
+    None: no tuples, no NaN), stored as JSON and read back equal. The class methods build the
+    format's entry types.
 
     ``raw`` is for entries that arrive already serialized (an importer's JSONL line): the
     entry's JSON text (RFC 8259, no NaN), an object whose members besides the envelope are

@@ -25,6 +25,9 @@ def _reject_constant(name: str) -> Any:
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
+_JSON_SPACE = " \t\n\r"
+"""The white space JSON allows around a value (RFC 8259); a raw object is kept without it."""
+
 
 class Parsed(NamedTuple):
     """One JSON object of line ``line``; ``raw`` is its text; ``fused`` counts the objects
@@ -128,4 +131,4 @@ def _parse(number: int, line: bytes) -> Iterator[Parsed | Unreadable]:
     if not isinstance(value, dict):
         yield Unreadable(number, f"a JSON {type(value).__name__}, not an object")
         return
-    yield Parsed(number, value, text)
+    yield Parsed(number, value, text.strip(_JSON_SPACE))

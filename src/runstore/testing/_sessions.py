@@ -278,9 +278,7 @@ class SessionsMachine(RuleBasedStateMachine):
 
     def _side(self, factory: Callable[[], Layer]) -> _Side:
         clock = FixedClock(T0_MS)
-        container = self._stack.enter_context(
-            build(merge(factory(), Layer.value(CLOCK, clock)))
-        )
+        container = self._stack.enter_context(build(merge(factory(), Layer.value(CLOCK, clock))))
         return _Side(container.get(SessionRepository), clock)
 
     def teardown(self) -> None:
@@ -642,6 +640,13 @@ def _assistant(
     return _msg(entry_id, parent, "assistant", "ok", provider=model[0], model=model[1], usage=usage)
 
 
+def _refused_field(result: Result[Any, Any]) -> str:
+    """The field an ``InvalidInput`` failure names (fails the test on anything else)."""
+    refusal = result.failure() if isinstance(result, Failure) else result
+    assert isinstance(refusal, InvalidInput), refusal
+    return refusal.field
+
+
 def _ids(entries: Result[Sequence[Entry], Any]) -> list[str]:
     return [e.id for e in entries.unwrap()]
 
@@ -780,9 +785,9 @@ class SessionsContract:
             timestamp=datetime(2025, 1, 1),
             payload={"customType": "x"},
         )
-        assert storage.append(naive).failure() == InvalidInput(
-            "timestamp", "naive datetime: give a timezone (UTC)"
-        )
+        refused = storage.append(naive).failure()
+        assert isinstance(refused, InvalidInput)
+        assert (refused.field, refused.reason.startswith("naive datetime")) == ("timestamp", True)
         cases = [
             NewEntry(
                 id="", parent_id=None, type="custom", timestamp=1, payload={"customType": "x"}
@@ -810,6 +815,48 @@ class SessionsContract:
         assert isinstance(refusal, InvalidInput)
         assert refusal.field.startswith("entries[1].")
         assert storage.info().unwrap().summary.entry_count == 0
+
+    def test_times_outside_epoch_milliseconds_are_refused(self, sessions: Sessions) -> None:
+        """Epoch ms run from 0 (1970) to the end of year 9999; an integer beyond 64 bits
+        is no time a store could keep. Every layer refuses them alike and writes nothing."""
+        storage = sessions.new()
+        for ms in (-1, 253_402_300_800_000, 2**63, 2**70):
+            refused = storage.append(NewEntry.custom("a", None, "x", timestamp=ms)).failure()
+            assert isinstance(refused, InvalidInput), ms
+            assert refused.field == "timestamp"
+            created = sessions.repo.create(NewSession(id="t", created=ms)).failure()
+            assert isinstance(created, InvalidInput), ms
+            assert created.field == "created"
+        assert storage.info().unwrap().summary.entry_count == 0
+        assert [r.id for r in sessions.repo.list().unwrap().items] == ["s1"]
+        assert storage.append(NewEntry.custom("a", None, "x", timestamp=0)).unwrap().seq == 1
+
+    def test_values_json_cannot_hold_exactly_are_refused_by_path(self, sessions: Sessions) -> None:
+        """A tuple, a NaN or a non-text key would not read back equal: refused, its path
+        named, in payloads and in metadata."""
+        storage = sessions.new()
+        for data, path in (
+            ((1, 2), "payload['data']"),
+            ({"k": [float("nan")]}, "payload['data']['k'][0]"),
+            ({1: "one"}, "payload['data']"),
+        ):
+            refused = storage.append(NewEntry.custom("a", None, "x", data, timestamp=1))
+            assert _refused_field(refused) == path, data
+        made = sessions.repo.create(NewSession(id="t", metadata={"tags": ("a",)}))
+        assert _refused_field(made) == "metadata['tags']"
+        forked = sessions.repo.fork("s1", session_id="f", metadata={"n": float("inf")})
+        assert _refused_field(forked) == "metadata['n']"
+        assert storage.info().unwrap().summary.entry_count == 0
+        assert [r.id for r in sessions.repo.list().unwrap().items] == ["s1"]
+
+    def test_list_refuses_edited_and_foreign_cursors(self, sessions: Sessions) -> None:
+        for n in range(3):
+            sessions.repo.create(NewSession(id=f"s{n}")).unwrap()
+        cursor = sessions.repo.list(limit=1).unwrap().next_cursor
+        assert cursor is not None
+        edited = cursor[:-1] + ("1" if cursor[-1] != "1" else "2")
+        for bad in (edited, cursor + "0", "s3", "sessions.1.3"):
+            assert _refused_field(sessions.repo.list(limit=1, cursor=bad)) == "cursor", bad
 
     def test_unknown_types_are_kept(self, sessions: Sessions) -> None:
         storage = sessions.new()
