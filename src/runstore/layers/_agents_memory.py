@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -33,7 +32,6 @@ from runstore.services.agents import (
     Thread,
     ThreadId,
     ThreadStatus,
-    TokenUsage,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
@@ -242,27 +240,11 @@ class InMemoryAgentRunStore:
         return rules.require_run(self._s.runs.get(run_id), run_id).map(rules.run_record)
 
 
-class InMemoryMessageStore:
+class InMemoryMessageStore(rules.AppendsOne):
     """Messages in memory; see :class:`~runstore.services.agents.MessageStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
-
-    def append(
-        self,
-        thread_id: str,
-        *,
-        role: str,
-        content: JsonValue,
-        run_id: str | None = None,
-        usage: TokenUsage | None = None,
-        cost: Decimal | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Message, AgentError]:
-        """Append one message (see ``MessageStore.append_many``)."""
-        usage = TokenUsage() if usage is None else usage
-        message = NewMessage(role, content, run_id, usage, cost, at)
-        return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
 
     def append_many(
         self, thread_id: str, messages: Sequence[NewMessage]
@@ -455,7 +437,11 @@ class InMemoryCheckpointStore:
         return found.map(self._s.latest_checkpoint)
 
 
-class InMemoryAgentStorage:
+class InMemoryAgentStorage(
+    rules.AgentStores[
+        InMemoryThreadStore, InMemoryAgentRunStore, InMemoryMessageStore, InMemoryCheckpointStore
+    ]
+):
     """The four agent stores in memory; see :class:`~runstore.services.agents.AgentStorage`.
 
     ``executions`` is the ledger runs are checked against (the container's in-memory one).
@@ -466,31 +452,12 @@ class InMemoryAgentStorage:
 
     def __init__(self, db: InMemoryDatabase, clock: Clock, executions: ExecutionStorage) -> None:
         state = _State(db, clock, executions)
-        self._state = state
-        self._threads = InMemoryThreadStore(state)
-        self._runs = InMemoryAgentRunStore(state)
-        self._messages = self.message_store_class(state)
-        self._checkpoints = InMemoryCheckpointStore(state)
-
-    @property
-    def threads(self) -> InMemoryThreadStore:
-        """The thread store."""
-        return self._threads
-
-    @property
-    def runs(self) -> InMemoryAgentRunStore:
-        """The run store."""
-        return self._runs
-
-    @property
-    def messages(self) -> InMemoryMessageStore:
-        """The message store."""
-        return self._messages
-
-    @property
-    def checkpoints(self) -> InMemoryCheckpointStore:
-        """The checkpoint store."""
-        return self._checkpoints
+        super().__init__(
+            InMemoryThreadStore(state),
+            InMemoryAgentRunStore(state),
+            self.message_store_class(state),
+            InMemoryCheckpointStore(state),
+        )
 
 
 def _typed(db: InMemoryDatabase, clock: Clock, executions: ExecutionStorage) -> AgentStorage:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, TypeVar
 
 import apsw
@@ -38,7 +37,6 @@ from runstore.services.agents import (
     Thread,
     ThreadId,
     ThreadStatus,
-    TokenUsage,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
@@ -321,25 +319,9 @@ _INSERT_HEADER = (
 _INSERT_BODY = "INSERT INTO agent_message_bodies (id, content) VALUES (?, ?)"
 
 
-class SqliteMessageStore(_Base):
+class SqliteMessageStore(_Base, rules.AppendsOne):
     """Messages in ``agent_messages`` (headers) and ``agent_message_bodies``; see
     :class:`~runstore.services.agents.MessageStore`."""
-
-    def append(
-        self,
-        thread_id: str,
-        *,
-        role: str,
-        content: JsonValue,
-        run_id: str | None = None,
-        usage: TokenUsage | None = None,
-        cost: Decimal | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Message, AgentError]:
-        """Append one message (see ``MessageStore.append_many``)."""
-        usage = TokenUsage() if usage is None else usage
-        message = NewMessage(role, content, run_id, usage, cost, at)
-        return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
 
     def append_many(
         self, thread_id: str, messages: Sequence[NewMessage]
@@ -630,7 +612,11 @@ class SqliteCheckpointStore(_Base):
         return self._db.read("latest checkpoint", read)
 
 
-class SqliteAgentStorage:
+class SqliteAgentStorage(
+    rules.AgentStores[
+        SqliteThreadStore, SqliteAgentRunStore, SqliteMessageStore, SqliteCheckpointStore
+    ]
+):
     """The four live agent stores on one database; see
     :class:`~runstore.services.agents.AgentStorage`.
 
@@ -639,30 +625,12 @@ class SqliteAgentStorage:
     """
 
     def __init__(self, db: SqliteDatabase, clock: Clock, executions: ExecutionStorage) -> None:
-        self._threads = SqliteThreadStore(db, clock)
-        self._runs = SqliteAgentRunStore(db, clock, executions)
-        self._messages = SqliteMessageStore(db, clock)
-        self._checkpoints = SqliteCheckpointStore(db, clock)
-
-    @property
-    def threads(self) -> SqliteThreadStore:
-        """The thread store."""
-        return self._threads
-
-    @property
-    def runs(self) -> SqliteAgentRunStore:
-        """The run store."""
-        return self._runs
-
-    @property
-    def messages(self) -> SqliteMessageStore:
-        """The message store."""
-        return self._messages
-
-    @property
-    def checkpoints(self) -> SqliteCheckpointStore:
-        """The checkpoint store."""
-        return self._checkpoints
+        super().__init__(
+            SqliteThreadStore(db, clock),
+            SqliteAgentRunStore(db, clock, executions),
+            SqliteMessageStore(db, clock),
+            SqliteCheckpointStore(db, clock),
+        )
 
 
 def _typed(db: SqliteDatabase, clock: Clock, executions: ExecutionStorage) -> AgentStorage:

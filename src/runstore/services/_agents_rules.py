@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import Generic, TypeVar
 
@@ -48,14 +49,18 @@ from runstore.services.agents import (
     AgentRunFailure,
     AgentRunId,
     AgentRunStatus,
+    AgentRunStore,
     CheckpointId,
+    CheckpointStore,
     ContextCheckpoint,
     InvalidQuery,
     Message,
+    MessageStore,
     NewMessage,
     Thread,
     ThreadId,
     ThreadStatus,
+    ThreadStore,
     TokenUsage,
 )
 from runstore.services.clock import Clock
@@ -877,6 +882,32 @@ def check_delete_by_run(thread_id: object, run_id: object) -> Result[None, Inval
     return first_failure(check_id(thread_id, "thread_id"), check_id(run_id, "run_id"))
 
 
+class AppendsOne:
+    """:meth:`MessageStore.append` as every layer has it: :meth:`append_many` of one message."""
+
+    def append_many(
+        self, thread_id: str, messages: Sequence[NewMessage]
+    ) -> Result[tuple[Message, ...], AgentError]:
+        """Append messages (the layer's)."""
+        raise NotImplementedError
+
+    def append(
+        self,
+        thread_id: str,
+        *,
+        role: str,
+        content: JsonValue,
+        run_id: str | None = None,
+        usage: TokenUsage | None = None,
+        cost: Decimal | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[Message, AgentError]:
+        """Append one message (see ``MessageStore.append_many``)."""
+        usage = TokenUsage() if usage is None else usage
+        message = NewMessage(role, content, run_id, usage, cost, at)
+        return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
+
+
 # -- checkpoints --------------------------------------------------------------------------------
 
 
@@ -1033,9 +1064,47 @@ def decide_checkpoint(
     return Success(Decided(checkpoint, write=True))
 
 
+TS = TypeVar("TS", bound=ThreadStore)
+RS = TypeVar("RS", bound=AgentRunStore)
+MS = TypeVar("MS", bound=MessageStore)
+CS = TypeVar("CS", bound=CheckpointStore)
+
+
+class AgentStores(Generic[TS, RS, MS, CS]):
+    """The four stores of one :class:`AgentStorage`, as every layer bundles them."""
+
+    def __init__(self, threads: TS, runs: RS, messages: MS, checkpoints: CS) -> None:
+        self._threads = threads
+        self._runs = runs
+        self._messages = messages
+        self._checkpoints = checkpoints
+
+    @property
+    def threads(self) -> TS:
+        """The thread store."""
+        return self._threads
+
+    @property
+    def runs(self) -> RS:
+        """The run store."""
+        return self._runs
+
+    @property
+    def messages(self) -> MS:
+        """The message store."""
+        return self._messages
+
+    @property
+    def checkpoints(self) -> CS:
+        """The checkpoint store."""
+        return self._checkpoints
+
+
 __all__ = [
     "MESSAGE_CURSOR",
+    "AgentStores",
     "Append",
+    "AppendsOne",
     "CheckpointDraft",
     "CheckpointFacts",
     "Decided",
