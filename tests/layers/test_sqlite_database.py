@@ -87,6 +87,22 @@ def test_factory_applies_the_settings(tmp_path: Path) -> None:
         db.close()
 
 
+@pytest.mark.parametrize(("synchronous", "level"), [("normal", 1), ("full", 2), ("extra", 3)])
+def test_a_fresh_file_is_migrated_then_keeps_the_chosen_durability(
+    tmp_path: Path, synchronous: str, level: int
+) -> None:
+    """A new file is set up without fsyncs; its connection then has the configured level."""
+    settings = ConnectionSettings(synchronous=synchronous)
+    for _ in ("fresh", "existing"):
+        db = open_database(tmp_path / "d.db", settings).unwrap()
+        try:
+            assert db.scalar("PRAGMA synchronous") == level
+            assert db.scalar("PRAGMA journal_mode") == "wal"
+            assert db.scalar("PRAGMA auto_vacuum") == 2  # INCREMENTAL
+        finally:
+            db.close()
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"synchronous": "sometimes"}, {"busy_timeout_ms": -1}, {"busy_budget_ms": -5}],

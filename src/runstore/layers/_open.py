@@ -61,11 +61,24 @@ def _check_and_migrate(
     problems = status.unwrap().problems
     if problems:
         return Failure(problems[0])
+    connection = db.connection
+    # A brand-new file holds nothing to lose, so it is set up and migrated without fsyncs
+    # (8 of the 10 a fresh open and close cost): a power loss meanwhile can at worst spoil
+    # that empty file. The configured durability holds again before anything else is written.
+    fresh = (
+        not status.unwrap().applied
+        and not connection.execute("SELECT 1 FROM sqlite_schema LIMIT 1").fetchall()
+    )
     try:
-        _prepare_file(db.connection, settings)
+        if fresh:
+            connection.pragma("synchronous", "OFF")
+        _prepare_file(connection, settings)
+        migrated = apply_migrations(db)
     except apsw.Error as exc:
         return Failure(from_apsw(exc, operation="open", waited_ms=settings.busy_timeout_ms))
-    migrated = apply_migrations(db)
+    finally:
+        if fresh:
+            connection.pragma("synchronous", settings.synchronous.upper())
     if isinstance(migrated, Failure):
         return Failure(migrated.failure())
     return Success(None)

@@ -14,6 +14,7 @@ half-applied migration is refused with a typed error and left as it is.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -68,7 +69,13 @@ class Migration:
     @property
     def creates(self) -> tuple[str, ...]:
         """Names of the tables, indexes, triggers and views this migration creates."""
-        return tuple(_CREATES.findall(self.sql))
+        return _created_names(self.sql)
+
+
+@functools.lru_cache(maxsize=64)
+def _created_names(sql: str) -> tuple[str, ...]:
+    """The names a migration script creates (scanned once per script and process)."""
+    return tuple(_CREATES.findall(sql))
 
 
 @attrs.frozen
@@ -104,8 +111,16 @@ class MigrationStatus:
 def shipped_migrations() -> tuple[Migration, ...]:
     """Return every migration shipped in this package, in id order.
 
+    The files are read once per process: they are package data, and opening a database
+    consults them several times (each migration re-checks the journal under its lock).
+
     Raises ``ValueError`` for a misnamed file or a duplicate id (a packaging bug).
     """
+    return _read_shipped()
+
+
+@functools.cache
+def _read_shipped() -> tuple[Migration, ...]:
     found: dict[int, Migration] = {}
     for entry in resources.files(__name__).iterdir():
         if not entry.name.endswith(".sql"):
