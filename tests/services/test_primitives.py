@@ -23,6 +23,7 @@ from runstore.services._primitives import (
     decode_json,
     encode_json,
     first_failure,
+    text_problem,
     to_epoch_ms,
     within,
 )
@@ -139,6 +140,7 @@ def test_text_accepts_exactly_what_its_policy_allows(text: str) -> None:
     ok = bool(text) and len(text) <= 20 and "\x00" not in text
     assert result == (Success(text) if ok else result)
     assert isinstance(result, Success) == ok
+    assert (text_problem(text, "f", max_chars=20) is None) == ok
     if not ok:
         assert refused_field(result) == "f"
 

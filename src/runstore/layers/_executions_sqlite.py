@@ -10,12 +10,14 @@ rolls back gives its numbers back with its rows. The rules (checks and decisions
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import apsw
 from returns.result import Failure, Result, Success
 
 from runstore.layers._layer import Container, Layer
+from runstore.layers._ledger_shared import ExecutionStorageBase
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
 from runstore.layers._tags import EXECUTION_STORAGE
@@ -24,37 +26,14 @@ from runstore.services._ledger_rules import (
     Claim,
     CreateFacts,
     ExecutionDraft,
-    Finish,
     Listing,
     Renew,
-    check_cancel,
-    check_claim,
-    check_execution_id,
-    check_execution_listing,
-    check_finish,
-    check_new_execution,
-    check_renew,
-    decide_cancel,
-    decide_create,
-    decide_held,
     execution_page,
     execution_record,
-    oldest,
 )
-from runstore.services._primitives import and_then
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
-from runstore.services.executions import (
-    DEFAULT_LIMIT,
-    Execution,
-    ExecutionError,
-    ExecutionFailure,
-    ExecutionId,
-    ExecutionStatus,
-    ExecutionStorage,
-    JsonValue,
-    NewExecution,
-)
+from runstore.services.executions import Execution, ExecutionError, ExecutionStorage
 from runstore.services.pagination import Page
 
 __all__ = ["SqliteExecutionStorage", "next_counter", "sqlite_execution_storage"]
@@ -92,7 +71,6 @@ _END = (
     f"RETURNING {COLUMNS}"
 )
 _COUNTER = "UPDATE execution_counters SET value = value + 1 WHERE name = ? RETURNING value"
-_CANCELLED = ExecutionStatus.CANCELLED.value
 
 
 def next_counter(db: SqliteDatabase, name: str) -> int:
@@ -101,18 +79,16 @@ def next_counter(db: SqliteDatabase, name: str) -> int:
     return value
 
 
-class SqliteExecutionStorage:
+class SqliteExecutionStorage(ExecutionStorageBase):
     """:class:`ExecutionStorage` on the ``executions`` table of one :class:`SqliteDatabase`."""
+
+    _db: SqliteDatabase
 
     def __init__(self, db: SqliteDatabase, clock: Clock) -> None:
         self._db = db
         self._clock = clock
 
-    def _state(self, execution_id: str) -> tuple[str, int] | None:
-        state = self._db.one(_STATE, (execution_id,))
-        return None if state is None else (state[0], state[1])
-
-    # -- reads ---------------------------------------------------------------------------------
+    # -- facts ---------------------------------------------------------------------------------
 
     def _query(
         self, operation: str, sql: str, params: tuple[Any, ...]
@@ -122,10 +98,6 @@ class SqliteExecutionStorage:
         except apsw.Error as exc:
             return Failure(from_apsw(exc, operation=operation, table="executions"))
 
-    def get(self, execution_id: ExecutionId) -> Result[Execution, ExecutionError]:
-        """See :meth:`ExecutionStorage.get`; ``InvalidInput`` for an id that is not valid text."""
-        return and_then(check_execution_id(execution_id), self._get)
-
     def _get(self, execution_id: str) -> Result[Execution, ExecutionError]:
         found = self._query("get execution", _SELECT_BY_ID, (execution_id,))
         if isinstance(found, Failure):
@@ -134,17 +106,6 @@ class SqliteExecutionStorage:
         if not rows:
             return Failure(NotFound("execution", execution_id))
         return Success(execution_record(rows[0]))
-
-    def list(
-        self,
-        project_id: str,
-        *,
-        status: ExecutionStatus | None = None,
-        limit: int = DEFAULT_LIMIT,
-        cursor: str | None = None,
-    ) -> Result[Page[Execution], ExecutionError]:
-        """See :meth:`ExecutionStorage.list`."""
-        return and_then(check_execution_listing(project_id, status, limit, cursor), self._list)
 
     def _list(self, query: Listing) -> Result[Page[Execution], ExecutionError]:
         if query.status is None:
@@ -163,16 +124,7 @@ class SqliteExecutionStorage:
             lambda rows: execution_page(rows, query.limit)
         )
 
-    # -- writes --------------------------------------------------------------------------------
-
-    def create(self, new: NewExecution) -> Result[Execution, ExecutionError]:
-        """See :meth:`ExecutionStorage.create`."""
-        return and_then(
-            check_new_execution(new),
-            lambda draft: self._db.transact("create execution", lambda: self._create(draft)),
-        )
-
-    def _create(self, draft: ExecutionDraft) -> Result[Execution, ExecutionError]:
+    def _create_facts(self, draft: ExecutionDraft) -> CreateFacts:
         db, new = self._db, draft.new
         keyed = None
         if new.idempotency_key is not None:
@@ -180,113 +132,44 @@ class SqliteExecutionStorage:
         parent = None
         if new.parent_id is not None:
             parent = db.one("SELECT project_id FROM executions WHERE id = ?", (new.parent_id,))
-        facts = CreateFacts(
+        return CreateFacts(
             keyed=None if keyed is None else (execution_record(keyed), keyed[-1]),
             id_taken=new.id is not None
             and db.one("SELECT 1 FROM executions WHERE id = ?", (new.id,)) is not None,
             parent_project=None if parent is None else parent[0],
         )
-        return decide_create(draft, facts).map(
-            lambda replay: self._insert(draft) if replay is None else replay
-        )
+
+    def _claimable(self, project_id: str, now_ms: int) -> Iterable[tuple[int, str]]:
+        expired = self._db.one(_OLDEST_EXPIRED, (project_id, now_ms))
+        queued = self._db.one(_OLDEST_QUEUED, (project_id,))
+        return [(row[0], row[1]) for row in (expired, queued) if row is not None]
+
+    def _state(self, execution_id: str) -> tuple[str, int] | None:
+        state = self._db.one(_STATE, (execution_id,))
+        return None if state is None else (state[0], state[1])
+
+    # -- writes --------------------------------------------------------------------------------
 
     def _insert(self, draft: ExecutionDraft) -> Execution:
         row = draft.row(next_counter(self._db, "execution_seq"), self._clock.now_ms())
         return execution_record(self._db.execute(_INSERT, row)[0])
 
-    def claim(
-        self, project_id: str, owner: str, lease_ms: int
-    ) -> Result[Execution | None, ExecutionError]:
-        """See :meth:`ExecutionStorage.claim`."""
-        return and_then(
-            check_claim(project_id, owner, lease_ms),
-            lambda claim: self._db.transact("claim execution", lambda: self._claim(claim)),
-        )
-
-    def _claim(self, claim: Claim) -> Result[Execution | None, ExecutionError]:
-        db = self._db
-        now = self._clock.now_ms()
-        chosen = oldest(
-            row
-            for row in (
-                db.one(_OLDEST_EXPIRED, (claim.project_id, now)),
-                db.one(_OLDEST_QUEUED, (claim.project_id,)),
-            )
-            if row is not None
-        )
-        if chosen is None:
-            return Success(None)
-        token = next_counter(db, "fencing_token")
-        params = (now, claim.owner, now + claim.lease_ms, token, now, chosen)
-        return Success(execution_record(db.execute(_CLAIM, params)[0]))
-
-    def renew(
-        self, execution_id: ExecutionId, fencing_token: int, lease_ms: int
-    ) -> Result[Execution, ExecutionError]:
-        """See :meth:`ExecutionStorage.renew`."""
-        return and_then(
-            check_renew(execution_id, fencing_token, lease_ms),
-            lambda renew: self._db.transact("renew execution lease", lambda: self._renew(renew)),
-        )
-
-    def _renew(self, renew: Renew) -> Result[Execution, ExecutionError]:
-        state = self._state(renew.execution_id)
-        return decide_held(renew.execution_id, state, renew.fencing_token, None).map(
-            lambda _: self._extend(renew)
-        )
+    def _grant(self, execution_id: str, claim: Claim, now_ms: int) -> Execution:
+        token = next_counter(self._db, "fencing_token")
+        params = (now_ms, claim.owner, now_ms + claim.lease_ms, token, now_ms, execution_id)
+        return execution_record(self._db.execute(_CLAIM, params)[0])
 
     def _extend(self, renew: Renew) -> Execution:
         now = self._clock.now_ms()
         params = (now + renew.lease_ms, now, renew.execution_id)
         return execution_record(self._db.execute(_RENEW, params)[0])
 
-    def finish(
-        self,
-        execution_id: ExecutionId,
-        fencing_token: int,
-        status: ExecutionStatus,
-        *,
-        output: JsonValue = None,
-        failure: ExecutionFailure | None = None,
-    ) -> Result[Execution, ExecutionError]:
-        """See :meth:`ExecutionStorage.finish`."""
-        return and_then(
-            check_finish(execution_id, fencing_token, status, output, failure),
-            lambda finish: self._db.transact("finish execution", lambda: self._finish(finish)),
-        )
-
-    def _finish(self, finish: Finish) -> Result[Execution, ExecutionError]:
-        state = self._state(finish.execution_id)
-        return decide_held(finish.execution_id, state, finish.fencing_token, finish.target).map(
-            lambda _: self._end(
-                finish.execution_id, finish.target.value, finish.failure_json, finish.output_json
-            )
-        )
-
     def _end(
         self, execution_id: str, status: str, failure_json: str | None, output_json: str | None
     ) -> Execution:
-        """Store the final ``status`` (keeping the output when ``output_json`` is None)."""
         now = self._clock.now_ms()
         params = (status, output_json, failure_json, now, now, execution_id)
         return execution_record(self._db.execute(_END, params)[0])
-
-    def cancel(
-        self, execution_id: ExecutionId, failure: ExecutionFailure | None = None
-    ) -> Result[Execution, ExecutionError]:
-        """See :meth:`ExecutionStorage.cancel`."""
-        return and_then(
-            check_cancel(execution_id, failure),
-            lambda checked: self._db.transact("cancel execution", lambda: self._cancel(*checked)),
-        )
-
-    def _cancel(
-        self, execution_id: str, failure_json: str | None
-    ) -> Result[Execution, ExecutionError]:
-        state = self._state(execution_id)
-        return decide_cancel(execution_id, None if state is None else state[0]).map(
-            lambda _: self._end(execution_id, _CANCELLED, failure_json, None)
-        )
 
 
 def _typed(db: SqliteDatabase, clock: Clock) -> ExecutionStorage:

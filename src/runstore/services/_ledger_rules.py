@@ -34,6 +34,7 @@ from runstore.services._primitives import (
     decode_json,
     encode_json,
     first_failure,
+    text_problem,
 )
 from runstore.services.action_runs import (
     ActionRun,
@@ -123,6 +124,7 @@ GENERATED_ACTION_RUN_ID = re.compile(r"act_[0-9]+")
 """Ids of this form are generated from the action-run sequence; callers may not choose them."""
 
 _RUNNING = ExecutionStatus.RUNNING.value
+_QUEUED = ExecutionStatus.QUEUED.value  # also the action runs' queued status and phase
 _EXECUTION_STATUS = {status.value: status for status in ExecutionStatus}
 _RUN_STATUS = {status.value: status for status in ActionRunStatus}
 _RUN_PHASE = {phase.value: phase for phase in ActionRunPhase}
@@ -165,9 +167,9 @@ def _ids(*pairs: tuple[object, str]) -> Result[None, InvalidInput]:
     """Check ``(value, field)`` pairs as ids, in order; a ``None`` value is skipped."""
     for value, field in pairs:
         if value is not None:
-            checked = check_id(value, field)
-            if isinstance(checked, Failure):
-                return Failure(checked.failure())
+            problem = text_problem(value, field, max_chars=MAX_TEXT_CHARS)
+            if problem is not None:
+                return Failure(problem)
     return Success(None)
 
 
@@ -357,26 +359,26 @@ class ExecutionDraft:
         """The row of the queued execution this draft creates as number ``seq`` at ``now_ms``."""
         new = self.new
         return ExecutionRow(
-            id=new.id if new.id is not None else f"exe_{seq}",
-            project_id=new.project_id,
-            status=ExecutionStatus.QUEUED.value,
-            seq=seq,
-            name=new.name,
-            input=self.input_json,
-            output="null",
-            failure=None,
-            parent_id=new.parent_id,
-            metadata=self.metadata_json,
-            idempotency_key=new.idempotency_key,
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-            started_at_ms=None,
-            finished_at_ms=None,
-            lease_owner=None,
-            lease_expires_at_ms=None,
-            fencing_token=0,
-            attempts=0,
-            request_digest=self.digest,
+            new.id if new.id is not None else f"exe_{seq}",
+            new.project_id,
+            _QUEUED,
+            seq,
+            new.name,
+            self.input_json,
+            "null",  # output
+            None,  # failure
+            new.parent_id,
+            self.metadata_json,
+            new.idempotency_key,
+            now_ms,  # created_at_ms
+            now_ms,  # updated_at_ms
+            None,  # started_at_ms
+            None,  # finished_at_ms
+            None,  # lease_owner
+            None,  # lease_expires_at_ms
+            0,  # fencing_token
+            0,  # attempts
+            self.digest,
         )
 
 
@@ -575,7 +577,7 @@ def decide_create(
 def is_claimable(status: str, lease_expires_at_ms: int | None, now_ms: int) -> bool:
     """Whether ``claim`` may take an execution: queued, or running with an expired lease
     (expiry <= now). The live layer says the same in SQL."""
-    if status == ExecutionStatus.QUEUED.value:
+    if status == _QUEUED:
         return True
     return status == _RUNNING and lease_expires_at_ms is not None and lease_expires_at_ms <= now_ms
 
@@ -751,16 +753,16 @@ class ActionRunDraft:
         """The row of the queued run this draft makes as number ``seq`` at ``now_ms``."""
         new = self.new
         return ActionRunRow(
-            id=new.id if new.id is not None else f"act_{seq}",
-            project_id=new.project_id,
-            execution_id=new.execution_id,
-            action_id=new.action_id,
-            status=ActionRunStatus.QUEUED.value,
-            phase=ActionRunPhase.QUEUED.value,
-            seq=seq,
-            input=self.input_json,
-            attempt=1,
-            queued_at_ms=now_ms,
+            new.id if new.id is not None else f"act_{seq}",
+            new.project_id,
+            new.execution_id,
+            new.action_id,
+            _QUEUED,  # status
+            _QUEUED,  # phase
+            seq,
+            self.input_json,
+            1,  # attempt
+            now_ms,  # queued_at_ms
         )
 
 

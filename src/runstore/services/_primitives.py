@@ -36,6 +36,7 @@ __all__ = [
     "decode_json",
     "encode_json",
     "first_failure",
+    "text_problem",
     "to_epoch_ms",
     "within",
 ]
@@ -184,22 +185,41 @@ def check_text(
     (UTF-8, and so SQLite, cannot store it). ``InvalidInput(field, ...)`` for a non-``str``
     or text the policy refuses; a ``str`` subclass comes back as a plain ``str`` copy.
     """
+    problem = text_problem(
+        value, field, max_chars=max_chars, allow_empty=allow_empty, allow_nul=allow_nul
+    )
+    if problem is not None:
+        return Failure(problem)
+    text: str = value if type(value) is str else value[:]  # type: ignore[index]
+    return Success(text)
+
+
+def text_problem(
+    value: object,
+    field: str,
+    *,
+    max_chars: int | None,
+    allow_empty: bool = False,
+    allow_nul: bool = False,
+) -> InvalidInput | None:
+    """Why :func:`check_text` refuses ``value`` (the same policy), or None when it accepts it.
+
+    For loops over many values that only need the verdict (no ``Result`` per value).
+    """
     if type(value) is not str:
         if not isinstance(value, str):
-            return Failure(InvalidInput(field, f"must be text, got {type(value).__name__}"))
-        value = value[:]  # a plain str, without calling the subclass's __str__
+            return InvalidInput(field, f"must be text, got {type(value).__name__}")
+        value = value[:]  # a plain str, without calling the subclass's methods
     if not value and not allow_empty:
-        return Failure(InvalidInput(field, "must not be empty"))
+        return InvalidInput(field, "must not be empty")
     if max_chars is not None and len(value) > max_chars:
-        return Failure(
-            InvalidInput(field, f"must be at most {max_chars} characters, got {len(value)}")
-        )
+        return InvalidInput(field, f"must be at most {max_chars} characters, got {len(value)}")
     if not allow_nul and "\x00" in value:
-        return Failure(InvalidInput(field, "must not contain NUL characters"))
+        return InvalidInput(field, "must not contain NUL characters")
     at = _surrogate_at(value)
     if at is not None:
-        return Failure(InvalidInput(field, f"contains a lone surrogate at index {at}"))
-    return Success(value)
+        return InvalidInput(field, f"contains a lone surrogate at index {at}")
+    return None
 
 
 # -- JSON -------------------------------------------------------------------------------------
