@@ -35,6 +35,7 @@ from runstore.services._ledger_rules import (
     check_id,
     check_new_execution,
     check_outcome,
+    check_renew,
     decide_cancel,
     decide_create,
     decide_held,
@@ -235,3 +236,11 @@ def test_cancel_moves_only_unfinished_executions(status: ExecutionStatus) -> Non
     else:
         assert got == Success(None)
     assert decide_cancel("e", None) == Failure(NotFound("execution", "e"))
+
+
+def test_a_fencing_token_beyond_64_bits_is_stale_not_invalid() -> None:
+    renew = check_renew(ExecutionId("e"), 2**70, 1_000).unwrap()
+    assert decide_held("e", ("running", 3), renew.fencing_token, None) == Failure(
+        StaleFencingToken("e", 2**70, 3)
+    )
+    assert isinstance(check_renew(ExecutionId("e"), -1, 1_000).failure(), InvalidInput)

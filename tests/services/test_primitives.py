@@ -170,6 +170,7 @@ def test_text_returns_a_plain_str_for_a_subclass() -> None:
 def test_int_range(value: int) -> None:
     result = check_int(value, "n", minimum=-5, maximum=2**63 - 1)
     assert (result == Success(value)) == (-5 <= value <= 2**63 - 1)
+    assert isinstance(check_int(value, "n", minimum=0, maximum=None), Success) == (value >= 0)
     assert isinstance(check_int(True, "n"), Failure)
     assert isinstance(check_int(1.0, "n"), Failure)
 

@@ -160,7 +160,7 @@ def _check_lease(lease_ms: object) -> Result[int, InvalidInput]:
 
 
 def _check_token(token: object) -> Result[int, InvalidInput]:
-    return check_int(token, "fencing_token", minimum=0)
+    return check_int(token, "fencing_token", minimum=0, maximum=None)
 
 
 def _ids(*pairs: tuple[object, str]) -> Result[None, InvalidInput]:

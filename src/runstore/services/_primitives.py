@@ -115,16 +115,17 @@ def check_optional(
 
 
 def check_int(
-    value: object, field: str, *, minimum: int = MIN_INT64, maximum: int = MAX_INT64
+    value: object, field: str, *, minimum: int = MIN_INT64, maximum: int | None = MAX_INT64
 ) -> Result[int, InvalidInput]:
-    """Return ``value`` as a plain ``int`` when it is an integer in ``minimum..maximum``.
+    """Return ``value`` as a plain ``int`` when it is an integer in ``minimum..maximum``
+    (``maximum`` None: no upper bound).
 
     ``bool`` is refused (``True`` is an ``int`` in Python), as is any other type:
     ``InvalidInput(field, ...)``.
     """
     if isinstance(value, bool) or not isinstance(value, int):
         return Failure(InvalidInput(field, f"must be an integer, got {type(value).__name__}"))
-    if value < minimum or value > maximum:
+    if value < minimum or (maximum is not None and value > maximum):
         return Failure(InvalidInput(field, f"must be in {minimum}..{maximum}, got {value}"))
     return Success(int(value))
 
