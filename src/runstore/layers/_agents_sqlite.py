@@ -37,6 +37,7 @@ from runstore.services.agents import (
     Thread,
     ThreadId,
     ThreadStatus,
+    TokenUsage,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
@@ -88,8 +89,10 @@ def _facts(found: Keyed[R] | None) -> R | None:
 
 
 def _message(thread_id: ThreadId, header: Row, content: str) -> Message:
-    # seq, role, run id, the four token counts, cost, created_at_ms (_HEADER_COLUMNS)
-    usage = rules.usage_of(header[3], header[4], header[5], header[6])
+    # seq, role, run id, the four token counts, cost, created_at_ms (_HEADER_COLUMNS); the
+    # hot path of every listing, so the usage is made inline (one shared value for zeros).
+    counts = header[3:7]
+    usage = rules.NO_USAGE if counts == (0, 0, 0, 0) else TokenUsage(*counts)
     return rules.message_record(
         thread_id, header[0], header[1], content, header[2], usage, header[7], header[8]
     )

@@ -234,11 +234,14 @@ def _combine(
     make: Callable[..., T], *checks: Result[object, InvalidInput]
 ) -> Result[T, InvalidInput]:
     """``make(*values)`` of the checked values, or the first failure among ``checks`` (in
-    argument order: the order a caller sees errors in)."""
-    failed = first_failure(*checks)
-    if isinstance(failed, Failure):
-        return Failure(failed.failure())
-    return Success(make(*(check.unwrap() for check in checks)))
+    argument order: the order a caller sees errors in), as
+    :func:`~runstore.services._primitives.first_failure` finds it."""
+    # ``type() is`` rather than isinstance: Result's metaclass is ABCMeta, whose isinstance
+    # costs a call per check on the append hot path; Failure is final, so this is exact.
+    for check in checks:
+        if type(check) is Failure:
+            return Failure(check.failure())
+    return Success(make(*[check.unwrap() for check in checks]))
 
 
 # -- facts: the rows every layer keeps, as plain values -----------------------------------------
@@ -310,7 +313,8 @@ def run_record(row: RunRow) -> AgentRun:
     )
 
 
-_NO_USAGE = TokenUsage()
+NO_USAGE = TokenUsage()
+"""The usage of a message that cost no tokens (one shared value)."""
 
 
 def message_record(
@@ -335,13 +339,6 @@ def message_record(
         None if cost_text is None else Decimal(cost_text),
         created_at_ms,
     )
-
-
-def usage_of(input_: int, output: int, cache_read: int, cache_write: int) -> TokenUsage:
-    """The :class:`TokenUsage` of four stored counts (one shared value for all zeros)."""
-    if input_ == output == cache_read == cache_write == 0:
-        return _NO_USAGE
-    return TokenUsage(input_, output, cache_read, cache_write)
 
 
 def require_thread(row: T | None, thread_id: str) -> Result[T, AgentError]:
@@ -698,9 +695,10 @@ def check_append(thread_id: object, messages: object, clock: Clock) -> Result[Ap
     checked_id = check_id(thread_id, "thread_id")
     if isinstance(checked_id, Failure):
         return Failure(checked_id.failure())
-    return check_messages(messages, clock).map(
-        lambda drafts: Append(checked_id.unwrap(), drafts, clock.now_ms())
-    )
+    drafts = check_messages(messages, clock)
+    if isinstance(drafts, Failure):
+        return Failure(drafts.failure())
+    return Success(Append(checked_id.unwrap(), drafts.unwrap(), clock.now_ms()))
 
 
 def message_run_ids(drafts: Sequence[MessageDraft]) -> tuple[str, ...]:
@@ -1102,6 +1100,7 @@ class AgentStores(Generic[TS, RS, MS, CS]):
 
 __all__ = [
     "MESSAGE_CURSOR",
+    "NO_USAGE",
     "AgentStores",
     "Append",
     "AppendsOne",
@@ -1156,6 +1155,5 @@ __all__ = [
     "require_run",
     "require_thread",
     "resolve_at",
-    "usage_of",
     "write_decided",
 ]
