@@ -212,6 +212,29 @@ def test_repairs_of_parents_and_timestamps(repo: SessionRepository, tmp_path: Pa
     assert entry.timestamp_ms == 1_764_496_801_000  # the previous entry's time
 
 
+@pytest.mark.parametrize("stamp", [-5, 2**63, "1969-12-31T23:59:59.999Z", "10000-01-01"])
+def test_times_no_store_can_keep_are_repaired_alike_in_every_layer(
+    repo: SessionRepository, tmp_path: Path, stamp: Any
+) -> None:
+    path = write(tmp_path, HEADER, msg("a", None), {**msg("b", "a"), "timestamp": stamp})
+    report = lenient(repo, path)
+    assert [(i.line, i.action) for i in report.issues] == [(3, "repaired")]
+    assert repo.open("s").unwrap().entry("b").unwrap().timestamp_ms == 1_764_496_801_000
+    refused = import_jsonl(repo, path, session_id="strict").failure()
+    assert isinstance(refused, BadLine)
+    assert refused.line == 3
+
+
+def test_a_line_with_white_space_around_its_object_reads_back(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    line = "  " + json.dumps(msg("a", None)) + " \t"
+    report = import_jsonl(repo, write(tmp_path, HEADER, line)).unwrap()
+    assert report.entries == 1
+    entry = repo.open("s").unwrap().entry("a").unwrap()
+    assert dict(entry.payload) == {"message": {"role": "user", "content": "x"}}
+
+
 def test_repeated_ids_across_batches(repo: SessionRepository, tmp_path: Path) -> None:
     path = write(
         tmp_path,

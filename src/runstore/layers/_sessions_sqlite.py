@@ -317,10 +317,10 @@ class SqliteSessionRepository(SessionLayer[int]):
         )
 
     def _tree(self, ref: int, batch: ValidBatch) -> _Tree:
-        wanted = {v.id for v in batch.entries}
-        wanted.update(v.parent_id for v in batch.entries if v.parent_id is not None)
         known: dict[str, Node] = {}
-        if wanted:
+        if batch.entries and self._head(ref).entry_count:  # a session without entries: none
+            wanted = {v.id for v in batch.entries}
+            wanted.update(v.parent_id for v in batch.entries if v.parent_id is not None)
             known = {
                 row[0]: Node(row[1], state_from_columns(row[2:]))
                 for row in self._db.execute(

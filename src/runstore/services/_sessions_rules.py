@@ -133,15 +133,18 @@ _EXACT = Context(prec=80)
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
+_make = tuple.__new__  # builds a NamedTuple from a tuple without its Python-level __new__
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def ms_from_iso(text: str) -> int | None:
     """Parse the format's ISO 8601 timestamp (``2025-11-30T10:53:21.000Z``) to epoch ms.
 
     A timestamp without a zone is read as UTC (JavaScript's ``Date`` writes ``Z``). Returns
-    None when ``text`` is not such a timestamp or names a time :func:`to_epoch_ms` refuses
-    (before 1970 or after 9999).
+    None when ``text`` is not such a timestamp or names a time outside epoch ms 0 to
+    ``MAX_EPOCH_MS`` (before 1970 or after 9999), which ``to_epoch_ms`` would refuse.
     """
     try:
         parsed = datetime.fromisoformat(text)
@@ -149,8 +152,9 @@ def ms_from_iso(text: str) -> int | None:
         return None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
-    converted = to_epoch_ms(parsed, "timestamp")
-    return converted.unwrap() if isinstance(converted, Success) else None
+    # The arithmetic of ``to_epoch_ms`` without its Result: this runs once per imported line.
+    ms = (parsed - _EPOCH) // _ONE_MS
+    return ms if 0 <= ms <= MAX_EPOCH_MS else None
 
 
 def iso_from_ms(ms: int) -> str:
@@ -403,13 +407,16 @@ def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
                 prefix + "payload", f"must be a mapping, not {type(payload).__name__}"
             )
         payload = dict(payload)
-    for key in payload:
-        if type(key) is not str:
-            return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
-        if key in ENVELOPE_KEYS:
-            return InvalidInput(
-                prefix + "payload", f"{key!r} belongs to the envelope, not the payload"
-            )
+    raw = new.raw
+    # Keys parsed from raw JSON text are strings; only the envelope needs looking for then.
+    if raw is None or not ENVELOPE_KEYS.isdisjoint(payload):
+        for key in payload:
+            if type(key) is not str:
+                return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
+            if key in ENVELOPE_KEYS:
+                return InvalidInput(
+                    prefix + "payload", f"{key!r} belongs to the envelope, not the payload"
+                )
     if entry_type == "message":  # the common case, checked inline
         message = payload.get("message")
         problem = (
@@ -424,7 +431,6 @@ def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
         return InvalidInput(
             f"{prefix}payload.{problem[0]}", f"{problem[1]} in a {entry_type} entry"
         )
-    raw = new.raw
     if (
         type(raw) is str
         and raw[:1] == "{"
@@ -440,7 +446,7 @@ def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
             not_json: InvalidInput = encoded.failure()
             return not_json
         body = encoded.unwrap()
-    return ValidEntry(entry_id, parent_id, entry_type, timestamp_ms, payload, body)
+    return _make(ValidEntry, (entry_id, parent_id, entry_type, timestamp_ms, payload, body))
 
 
 def next_state(
@@ -935,6 +941,7 @@ def decide_append(
     builder = SummaryBuilder(summary)
     add = builder.add
     node = facts.node
+    make = _make
     seq = head.next_seq
     for position, valid in enumerate(batch.entries):
         entry_id, parent_id, entry_type, _, payload, _ = valid
@@ -945,7 +952,7 @@ def decide_append(
             parent = local.get(parent_id) or node(parent_id)
             if parent is None:
                 return Failure(BadReference(session_id, entry_id, "parentId", parent_id, position))
-            parent_state = parent.state
+            parent_state = parent[1]
         if entry_type == "compaction":
             first_kept = payload["firstKeptEntryId"]
             if not _reaches(local, facts, parent_id, first_kept):
@@ -956,8 +963,8 @@ def decide_append(
             target, label = label_change(payload)
             labels[target] = label
         state = next_state(parent_state, entry_type, payload)
-        local[entry_id] = Node(parent_id, state)
-        planned.append(PlannedEntry(valid, seq, state))
+        local[entry_id] = make(Node, (parent_id, state))
+        planned.append(make(PlannedEntry, (valid, seq, state)))
         seq += 1
         add(entry_type, payload)
     if batch.refused is not None:

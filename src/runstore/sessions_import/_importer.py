@@ -47,10 +47,10 @@ from typing import Any, BinaryIO, TypeAlias
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._primitives import MAX_EPOCH_MS
 from runstore.services._sessions_rules import ms_from_iso
 from runstore.services.errors import InvalidInput, NotFound
 from runstore.services.sessions import (
-    ENVELOPE_KEYS,
     MAX_ID_CHARS,
     BadReference,
     DuplicateEntry,
@@ -82,6 +82,9 @@ DEFAULT_BATCH_ENTRIES = 256
 
 DEFAULT_BATCH_BYTES = 1 << 20
 """A batch is cut once its lines hold this many bytes of JSON (1 MiB)."""
+
+_ABSENT: Any = object()
+"""Marks an envelope member the line does not have."""
 
 _HEADER_KEYS = frozenset(
     {"type", "version", "id", "timestamp", "cwd", "parentSession", "metadata", "leafId"}
@@ -423,15 +426,21 @@ class _Import:
     # -- entries ---------------------------------------------------------------------------------
 
     def entry(self, item: Parsed) -> ImportFailure | None:
-        value, line = item.value, item.line
-        entry_type = value.get("type")
+        line = item.line
+        # The parsed object is this entry's alone: its envelope is taken out of it, and what
+        # is left is the payload (cheaper than copying the rest into a new dict).
+        payload = item.value
+        pop = payload.pop
+        entry_type = pop("type", _ABSENT)
+        candidate = pop("id", _ABSENT)
+        parent = pop("parentId", _ABSENT)
+        stamp = pop("timestamp", None)
         if type(entry_type) is not str or not entry_type:
             self.unmapped.add(self.index)
             return self.bad(line, "an entry without a type")
         if self.version is None:
-            self.version = 3 if "id" in value else 1
+            self.version = 3 if candidate is not _ABSENT else 1
         raw: str | None = item.raw
-        payload = {k: v for k, v in value.items() if k not in ENVELOPE_KEYS}
         if self.version == 1:
             entry_id: str = f"{self.index:08x}"
             parent_id = self.prev_id
@@ -448,17 +457,16 @@ class _Import:
                     return self.bad(line, f"firstKeptEntryIndex {kept!r} names no earlier entry")
                 payload["firstKeptEntryId"] = f"{kept:08x}"
         else:
-            candidate = value.get("id")
             if not isinstance(candidate, str) or not candidate:
                 return self.bad(line, "an entry without an id")
             entry_id = candidate
-            if "parentId" not in value:
+            if parent is _ABSENT:
                 fixed = self.repair(
                     line, f"entry {entry_id!r} has no parentId", "imported as a root"
                 )
                 if fixed is not None:
                     return fixed
-            parent = value.get("parentId")
+                parent = None
             if parent is not None and not isinstance(parent, str):
                 self.skipped_parents[entry_id] = None
                 return self.bad(line, f"entry {entry_id!r} has a parentId that is not text")
@@ -468,9 +476,12 @@ class _Import:
             if type(message) is dict and message.get("role") == "hookMessage":
                 payload["message"] = {**message, "role": "custom"}
                 raw = None
-        stamp = value.get("timestamp")
         timestamp = (
-            ms_from_iso(stamp) if type(stamp) is str else stamp if type(stamp) is int else None
+            ms_from_iso(stamp)
+            if type(stamp) is str
+            else stamp
+            if type(stamp) is int and 0 <= stamp <= MAX_EPOCH_MS
+            else None
         )
         if timestamp is None:
             fallback = self.last_ts if self.last_ts is not None else 0
