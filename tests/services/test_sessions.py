@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 from typing import Any
 
 import pytest
@@ -267,6 +267,20 @@ def test_costs_add_up_exactly() -> None:
         builder.add("message", _assistant({"cost": {"total": 0.1}}))
     builder.add("message", _assistant({"cost": {"total": 1e-20}}))
     assert builder.build().cost == Decimal("1.00000000000000000001")
+    builder.add("message", _assistant({"cost": {"total": 2}}))
+    assert builder.build().cost == Decimal("3.00000000000000000001")  # built twice: once each
+    builder.add("message", _assistant({"cost": {"total": 0.5}}))
+    assert builder.build().cost == Decimal("3.50000000000000000001")
+
+
+@given(st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(), max_size=20))
+def test_a_cost_is_the_exact_sum_of_the_decimal_texts(totals: list[float | int]) -> None:
+    builder = SummaryBuilder(empty_summary())
+    for total in totals:
+        builder.add("message", _assistant({"cost": {"total": total}}))
+    with localcontext(Context(prec=80)):  # exact for sums of doubles (see SessionSummary)
+        expected = sum((Decimal(repr(t)) for t in totals if t), Decimal(0))
+    assert builder.build().cost == expected
 
 
 def test_name_labels_model_and_thinking_are_the_latest_appended() -> None:

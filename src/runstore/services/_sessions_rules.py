@@ -25,7 +25,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from decimal import Context, Decimal
+from decimal import Context, Decimal, localcontext
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import attrs
@@ -508,6 +508,7 @@ class SummaryBuilder:
     """Folds entries into a :class:`SessionSummary` (mutable, for loops over many entries)."""
 
     __slots__ = (
+        "_float_costs",
         "cached_tokens",
         "cost",
         "entry_count",
@@ -531,6 +532,7 @@ class SummaryBuilder:
         self.model = summary.model
         self.thinking_level = summary.thinking_level
         self.labels = dict(summary.labels)
+        self._float_costs: list[float] = []  # added to ``cost`` in one pass by ``build``
 
     def _usage(self, usage: object) -> None:
         if type(usage) is not dict and not isinstance(usage, Mapping):
@@ -545,7 +547,9 @@ class SummaryBuilder:
         cost = usage.get("cost")
         if type(cost) is dict or isinstance(cost, Mapping):
             total = cost.get("total")
-            if total:
+            if type(total) is float:
+                self._float_costs.append(total)
+            elif total:
                 self.cost = _EXACT.add(self.cost, _cost(total))
 
     def add(self, entry_type: str, payload: Mapping[str, Any]) -> None:
@@ -580,6 +584,13 @@ class SummaryBuilder:
 
     def build(self) -> SessionSummary:
         """The summary of everything added so far."""
+        if self._float_costs:
+            # Each double as the decimal text it denotes, summed exactly, in C loops.
+            with localcontext(_EXACT):
+                self.cost = sum(
+                    map(Decimal, map(repr, filter(math.isfinite, self._float_costs))), self.cost
+                )
+            self._float_costs.clear()
         return SessionSummary(
             name=self.name,
             entry_count=self.entry_count,
