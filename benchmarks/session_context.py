@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from returns.result import Result, Success
 
-from runstore.layers import SqliteDatabase, build, sqlite
+from runstore.layers import SESSION_REPOSITORY, SqliteDatabase, build, sqlite
 from runstore.services import NewEntry, NewSession, SessionRepository
 
 TEXT = "The retry wraps fetch() with exponential backoff and jitter; each attempt is logged. "
@@ -97,7 +97,7 @@ def context(long: int, short: int, kept: int, rounds: int) -> float:
         tempfile.TemporaryDirectory(prefix="runstore-bench-") as folder,
         build(sqlite(os.path.join(folder, "context.db"))) as container,
     ):
-        repo = container.get(SessionRepository)
+        repo = container.get(SESSION_REPOSITORY)
         started = time.perf_counter()
         long_leaf = fill(repo, "long", long, kept)
         short_leaf = fill(repo, "short", short, kept)
@@ -153,7 +153,7 @@ def listing(count: int, rounds: int) -> None:
         tempfile.TemporaryDirectory(prefix="runstore-bench-") as folder,
         build(sqlite(os.path.join(folder, "list.db"))) as container,
     ):
-        repo = container.get(SessionRepository)
+        repo = container.get(SESSION_REPOSITORY)
         db = container.get(SqliteDatabase)
         started = time.perf_counter()
 
