@@ -159,23 +159,24 @@ class SqliteSessionRepository(SessionLayer[int]):
             self._summaries.clear()
             self._seen["data_version"] = version
 
-    def _transact(
-        self, operation: str, fn: Callable[[], Result[T, E]]
-    ) -> Result[T, E | Busy | StorageFailure]:
+    def _synced(self, fn: Callable[[], Result[T, E]]) -> Callable[[], Result[T, E]]:
+        """``fn``, run after the caches are checked against other connections' commits."""
+
         def synced() -> Result[T, E]:
             self._sync()
             return fn()
 
-        return self._db.transact(operation, synced)
+        return synced
+
+    def _transact(
+        self, operation: str, fn: Callable[[], Result[T, E]]
+    ) -> Result[T, E | Busy | StorageFailure]:
+        return self._db.transact(operation, self._synced(fn))
 
     def _read(
         self, operation: str, fn: Callable[[], Result[T, E]]
     ) -> Result[T, E | Busy | StorageFailure]:
-        def synced() -> Result[T, E]:
-            self._sync()
-            return fn()
-
-        return self._db.read(operation, synced)
+        return self._db.read(operation, self._synced(fn))
 
     # -- sessions --------------------------------------------------------------------------------
 
