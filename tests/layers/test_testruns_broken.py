@@ -50,6 +50,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     TestClassification,
     TestDetail,
     TestRecord,
@@ -92,6 +93,11 @@ class PassThrough:
         self, run_id: RunId, status: RunStatus, finished_at: datetime
     ) -> Result[RunSummary, DataStoreError]:
         return self.inner_store.finish_run(run_id, status, finished_at)
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        return self.inner_store.record_selection(run_id, selection)
 
     def abort_stale_runs(
         self, project: str, *, older_than: datetime

@@ -93,6 +93,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     TestClassification,
     TestDetail,
     TestRecord,
@@ -397,6 +398,24 @@ class InMemoryDataStore:
                 state.signatures[key] = attrs.evolve(
                     old, count=old.count + count, last_seen_run_id=run.id, last_seen_at_ms=at
                 )
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """See ``DataStore.record_selection``."""
+        checked = valid_run_id(run_id)
+        if isinstance(checked, Failure):
+            return checked
+        rid = checked.unwrap()
+        state = self._state
+
+        def write() -> Result[RunSummary, DataStoreError]:
+            running = self._running(rid)
+            if isinstance(running, Failure):
+                return running
+            return Success(state.summary(running.unwrap()))
+
+        return self._db.transact("record_selection", write)
 
     def abort_stale_runs(
         self, project: str, *, older_than: datetime

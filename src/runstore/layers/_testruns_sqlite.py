@@ -104,6 +104,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     StackFrame,
     TestClassification,
     TestDetail,
@@ -738,6 +739,23 @@ class SqliteDataStore:
                     for sig, (etype, msg, frame, n) in counted.items()
                 ],
             )
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """See ``DataStore.record_selection``."""
+        checked = valid_run_id(run_id)
+        if isinstance(checked, Failure):
+            return checked
+        rid = checked.unwrap()
+
+        def write() -> Result[RunSummary, DataStoreError]:
+            running = self._running(rid)
+            if isinstance(running, Failure):
+                return running
+            return Success(self._read_summary(rid))
+
+        return self._db.transact("record_selection", write)
 
     def abort_stale_runs(
         self, project: str, *, older_than: datetime

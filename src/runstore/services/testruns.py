@@ -64,6 +64,8 @@ __all__ = [
     "DataStoreError",
     "Environment",
     "ErrorInfo",
+    "Evidence",
+    "EvidenceRule",
     "FailureRecord",
     "FileCoverage",
     "FlakyTest",
@@ -78,6 +80,7 @@ __all__ = [
     "RunStart",
     "RunStatus",
     "RunSummary",
+    "Selection",
     "StackFrame",
     "SubtestResult",
     "TestClassification",
@@ -170,12 +173,49 @@ class Classification(StrEnum):
     STABLE = "stable"
 
 
+class EvidenceRule(StrEnum):
+    """Which rule decided a verdict (the "because" of a ``Classification``).
+
+    Flaky rules, in order of precedence: ``passed_on_rerun`` (failed, then passed on a rerun
+    inside one run: Develocity's and Trunk's pass-on-retry rule), ``same_commit`` (passed and
+    failed on one git commit with a clean tree: BuildPulse's rule), ``oscillation`` (two or
+    more separate failing streaks in the window, ``F..P..F``: Allure's history rule).
+    Non-flaky rules: ``first_failure`` (``new_failure``), ``failing_streak``
+    (``persistent_failure``), ``fixed`` (``recovered``), ``no_failure`` and ``not_executed``
+    (``stable``).
+    """
+
+    PASSED_ON_RERUN = "passed_on_rerun"
+    SAME_COMMIT = "same_commit"
+    OSCILLATION = "oscillation"
+    FIRST_FAILURE = "first_failure"
+    FAILING_STREAK = "failing_streak"
+    FIXED = "fixed"
+    NO_FAILURE = "no_failure"
+    NOT_EXECUTED = "not_executed"
+
+
+@attrs.frozen
+class Evidence:
+    """Why a verdict was reached: the ``rule`` that applied, the runs it rests on (ascending
+    ids; empty when the rule rests on no run, e.g. ``not_executed``) and one human line."""
+
+    rule: EvidenceRule
+    run_ids: tuple[RunId, ...] = ()
+    summary: str = ""
+
+
 # -- inputs -----------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class Environment:
-    """Where a run ran. Versions are as the tools print them; ``command_line`` is argv."""
+    """Where a run ran. Versions are as the tools print them; ``command_line`` is argv.
+
+    ``git_commit`` / ``git_branch`` name the checked-out commit and branch, ``git_dirty``
+    whether the work tree had uncommitted changes; each is None outside a git repository or
+    when git is unavailable.
+    """
 
     python_version: str = ""
     pytest_version: str = ""
@@ -185,6 +225,41 @@ class Environment:
     command_line: tuple[str, ...] = ()
     host: str = ""
     pid: int | None = None
+    git_dirty: bool | None = None
+
+
+@attrs.frozen
+class Selection:
+    """Which tests a run was asked to run, as given on pytest's command line.
+
+    ``args`` are the positional path / node-id arguments as given; ``keyword`` is ``-k``,
+    ``markexpr`` is ``-m``; ``last_failed`` / ``failed_first`` are ``--lf`` / ``--ff``;
+    ``maxfail`` is ``--maxfail`` (``-x`` is 1, 0 is no limit); ``deselected`` is pytest's
+    deselected count and ``collected`` the number of items collected (None when unknown).
+    """
+
+    args: tuple[str, ...] = ()
+    keyword: str | None = None
+    markexpr: str | None = None
+    last_failed: bool = False
+    failed_first: bool = False
+    maxfail: int = 0
+    deselected: int = 0
+    collected: int | None = None
+
+    @property
+    def is_partial(self) -> bool:
+        """Whether the run may have left tests out: any narrowing argument, ``-k``, ``-m``,
+        ``--lf``, a deselected item, or a ``maxfail`` limit (whether it stopped the run early
+        is not knowable from the selection, so any limit counts)."""
+        return bool(
+            self.args
+            or self.keyword
+            or self.markexpr
+            or self.last_failed
+            or self.deselected > 0
+            or self.maxfail > 0
+        )
 
 
 @attrs.frozen
@@ -199,6 +274,7 @@ class RunStart:
     invocation_id: str
     started_at: datetime
     environment: Environment = Environment()
+    selection: Selection = Selection()
 
 
 @attrs.frozen
@@ -366,6 +442,10 @@ class RunSummary:
     counts: dict[str, int]
     collection_errors: int
     environment: Environment
+    selection: Selection = Selection()
+    subtests: dict[str, int] = attrs.Factory(
+        lambda: {"passed": 0, "failed": 0, "skipped": 0}
+    )
 
     @property
     def total(self) -> int:
@@ -443,6 +523,9 @@ class FailureRecord:
     causes: tuple[ErrorInfo, ...]
     signature: str
     is_new: bool
+    streak: int = 1
+    failing_since: RunId | None = None
+    streak_message: str = ""
 
 
 @attrs.frozen
@@ -455,6 +538,7 @@ class TestClassification:
     outcome: Outcome
     classification: Classification
     window: tuple[Outcome, ...]
+    because: Evidence = Evidence(EvidenceRule.NO_FAILURE)
 
 
 @attrs.frozen
@@ -471,6 +555,7 @@ class FlakyTest:
     passes: int
     window: tuple[Outcome, ...]
     last_run_id: RunId | None
+    because: Evidence = Evidence(EvidenceRule.OSCILLATION)
 
 
 @attrs.frozen
@@ -481,6 +566,10 @@ class HistoryEntry:
     outcome: Outcome
     duration_ms: float
     recorded_at_ms: int
+    message: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    rerun_failures: int = 0
 
 
 @attrs.frozen
@@ -526,6 +615,7 @@ class RunComparison:
     fixed: tuple[str, ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    not_run: tuple[str, ...] = ()
 
 
 DataStoreError: TypeAlias = NotFound | IllegalTransition | InvalidInput | Busy | StorageFailure
@@ -607,6 +697,19 @@ class DataStore(Protocol):
         Failures: ``NotFound``; ``IllegalTransition(from, to)`` when the run is not
         ``running`` or ``status`` is ``running``; ``InvalidInput`` for a naive datetime;
         ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """Replace the selection of a ``running`` run (pytest knows its deselected count only
+        after collection) and return the run's summary carrying it.
+
+        Failures: ``NotFound("run", id)``; ``IllegalTransition("run", id, status,
+        "running")`` when the run is no longer ``running``; ``InvalidInput`` for a selection
+        of the wrong type, a negative ``maxfail`` / ``deselected`` / ``collected`` or text
+        holding NUL; ``Busy``; ``StorageFailure``.
         """
         ...
 
