@@ -227,7 +227,7 @@ def test_slowest_coverage_and_diff(db: Path) -> None:
     assert "has no coverage" in none.stderr
     changed = as_json(run(db, "diff", "1", "2", "--format", "json"))
     assert changed == {
-        "run_a": 1, "run_b": 2, "newly_failing": [],
+        "schema_version": 1, "run_a": 1, "run_b": 2, "newly_failing": [],
         "fixed": ["tests/test_cart.py::test_total"],
         "added": ["tests/test_cart.py::test_new"],
         "removed": ["tests/test_rates.py::test_live"],
@@ -278,3 +278,14 @@ def test_failures_show_every_error_and_the_captured_output_tail(tmp_path: Path) 
     assert [e["exception_type"] for e in document["test"]["errors"]] == ["OSError",
                                                                         "RuntimeError"]
     assert document["test"]["stdout"].endswith("line 19\n")
+
+
+@pytest.mark.parametrize("args", [[], ["--all-projects"], ["--project", "shop"]])
+def test_runs_on_an_empty_database_says_no_runs_yet(tmp_path: Path, args: list[str]) -> None:
+    path = tmp_path / "runstore.db"
+    assert run(path, "db", "migrate").exit_code == 0
+    text = run(path, "runs", *args)
+    assert text.exit_code == 0, text.output
+    assert "no runs yet" in text.stdout
+    document = as_json(run(path, "runs", *args, "--format", "json"))
+    assert (document["runs"], document["has_more"]) == ([], False)

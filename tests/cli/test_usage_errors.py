@@ -48,7 +48,7 @@ def test_usage_errors_in_json_mode_print_a_json_error(db: Path, args: list[str])
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code == 2, result.output
     document = json.loads(result.stdout)
-    assert set(document) == {"error"}
+    assert set(document) == {"schema_version", "error"}
     assert document["error"]
     assert "Usage:" in result.stderr
 

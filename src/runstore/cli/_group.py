@@ -66,9 +66,11 @@ class JsonErrorsGroup(click.Group):
             emit_json({"error": " ".join(exc.format_message().split())})
 
 
-def check_db_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def check_db_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse a blank ``--db`` or one naming a directory, naming ``RUNSTORE_DB`` when the
-    value came from the environment."""
+    value came from the environment; None (neither given) passes."""
+    if value is None:
+        return None
     from_env = ctx.get_parameter_source(param.name or "") is ParameterSource.ENVIRONMENT
     hint = "RUNSTORE_DB" if from_env else "'--db'"
     if not value.strip():

@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from returns.result import Failure, Result
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from runstore.cli._guard import require_runstore_database
-from runstore.cli._output import console, emit_json, fail
+from runstore.cli._output import console, emit_json, fail, plain_table
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
@@ -38,6 +35,9 @@ from runstore.services.sessions import (
     iso_from_ms,
 )
 from runstore.sessions_import import ImportMode, ImportReport, export_jsonl, import_jsonl
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["sessions"]
 
@@ -91,9 +91,7 @@ def _json_mode() -> bool:
 def _out() -> Console:
     """Standard output for tables: the terminal's width, or 240 columns when piped."""
     out = console()
-    if not out.is_terminal:
-        out = Console(soft_wrap=False, highlight=False, width=240)
-    return out
+    return out if out.is_terminal else console(width=240)
 
 
 def _line(text: str) -> None:
@@ -212,6 +210,33 @@ def _entry_preview(entry: Entry) -> str:
 # -- import / export -----------------------------------------------------------------------------
 
 
+@contextmanager
+def _import_progress(size: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on standard error for an import of ``size`` bytes, yielding the
+    callback that moves it to a byte offset; None shows nothing (and loads no rich)."""
+    if size is None:
+        yield lambda _done: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("import", total=size)
+        yield lambda done: progress.update(task, completed=done)
+
+
 @sessions.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--strict", is_flag=True, help="Refuse the file at its first bad line (the default).")
@@ -237,28 +262,15 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
     if strict and lenient:
         raise click.UsageError("--strict and --lenient cannot be used together")
     mode = "lenient" if lenient else "strict"
-    size = os.path.getsize(file)
-    err = Console(stderr=True)
-    show_bar = size >= PROGRESS_FROM_BYTES and err.is_terminal and not _json_mode()
+    show_bar = (
+        os.path.getsize(file) >= PROGRESS_FROM_BYTES and sys.stderr.isatty() and not _json_mode()
+    )
     with (
         _repository(create=True) as repo,
-        Progress(
-            TextColumn("importing"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-            disable=not show_bar,
-        ) as progress,
+        _import_progress(os.path.getsize(file) if show_bar else None) as progress,
     ):
-        task = progress.add_task("import", total=size)
         result = import_jsonl(
-            repo,
-            file,
-            mode=ImportMode(mode),
-            session_id=session_id,
-            progress=lambda done: progress.update(task, completed=done),
+            repo, file, mode=ImportMode(mode), session_id=session_id, progress=progress
         )
         report = _get(result)
         record = _get(repo.get(report.session_id))
@@ -362,7 +374,7 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
             }
         )
         return
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     for column in ("session", "created", "entries", "messages", "tokens", "cost", "model"):
         numeric = column in ("entries", "messages", "tokens", "cost")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
@@ -406,7 +418,7 @@ def show(session_id: str) -> None:
         emit_json(_session_document(record))
         return
     summary = record.summary
-    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    table = plain_table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
     rows = [
@@ -471,7 +483,7 @@ def context(session_id: str, leaf: str | None) -> None:
         f"leaf {built.leaf_id}, model {built.model or '-'}, thinking {built.thinking_level}, "
         f"{len(built.messages)} messages"
     )
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     table.add_column("entry", no_wrap=True)
     table.add_column("role", no_wrap=True)
     table.add_column("text", overflow="ellipsis", no_wrap=True)

@@ -17,17 +17,14 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
 import click
 from returns.result import Failure, Result
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from runstore.cli._guard import require_runstore_database
-from runstore.cli._output import console, emit_json, fail
+from runstore.cli._output import console, emit_json, fail, plain_table, status_on_terminal
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import SqliteDatabase, build, sqlite
@@ -48,6 +45,9 @@ from runstore.services.testruns import (
     StackFrame,
     TestRecord,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "coverage",
@@ -301,22 +301,22 @@ def _counts_text(summary: RunSummary) -> str:
 
 
 def _table(*columns: str) -> Table:
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
 
 
 def _row(table: Table, *cells: object) -> None:
+    from rich.text import Text
+
     table.add_row(*(Text("" if c is None else str(c)) for c in cells))
 
 
 def _print(*renderables: object) -> None:
     """Print text (never read as markup) and tables: at the terminal's width on a terminal,
     unwrapped when piped, so node ids stay whole for grep and friends."""
-    out = console() if sys.stdout.isatty() else Console(
-        soft_wrap=False, highlight=False, width=_PIPE_WIDTH
-    )
+    out = console() if sys.stdout.isatty() else console(width=_PIPE_WIDTH)
     for renderable in renderables:
         if isinstance(renderable, str):
             out.print(renderable, markup=False)
@@ -344,7 +344,7 @@ def _run_heading(summary: RunSummary) -> str:
 @_limit_option(20, "Most runs to list (newest first).")
 @format_option
 def runs(project: str | None, all_projects: bool, limit: int) -> None:
-    """List recorded runs, newest first.
+    """List recorded runs, newest first ("no runs yet", exit 0, on an empty database).
 
     \b
     JSON: {"project": NAME|null, "runs": [RUN...], "has_more": bool}
@@ -354,6 +354,12 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
     if all_projects and project is not None:
         raise click.UsageError("give --project or --all-projects, not both")
     with _services() as services:
+        if not services.get(services.reader.projects()):
+            if services.output_format == "json":
+                emit_json({"project": project, "runs": [], "has_more": False})
+            else:
+                _print(f"no runs yet in {services.db_path} (record one with: pytest --runstore)")
+            return
         name = None if all_projects else _project(services, project)
         page = services.get(services.reader.list_runs(name, limit=limit))
         if services.output_format == "json":
@@ -873,7 +879,7 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
     policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
     with _services() as services:
         doing = "planning the prune" if dry_run else "pruning runs"
-        with Console(stderr=True).status(f"{doing}..."):  # shown on a terminal only
+        with status_on_terminal(f"{doing}..."):
             if dry_run:
                 outcome = services.get(services.store.plan_prune(policy))
             else:
