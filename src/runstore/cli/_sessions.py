@@ -18,6 +18,7 @@ from returns.result import Failure, Result
 
 from runstore.cli._guard import require_runstore_database
 from runstore.cli._output import console, emit_json, fail, plain_table
+from runstore.cli._params import SESSION_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
@@ -246,7 +247,11 @@ def _import_progress(size: int | None) -> Iterator[Callable[[int], None]]:
     help="Import what is valid; report every line skipped or repaired.",
 )
 @click.option(
-    "--id", "session_id", default=None, help="Import under this session id instead of the header's."
+    "--id",
+    "session_id",
+    type=SESSION_ID,
+    default=None,
+    help="Import under this session id instead of the header's.",
 )
 @format_option
 def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> None:
@@ -294,7 +299,7 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
     "-o",
     "--output",
@@ -342,7 +347,7 @@ def export(session_id: str, output: str | None) -> None:
 
 
 @sessions.command(name="list")
-@click.option("--cwd", default=None, help="Only sessions of this working directory.")
+@click.option("--cwd", type=TEXT, default=None, help="Only sessions of this working directory.")
 @click.option(
     "--limit",
     type=click.IntRange(1, MAX_PAGE_SIZE),
@@ -350,7 +355,7 @@ def export(session_id: str, output: str | None) -> None:
     show_default=True,
     help=f"Sessions per page (1-{MAX_PAGE_SIZE}).",
 )
-@click.option("--cursor", default=None, help="The next_cursor of the previous page.")
+@click.option("--cursor", type=TEXT, default=None, help="The next_cursor of the previous page.")
 @format_option
 def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
     """List sessions, newest first.
@@ -403,7 +408,7 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @format_option
 def show(session_id: str) -> None:
     """Show one session: where it ran, its leaf and its summary.
@@ -461,9 +466,12 @@ def _context_document(session_id: str, context: SessionContext) -> dict[str, Any
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
-    "--leaf", default=None, help="Build the context at this entry (default: the active leaf)."
+    "--leaf",
+    type=SESSION_ID,
+    default=None,
+    help="Build the context at this entry (default: the active leaf).",
 )
 @format_option
 def context(session_id: str, leaf: str | None) -> None:
@@ -508,7 +516,7 @@ def _all_entries(storage: SessionStorage) -> list[Entry]:
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @format_option
 def tree(session_id: str) -> None:
     """Show the entries of a session as a tree (indented where it branches; * marks the leaf).

@@ -25,6 +25,7 @@ from returns.result import Failure, Result
 
 from runstore.cli._guard import require_runstore_database
 from runstore.cli._output import console, emit_json, fail, plain_table, status_on_terminal
+from runstore.cli._params import MAX_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import SqliteDatabase, build, sqlite
@@ -135,21 +136,23 @@ def _project(services: _Services, explicit: str | None) -> str:
 
 
 class _RunArgument(click.ParamType[int | str]):
-    """A run id (a positive integer) or ``latest``."""
+    """A run id (an integer in ``1..MAX_ID``: larger ones no store holds) or ``latest``."""
 
     name = "RUN"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> int | str:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID:
             return value
         text = str(value).strip()
         if text.lower() == "latest":
             return "latest"
-        if text.isdigit() and int(text) > 0:
+        if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID:
             return int(text)
-        return self.fail(f"{value!r} is not a run id (a positive integer) or 'latest'", param, ctx)
+        return self.fail(
+            f"{value!r} is not a run id (an integer from 1 to {MAX_ID}) or 'latest'", param, ctx
+        )
 
 
 RUN = _RunArgument()
@@ -173,6 +176,7 @@ def project_option(fn: F) -> F:
     return click.option(
         "--project",
         "project",
+        type=TEXT,
         default=None,
         metavar="NAME",
         help="Project to ask about (default: the only project, else the current directory's name).",
@@ -378,7 +382,7 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
 
 @click.command()
 @click.argument("run", type=RUN, default="latest")
-@click.argument("nodeid", required=False)
+@click.argument("nodeid", type=TEXT, required=False)
 @project_option
 @click.option("--all", "show_all", is_flag=True, help="List passing items too (text output).")
 @format_option
@@ -625,8 +629,6 @@ _SYMBOL = {
 def _resolve_test(services: _Services, project: str, fragment: str) -> str:
     """The one node id ``fragment`` names: an exact node id, else the only one containing it;
     none or several end the command, listing the candidates."""
-    if not fragment.strip():
-        raise click.BadParameter("must not be empty", param_hint="NODEID")
     candidates = services.get(services.reader.find_tests(project, fragment, limit=20))
     if fragment in candidates:
         return fragment
@@ -644,7 +646,7 @@ def _resolve_test(services: _Services, project: str, fragment: str) -> str:
 
 
 @click.command()
-@click.argument("nodeid")
+@click.argument("nodeid", type=TEXT)
 @project_option
 @format_option
 def history(nodeid: str, project: str | None) -> None:
@@ -857,7 +859,7 @@ def _check_max_age_days(
 
 
 @click.command()
-@click.option("--keep-runs", type=click.IntRange(min=1), required=True,
+@click.option("--keep-runs", type=click.IntRange(1, MAX_ID), required=True,
               help="Keep the newest N runs of each project.")
 @click.option("--max-age-days", type=float, default=None, callback=_check_max_age_days,
               help=f"Also drop runs that started more than D days ago (0 < D <= {_MAX_AGE_DAYS}).")
