@@ -236,6 +236,7 @@ def _cause_document(cause: ErrorInfo) -> dict[str, Any]:
     return {
         "exception_type": cause.exception_type,
         "message": cause.message,
+        "text": cause.text,
         "frames": [_frame_document(f) for f in cause.frames],
     }
 
@@ -289,6 +290,19 @@ def _seconds(ms: float | None) -> str:
 def _first_line(message: str) -> str:
     line = next((part for part in message.splitlines() if part.strip()), "")
     return line if len(line) <= _MESSAGE_WIDTH else line[: _MESSAGE_WIDTH - 1] + "…"
+
+
+def _error_line(exception_type: str, message: str) -> str:
+    """The first line of an error naming its exception type once: ``ValueError: boom``
+    for the message ``boom`` and for ``ValueError: boom`` (pytest's crash message already
+    starts with the type, qualified or not), the type alone for an empty message."""
+    line = _first_line(message)
+    if not line or not exception_type:
+        return line or exception_type
+    head = line.partition(":")[0]
+    if " " not in head and head.rsplit(".", 1)[-1] == exception_type.rsplit(".", 1)[-1]:
+        return line
+    return f"{exception_type}: {line}"
 
 
 def _plural(count: int, word: str) -> str:
@@ -477,13 +491,13 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
             new = "  (new)" if failure.is_new else ""
             _print("", f"{failure.outcome.value.upper()} {failure.nodeid}  "
                        f"[{failure.phase.value}]{new}")
-            _print(f"  {_first_line(failure.message) or failure.exception_type}")
+            _print(f"  {_error_line(failure.exception_type, failure.message)}")
             project_frames = [f for f in failure.frames if f.is_project] or list(failure.frames)
             for frame in project_frames[-3:]:
                 where = f"{frame.path}:{frame.line}" if frame.line else frame.path
                 _print(f"    at {where} in {frame.function or '?'}")
             for cause in failure.causes:
-                _print(f"  caused by {_first_line(cause.message) or cause.exception_type}")
+                _print(f"  caused by {_error_line(cause.exception_type, cause.message)}")
             if failure.phase is not Phase.COLLECT:
                 _print_detail(services, summary.id, failure.nodeid)
 
@@ -529,13 +543,13 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     if test.skip_reason:
         _print(f"  reason: {test.skip_reason}")
     for error in detail.errors:
-        _print(f"  [{error.phase.value}] {error.exception_type}: {_first_line(error.message)}")
+        _print(f"  [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
         for frame in error.frames:
             where = f"{frame.path}:{frame.line}" if frame.line else frame.path
             _print(f"    at {where} in {frame.function or '?'}")
         cause = error.cause
         while cause is not None:
-            _print(f"    caused by {cause.exception_type}: {_first_line(cause.message)}")
+            _print(f"    caused by {_error_line(cause.exception_type, cause.message)}")
             cause = cause.cause
     for subtest in detail.subtests:
         _print(f"  subtest {subtest.description}: {subtest.outcome.value}")
@@ -559,12 +573,11 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
         return
     detail = services.get(found)
     for error in detail.errors[1:]:
-        _print(f"  also [{error.phase.value}] "
-               f"{_first_line(error.message) or error.exception_type}")
+        _print(f"  also [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
     for subtest in detail.subtests:
         if subtest.outcome in FAILING_OUTCOMES:
             reason = "" if subtest.error is None else (
-                _first_line(subtest.error.message) or subtest.error.exception_type)
+                _error_line(subtest.error.exception_type, subtest.error.message))
             _print(f"  subtest {subtest.description} {subtest.outcome.value}: {reason}")
     if detail.attempts:
         _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
