@@ -139,3 +139,11 @@ def test_the_agent_snippet_records_a_new_turn_each_time_it_runs(tmp_path: Path) 
     assert all(r.status is AgentRunStatus.SUCCEEDED for r in runs)
     assert checkpoint is not None
     assert (checkpoint.number, checkpoint.through_seq) == (2, 4)
+
+
+def test_ci_runs_the_readme_test_command_verbatim_and_fails_with_it() -> None:
+    (setup,) = [b for b in BLOCKS if b.not_run is not None and "-m pytest" in b.body]
+    command = setup.body.strip()
+    lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert f"{command} || status=1" in lines
+    assert lines[-1] == "exit $status"
