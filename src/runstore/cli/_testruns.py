@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,17 +34,23 @@ from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.testruns import (
     FAILING_OUTCOMES,
+    Classification,
     CoverageReport,
     DataReader,
     DataStore,
     ErrorInfo,
+    Evidence,
     FailureRecord,
     Outcome,
     Phase,
     RunId,
     RunRetentionPolicy,
+    RunStatus,
     RunSummary,
+    Selection,
     StackFrame,
+    TestClassification,
+    TestDetail,
     TestRecord,
 )
 
@@ -216,10 +223,29 @@ def _run_document(summary: RunSummary) -> dict[str, Any]:
             "platform": env.platform,
             "git_commit": env.git_commit,
             "git_branch": env.git_branch,
+            "git_dirty": env.git_dirty,
             "command_line": list(env.command_line),
             "host": env.host,
             "pid": env.pid,
         },
+        "selection": _selection_document(summary.selection),
+        "subtests": {key: summary.subtests.get(key, 0) for key in _SUBTEST_KEYS},
+    }
+
+
+_SUBTEST_KEYS = ("passed", "failed", "skipped")
+
+
+def _selection_document(selection: Selection) -> dict[str, Any]:
+    """Every field of the selection (tuples as lists), then ``is_partial``."""
+    return {**attrs.asdict(selection), "is_partial": selection.is_partial}
+
+
+def _evidence_document(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "rule": evidence.rule.value,
+        "run_ids": [int(r) for r in evidence.run_ids],
+        "summary": evidence.summary,
     }
 
 
@@ -255,7 +281,25 @@ def _failure_document(failure: FailureRecord) -> dict[str, Any]:
         "causes": [_cause_document(c) for c in failure.causes],
         "signature": failure.signature,
         "is_new": failure.is_new,
+        "streak": failure.streak,
+        "failing_since": None if failure.failing_since is None else int(failure.failing_since),
+        "streak_message": failure.streak_message,
     }
+
+
+def _verdict_document(verdict: TestClassification) -> dict[str, Any]:
+    return {
+        "classification": verdict.classification.value,
+        "window": [o.value for o in verdict.window],
+        "because": _evidence_document(verdict.because),
+    }
+
+
+def _verdict_or_none(verdict: TestClassification | None) -> dict[str, Any]:
+    """The verdict fields of an item, all None when there is none (a collection error)."""
+    if verdict is None:
+        return {"classification": None, "window": None, "because": None}
+    return _verdict_document(verdict)
 
 
 def _test_document(test: TestRecord, failure: FailureRecord | None) -> dict[str, Any]:
@@ -305,6 +349,15 @@ def _error_line(exception_type: str, message: str) -> str:
     return f"{exception_type}: {line}"
 
 
+def _because(evidence: Evidence) -> str:
+    """A verdict's reason in one line: the rule, then its summary (which names the runs)."""
+    return f"{evidence.rule.value}: {evidence.summary}" if evidence.summary else evidence.rule.value
+
+
+def _runs_list(run_ids: tuple[RunId, ...]) -> str:
+    return ("runs " if len(run_ids) > 1 else "run ") + ", ".join(str(r) for r in run_ids)
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -346,11 +399,38 @@ def _run_heading(summary: RunSummary) -> str:
     duration = (
         None if summary.finished_at_ms is None else summary.finished_at_ms - summary.started_at_ms
     )
-    return (
+    lines = [
         f"run {summary.id}  {summary.project}  {summary.status.value}  "
-        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}\n"
-        f"{_plural(summary.total, 'item')}: {_counts_text(summary)}"
-    )
+        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}",
+        f"{_plural(summary.total, 'item')}: {_counts_text(summary)}",
+    ]
+    subtests = ", ".join(f"{summary.subtests[k]} {k}" for k in _SUBTEST_KEYS
+                         if summary.subtests.get(k, 0))
+    if subtests:
+        lines.append(f"subtests: {subtests}")
+    selected = _selection_text(summary.selection)
+    if selected:
+        lines.append(f"selection: {selected}")
+    return "\n".join(lines)
+
+
+def _selection_text(selection: Selection) -> str:
+    """The selection as pytest options (``tests/a.py -k 'cart' --lf``) with the deselected
+    count; empty for a run of the whole suite."""
+    parts = [shlex.quote(arg) for arg in selection.args]
+    if selection.keyword:
+        parts.append(f"-k {shlex.quote(selection.keyword)}")
+    if selection.markexpr:
+        parts.append(f"-m {shlex.quote(selection.markexpr)}")
+    if selection.last_failed:
+        parts.append("--lf")
+    if selection.failed_first:
+        parts.append("--ff")
+    if selection.maxfail:
+        parts.append("-x" if selection.maxfail == 1 else f"--maxfail={selection.maxfail}")
+    if selection.deselected:
+        parts.append(f"({selection.deselected} deselected)")
+    return " ".join(parts)
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -403,21 +483,26 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
 def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool) -> None:
     """Show one run (default: the latest) with its items, or one item of it in full.
 
-    Text lists the items that did not pass (every item with --all); JSON always lists every
-    item. With NODEID (an exact node id, or a fragment naming one test), show that item:
-    its phases, every error with frames and causes, subtests, earlier attempts and its
-    captured output.
+    The heading gives the counts, the subtest totals and the run's selection (path
+    arguments, -k, -m, --lf, --ff, -x and pytest's deselected count) when it ran one.
+    Each item has its verdict (new_failure, persistent_failure, flaky, recovered, stable)
+    and the reason for it (the rule and the runs it rests on). Text lists the items that
+    did not pass, are flaky or just recovered (every item with --all); JSON always lists
+    every item. With NODEID (an exact node id, or a fragment naming one test), show that
+    item: its verdict, phases, every error with frames and causes, subtests, earlier
+    rerun attempts with their errors and its captured output.
 
     \b
-    JSON: {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
-           "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
-           "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
+    JSON (schemas show.json, show-test.json in runstore/cli/schemas):
+      {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
+       "classification", "window", "because": {"rule", "run_ids", "summary"},
+       "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
+       "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
     With NODEID: {"run": RUN, "test": {"nodeid", "outcome", "duration_ms", "attempts",
-           "skip_reason", "phases": [{"phase", "outcome", "duration_ms"}], "errors":
-           [{"phase", "exception_type", "message", "frames", "causes"}], "subtests":
-           [{"description", "outcome", "duration_ms", "error"}], "earlier_attempts":
-           [{"outcome", "duration_ms"}], "stdout", "stdout_truncated", "stderr",
-           "stderr_truncated", "log", "log_truncated"}}
+       "skip_reason", "classification", "window", "because", "phases", "errors":
+       [{"phase", "exception_type", "message", "text", "frames", "causes"}], "subtests",
+       "earlier_attempts": [{"outcome", "duration_ms", "errors"}], "stdout", "stderr",
+       "log" (each with a *_truncated flag)}}
     Example:
       runstore show latest --format json
       runstore show 12 tests/test_cart.py::test_total
@@ -429,12 +514,14 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
             return
         tests = services.get(services.reader.tests(summary.id))
         failures = services.get(services.reader.failures(summary.id))
+        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
         by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
         collection = [f for f in failures if f.phase is Phase.COLLECT]
         if services.output_format == "json":
             emit_json({
                 "run": _run_document(summary),
-                "tests": [_test_document(t, by_node.get(t.nodeid)) for t in tests],
+                "tests": [{**_test_document(t, by_node.get(t.nodeid)),
+                           **_verdict_or_none(verdicts.get(t.nodeid))} for t in tests],
                 "collection_errors": [
                     {"nodeid": f.nodeid, "phase": f.phase.value,
                      "exception_type": f.exception_type, "message": f.message}
@@ -443,19 +530,31 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
             })
             return
         _print(_run_heading(summary))
-        listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED]
+        listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED
+                  or _noteworthy(verdicts.get(t.nodeid))]
         if collection or listed:
-            table = _table("outcome", "test", "phase", "took", "message")
+            table = _table("outcome", "test", "verdict", "because", "phase", "took", "message")
             for error in collection:
-                _row(table, "collection error", error.nodeid, "collect", "-",
-                     _first_line(error.message))
+                _row(table, "collection error", error.nodeid, "", "", "collect", "-",
+                     _error_line(error.exception_type, error.message))
             for test in listed:
                 failure = by_node.get(test.nodeid)
+                verdict = verdicts.get(test.nodeid)
                 _row(table, test.outcome.value, test.nodeid,
+                     verdict.classification.value if verdict else "",
+                     _because(verdict.because) if verdict else "",
                      failure.phase.value if failure else "",
                      _seconds(test.duration_ms),
-                     _first_line(failure.message) if failure else (test.skip_reason or ""))
+                     _error_line(failure.exception_type, failure.message) if failure
+                     else (test.skip_reason or ""))
             _print("", table)
+
+
+def _noteworthy(verdict: TestClassification | None) -> bool:
+    """Whether a passing item is listed by ``show`` without ``--all``: it is flaky or has
+    just recovered."""
+    return verdict is not None and verdict.classification in (
+        Classification.FLAKY, Classification.RECOVERED)
 
 
 @click.command()
@@ -466,11 +565,16 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
 def failures(run: int | str, project: str | None, only_new: bool) -> None:
     """Show the failing items and collection errors of a run with where they failed.
 
+    Each failing test has its verdict and its reason, since which run and how many runs
+    in a row it has failed, and the first error message of that streak when it differs.
+
     \b
-    JSON: {"run": RUN, "failures": [{"nodeid", "outcome", "phase", "exception_type",
-           "message", "message_truncated", "text", "text_truncated", "frames":
-           [{"path", "line", "function", "is_project"}], "causes": [{"exception_type",
-           "message", "frames"}], "signature", "is_new"}]}
+    JSON (schema failures.json): {"run": RUN, "failures": [{"nodeid", "outcome", "phase",
+           "exception_type", "message", "message_truncated", "text", "text_truncated",
+           "frames": [{"path", "line", "function", "is_project"}], "causes":
+           [{"exception_type", "message", "text", "frames"}], "signature", "is_new",
+           "streak", "failing_since", "streak_message", "classification", "window",
+           "because"}]} (collection errors have null verdict fields)
     Example:
       runstore failures --new
     """
@@ -479,9 +583,11 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
         found = services.get(services.reader.failures(summary.id))
         if only_new:
             found = tuple(f for f in found if f.is_new)
+        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
         if services.output_format == "json":
-            emit_json({"run": _run_document(summary),
-                       "failures": [_failure_document(f) for f in found]})
+            emit_json({"run": _run_document(summary), "failures": [
+                {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid))}
+                for f in found]})
             return
         _print(_run_heading(summary))
         if not found:
@@ -489,9 +595,14 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
             return
         for failure in found:
             new = "  (new)" if failure.is_new else ""
+            verdict = verdicts.get(failure.nodeid)
+            judged = f"  {verdict.classification.value}" if verdict else ""
             _print("", f"{failure.outcome.value.upper()} {failure.nodeid}  "
-                       f"[{failure.phase.value}]{new}")
+                       f"[{failure.phase.value}]{judged}{new}")
             _print(f"  {_error_line(failure.exception_type, failure.message)}")
+            _print(f"  {_streak_text(failure)}")
+            if verdict is not None:
+                _print(f"  because {_because(verdict.because)}")
             project_frames = [f for f in failure.frames if f.is_project] or list(failure.frames)
             for frame in project_frames[-3:]:
                 where = f"{frame.path}:{frame.line}" if frame.line else frame.path
@@ -503,6 +614,20 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
 
 
 _TAIL_LINES = 5
+
+
+def _streak_text(failure: FailureRecord) -> str:
+    """Since which run and how many runs in a row ``failure``'s test has failed, with the
+    first error of the streak when it differs from this run's."""
+    if failure.streak <= 1:
+        return "failing since this run (1 run)"
+    since = ("an earlier run, since pruned" if failure.failing_since is None
+             else f"run {failure.failing_since}")
+    text = f"failing since {since}, {failure.streak} runs in a row"
+    first = _first_line(failure.streak_message)
+    if first and first != _first_line(failure.message):
+        text += f"; the streak began with: {first}"
+    return text
 
 
 def _error_document(error: ErrorInfo) -> dict[str, Any]:
@@ -518,11 +643,14 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     """Print (or emit as JSON) everything stored about one item of a run."""
     detail = services.get(services.reader.test_detail(summary.id, nodeid))
     test = detail.test
+    verdict = next((c for c in services.get(services.reader.classify(summary.id))
+                    if c.nodeid == test.nodeid), None)
     if services.output_format == "json":
         emit_json({"run": _run_document(summary), "test": {
             "nodeid": test.nodeid, "outcome": test.outcome.value,
             "duration_ms": test.duration_ms, "attempts": test.attempts,
             "skip_reason": test.skip_reason,
+            **_verdict_or_none(verdict),
             "phases": [{"phase": p.phase.value, "outcome": p.outcome.value,
                         "duration_ms": p.duration_ms} for p in test.phases],
             "errors": [_error_document(e) for e in detail.errors],
@@ -530,8 +658,9 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
                           "duration_ms": t.duration_ms,
                           "error": None if t.error is None else _error_document(t.error)}
                          for t in detail.subtests],
-            "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms}
-                                 for a in detail.attempts],
+            "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms,
+                                  "errors": [_error_document(e) for e in errors]}
+                                 for a, errors in _attempts_with_errors(detail)],
             "stdout": detail.stdout, "stdout_truncated": detail.stdout_truncated,
             "stderr": detail.stderr, "stderr_truncated": detail.stderr_truncated,
             "log": detail.log, "log_truncated": detail.log_truncated,
@@ -540,6 +669,8 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     _print(_run_heading(summary), "",
            f"{test.outcome.value.upper()} {test.nodeid}  {_seconds(test.duration_ms)}")
     _print("  phases: " + ", ".join(f"{p.phase.value} {p.outcome.value}" for p in test.phases))
+    if verdict is not None:
+        _print(f"  verdict: {verdict.classification.value}, because {_because(verdict.because)}")
     if test.skip_reason:
         _print(f"  reason: {test.skip_reason}")
     for error in detail.errors:
@@ -552,9 +683,10 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
             _print(f"    caused by {_error_line(cause.exception_type, cause.message)}")
             cause = cause.cause
     for subtest in detail.subtests:
-        _print(f"  subtest {subtest.description}: {subtest.outcome.value}")
-    if detail.attempts:
-        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+        reason = "" if subtest.error is None else (
+            f"  {_error_line(subtest.error.exception_type, subtest.error.message)}")
+        _print(f"  subtest {subtest.description}: {subtest.outcome.value}{reason}")
+    _print_attempts(detail)
     for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
                               ("stderr", detail.stderr, detail.stderr_truncated),
                               ("log", detail.log, detail.log_truncated)):
@@ -563,6 +695,23 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
             _print(f"  captured {stream}{note}:")
             for line in text.rstrip("\n").splitlines():
                 _print(f"    | {line}")
+
+
+def _attempts_with_errors(
+    detail: TestDetail,
+) -> list[tuple[TestRecord, tuple[ErrorInfo, ...]]]:
+    """Each earlier attempt of an item, oldest first, with its errors (none stored: ())."""
+    errors = list(detail.attempt_errors) + [()] * len(detail.attempts)
+    return list(zip(detail.attempts, errors[: len(detail.attempts)], strict=True))
+
+
+def _print_attempts(detail: TestDetail) -> None:
+    """One line per earlier rerun attempt (outcome, duration), then a line per error."""
+    for number, (attempt, errors) in enumerate(_attempts_with_errors(detail), start=1):
+        _print(f"  attempt {number} of {len(detail.attempts) + 1}: {attempt.outcome.value}"
+               f"  {_seconds(attempt.duration_ms)}")
+        for error in errors:
+            _print(f"    [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
 
 
 def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
@@ -579,8 +728,7 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
             reason = "" if subtest.error is None else (
                 _error_line(subtest.error.exception_type, subtest.error.message))
             _print(f"  subtest {subtest.description} {subtest.outcome.value}: {reason}")
-    if detail.attempts:
-        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+    _print_attempts(detail)
     for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
                               ("stderr", detail.stderr, detail.stderr_truncated),
                               ("log", detail.log, detail.log_truncated)):
@@ -597,14 +745,18 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
 @project_option
 @format_option
 def flaky(project: str | None) -> None:
-    """List tests whose recent outcomes mix failing and passing, most flips first.
+    """List tests with evidence of flakiness in their recent runs, and why.
 
-    Tests that broke or recovered once are listed too (one flip), below the ones that
-    flip back and forth.
+    Flaky means the outcome changed while the code did not, by the first rule that
+    applies: passed_on_rerun (failed, then passed on a rerun in one run), same_commit
+    (passed and failed on one git commit with a clean tree), oscillation (two or more
+    separate failing streaks, F..P..F). A test that broke once and stays broken, or was
+    fixed once, is not listed.
 
     \b
     JSON: {"project": NAME, "flaky": [{"nodeid", "flips", "failures", "passes",
-           "window": [OUTCOME...] (newest first), "last_run_id"}]}
+           "window": [OUTCOME...] (newest first), "last_run_id",
+           "because": {"rule", "run_ids", "summary"}}]}
     Example:
       runstore flaky --format json
     """
@@ -615,16 +767,17 @@ def flaky(project: str | None) -> None:
             emit_json({"project": name, "flaky": [
                 {"nodeid": f.nodeid, "flips": f.flips, "failures": f.failures,
                  "passes": f.passes, "window": [o.value for o in f.window],
-                 "last_run_id": f.last_run_id}
+                 "last_run_id": f.last_run_id, "because": _evidence_document(f.because)}
                 for f in found
             ]})
             return
         if not found:
             _print(f"no flaky tests in {name}")
             return
-        table = _table("test", "flips", "failed", "passed", "recent (newest first)")
+        table = _table("test", "rule", "because", "recent (newest first)")
         for test in found:
-            _row(table, test.nodeid, test.flips, test.failures, test.passes,
+            _row(table, test.nodeid, test.because.rule.value,
+                 test.because.summary or _runs_list(test.because.run_ids),
                  " ".join(_SYMBOL.get(o, "?") for o in test.window))
         _print(f"{_plural(len(found), 'flaky test')} in {name}", table)
 
@@ -667,9 +820,14 @@ def history(nodeid: str, project: str | None) -> None:
 
     NODEID is a node id or a unique part of one.
 
+    Each row keeps the first error message of a failing outcome, the git commit (with
+    "+dirty" for uncommitted changes) and the failed rerun attempts before the final one;
+    the rows outlive the pruning of their runs.
+
     \b
     JSON: {"project": NAME, "nodeid": NODEID, "history": [{"run_id", "outcome",
-           "duration_ms", "recorded_at_ms"}]}
+           "duration_ms", "recorded_at_ms", "message", "git_commit", "git_dirty",
+           "rerun_failures"}]}
     Example:
       runstore history test_checkout.py::test_total
     """
@@ -680,14 +838,18 @@ def history(nodeid: str, project: str | None) -> None:
         if services.output_format == "json":
             emit_json({"project": name, "nodeid": resolved, "history": [
                 {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
-                 "recorded_at_ms": e.recorded_at_ms}
+                 "recorded_at_ms": e.recorded_at_ms, "message": e.message,
+                 "git_commit": e.git_commit, "git_dirty": e.git_dirty,
+                 "rerun_failures": e.rerun_failures}
                 for e in entries
             ]})
             return
-        table = _table("run", "outcome", "took", "recorded")
+        table = _table("run", "outcome", "took", "recorded", "commit", "reruns", "message")
         for entry in entries:
+            commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
             _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
-                 entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms))
+                 entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms),
+                 commit, entry.rerun_failures or "", _first_line(entry.message or ""))
         _print(resolved, table)
 
 
@@ -828,11 +990,15 @@ def trends(project: str | None, limit: int) -> None:
 @project_option
 @format_option
 def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
-    """Show what changed from RUN_A to RUN_B: newly failing, fixed, added, removed tests.
+    """Show what changed from RUN_A to RUN_B: newly failing, fixed, added, not run, removed.
+
+    A test of RUN_A missing from RUN_B is "not run" when RUN_B ran a selection (a path or
+    node id argument, -k, -m, --lf, -x or deselected items) or was interrupted or aborted,
+    and "removed" otherwise.
 
     \b
     JSON: {"run_a", "run_b", "newly_failing": [NODEID], "fixed": [...], "added": [...],
-           "removed": [...]}
+           "not_run": [...], "removed": [...]}
     Example:
       runstore diff 11 12
     """
@@ -843,14 +1009,20 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
         document: dict[str, Any] = {
             "run_a": int(compared.run_a), "run_b": int(compared.run_b),
             "newly_failing": list(compared.newly_failing), "fixed": list(compared.fixed),
-            "added": list(compared.added), "removed": list(compared.removed),
+            "added": list(compared.added), "not_run": list(compared.not_run),
+            "removed": list(compared.removed),
         }
         if services.output_format == "json":
             emit_json(document)
             return
         _print(f"run {a.id} -> run {b.id}")
+        selected = _selection_text(b.selection)
+        if selected:
+            _print(f"run {b.id} ran a selection: {selected}")
+        not_run = (f"not run (run {b.id} was {b.status.value})"
+                   if b.status in (RunStatus.INTERRUPTED, RunStatus.ABORTED) else "not run")
         for key, title in (("newly_failing", "newly failing"), ("fixed", "fixed"),
-                           ("added", "added"), ("removed", "removed")):
+                           ("added", "added"), ("not_run", not_run), ("removed", "removed")):
             names = document[key]
             _print(f"{title}: {len(names)}")
             for nodeid in names:
