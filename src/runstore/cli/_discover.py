@@ -16,7 +16,7 @@ import os
 
 import attrs
 
-from runstore.layers import DEFAULT_DB_PATH
+from runstore.layers import DEFAULT_DB_PATH, find_project_database
 
 __all__ = ["DatabaseChoice", "choose_database", "find_project_database"]
 
@@ -42,23 +42,6 @@ class DatabaseChoice:
             "default": "none found walking up from the current folder",
         }[self.source]
         return f"{self.path} ({how})"
-
-
-def find_project_database(start: str) -> str | None:
-    """The absolute path of the nearest ``.runstore/runstore.db`` at or above ``start``.
-
-    Walks up from ``start`` (a folder) to the file-system root, stopping after the first
-    folder that holds ``.git``; None when no folder on the way holds the file.
-    """
-    here = os.path.abspath(start)
-    while True:
-        candidate = os.path.join(here, DEFAULT_DB_PATH)
-        if os.path.isfile(candidate):
-            return candidate
-        parent = os.path.dirname(here)
-        if parent == here or os.path.exists(os.path.join(here, ".git")):
-            return None
-        here = parent
 
 
 def choose_database(explicit: str | None, source: str) -> DatabaseChoice:

@@ -30,7 +30,14 @@ from runstore.layers._executions_memory import InMemoryExecutionStorage
 from runstore.layers._executions_sqlite import SqliteExecutionStorage
 from runstore.layers._layer import Container, Layer, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
-from runstore.layers._open import open_database
+from runstore.layers._open import (
+    DEFAULT_DB_PATH,
+    GITIGNORE,
+    database_path_problem,
+    find_project_database,
+    make_database_folder,
+    open_database,
+)
 from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
 from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
@@ -45,6 +52,7 @@ from runstore.services.clock import Clock, SystemClock
 
 __all__ = [
     "DEFAULT_DB_PATH",
+    "GITIGNORE",
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
@@ -66,12 +74,15 @@ __all__ = [
     "UnitOfWork",
     "build",
     "connect",
+    "database_path_problem",
+    "find_project_database",
     "in_memory",
     "in_memory_agent_storage",
     "in_memory_database",
     "in_memory_execution_ledger",
     "in_memory_sessions",
     "in_memory_test_runs",
+    "make_database_folder",
     "merge",
     "open_database",
     "provide",
@@ -83,8 +94,6 @@ __all__ = [
     "sqlite_test_runs",
     "system_clock",
 ]
-
-DEFAULT_DB_PATH = os.path.join(".runstore", "runstore.db")
 
 
 def sqlite_database(
