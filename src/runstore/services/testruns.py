@@ -325,7 +325,9 @@ class RunStart:
     """What ``begin_run`` needs: the project, the invocation it belongs to, when it started.
 
     ``started_at`` must be timezone-aware (a naive datetime is ``InvalidInput``).
-    ``invocation_id`` is shared by every project run of one invocation.
+    ``invocation_id`` is shared by every project run of one invocation. ``selection`` is
+    what the command line asked for, as far as it is known at the start (``record_selection``
+    replaces it once pytest has collected and deselected).
     """
 
     project: str
@@ -752,8 +754,10 @@ class DataStore(Protocol):
         """Create a ``running`` run for ``start.project`` and return its id.
 
         Failures: ``InvalidInput`` for an empty project or invocation id, one holding NUL or
-        a lone surrogate, a naive ``started_at``, or text that cannot be stored (lone
-        surrogates are replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
+        a lone surrogate, a naive ``started_at``, an environment or selection field of the
+        wrong type (``git_dirty`` must be a ``bool`` or None; the selection is checked as
+        ``record_selection`` checks it), or text that cannot be stored (lone surrogates are
+        replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
         """
         ...
 
@@ -789,8 +793,11 @@ class DataStore(Protocol):
         """Move a ``running`` run to a final status and return its summary.
 
         ``passed``/``failed`` runs update the history window of every executed item (then
-        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement) and the
-        failure signatures; ``interrupted``/``aborted`` runs update neither.
+        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement; each
+        entry keeps the first error message, the run's commit and dirty flag, the failed
+        rerun attempts and, when failing, its streak) and the failure signatures;
+        ``interrupted``/``aborted`` runs update neither. Every final status freezes which
+        failure signatures are new in the run (``FailureRecord.is_new``).
         Failures: ``NotFound``; ``IllegalTransition(from, to)`` when the run is not
         ``running`` or ``status`` is ``running``; ``InvalidInput`` for a naive datetime;
         ``Busy``; ``StorageFailure``.
@@ -819,7 +826,8 @@ class DataStore(Protocol):
         """Mark ``aborted`` every ``running`` run of ``project`` last written before ``older_than``.
 
         Returns the ids it aborted (ascending); an aborted run's ``finished_at_ms`` is its
-        last write. Failures: ``InvalidInput`` (naive datetime), ``Busy``, ``StorageFailure``.
+        last write, and its new failure signatures are frozen as ``finish_run`` freezes them.
+        Failures: ``InvalidInput`` (naive datetime), ``Busy``, ``StorageFailure``.
         """
         ...
 

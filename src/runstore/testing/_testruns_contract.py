@@ -76,10 +76,13 @@ from runstore.services.testruns import (
     RunRetentionPolicy,
     RunStart,
     RunStatus,
+    RunSummary,
     Selection,
     StackFrame,
     SubtestResult,
+    TestClassification,
     TestDetail,
+    TestRecord,
     TestResult,
     derive_outcome,
 )
@@ -834,16 +837,21 @@ class RunRecordsMachine(RuleBasedStateMachine):
                            r.find_tests(project, fragment), m.find_tests(project, fragment))
         for run in (*self.runs, UNKNOWN_RUN):
             s = self._sut_id(run)
-            self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
-            self._same(f"tests({run})", r.tests(s), m.tests(run))
+            summary = self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
+            tests = self._same(f"tests({run})", r.tests(s), m.tests(run))
             failing = frozenset({Outcome.FAILED, Outcome.ERROR})
             self._same(f"tests({run}, failing)", r.tests(s, outcomes=failing),
                        m.tests(run, outcomes=failing))
             self._same(f"failures({run})", r.failures(s), m.failures(run))
-            for nodeid in self.nodeids:
+            details = [
                 self._same(f"test_detail({run}, {nodeid!r})", r.test_detail(s, nodeid),
                            m.test_detail(run, nodeid))
-            self._same(f"classify({run})", r.classify(s), m.classify(run))
+                for nodeid in self.nodeids
+            ]
+            classified = self._same(f"classify({run})", r.classify(s), m.classify(run))
+            if isinstance(summary, Success):
+                _check_subtest_totals(run, summary.unwrap(), tests.unwrap(), details)
+                _check_rules(run, classified.unwrap())
             self._same(f"slowest({run}, 2)", r.slowest(s, limit=2), m.slowest(run, limit=2))
             self._same(f"coverage({run})", r.coverage(s), m.coverage(run))
         if len(self.runs) >= 2:
@@ -895,41 +903,6 @@ class RunRecordsMachine(RuleBasedStateMachine):
             )
 
     @invariant()
-    def subtest_totals_come_from_stored_rows(self) -> None:
-        words = {Outcome.PASSED: "passed", Outcome.XPASSED: "passed", Outcome.FAILED: "failed",
-                 Outcome.ERROR: "failed", Outcome.SKIPPED: "skipped", Outcome.XFAILED: "skipped"}
-        for run in self.runs:
-            summary = self.reader.get_run(self._sut_id(run))
-            if isinstance(summary, Failure):
-                continue
-            stored: Counter[str] = Counter()
-            for test in self.reader.tests(self._sut_id(run)).unwrap():
-                detail = self.reader.test_detail(self._sut_id(run), test.nodeid).unwrap()
-                stored.update(words[t.outcome] for t in detail.subtests)
-                derived = derive_outcome(test.phases, (t.outcome for t in detail.subtests))
-                assert test.outcome == derived, (
-                    f"{test.nodeid} of run {run} is {test.outcome}, its phases and subtests "
-                    f"say {derived}"
-                )
-            totals = summary.unwrap().subtests
-            assert totals == {w: stored[w] for w in ("passed", "failed", "skipped")}, (
-                f"subtests of run {run} {totals} differ from its stored rows {dict(stored)}"
-            )
-
-    @invariant()
-    def verdicts_carry_their_rule(self) -> None:
-        for run in self.runs:
-            classified = self.reader.classify(self._sut_id(run))
-            if isinstance(classified, Failure):
-                continue
-            for item in classified.unwrap():
-                assert item.because.rule in _RULES_OF[item.classification], (
-                    f"{item.nodeid} of run {run} is {item.classification} because "
-                    f"{item.because.rule}"
-                )
-                assert item.because.summary, item
-
-    @invariant()
     def history_is_bounded(self) -> None:
         for project in self.projects:
             for nodeid in self.nodeids:
@@ -940,6 +913,40 @@ class RunRecordsMachine(RuleBasedStateMachine):
                         f"history({project!r}, {nodeid!r}) has {n} entries, more than the "
                         f"window of {DEFAULT_HISTORY_WINDOW}"
                     )
+
+
+def _check_subtest_totals(
+    run: RunId,
+    summary: RunSummary,
+    tests: Sequence[TestRecord],
+    details: Sequence[Result[TestDetail, Any]],
+) -> None:
+    """A run's subtest totals are those of its stored subtests, and every item's outcome
+    is what its phases and subtests say (``derive_outcome``)."""
+    words = {Outcome.PASSED: "passed", Outcome.XPASSED: "passed", Outcome.FAILED: "failed",
+             Outcome.ERROR: "failed", Outcome.SKIPPED: "skipped", Outcome.XFAILED: "skipped"}
+    stored: Counter[str] = Counter()
+    found = {d.unwrap().test.nodeid: d.unwrap() for d in details if isinstance(d, Success)}
+    assert set(found) == {t.nodeid for t in tests}, (run, sorted(found))
+    for detail in found.values():
+        stored.update(words[t.outcome] for t in detail.subtests)
+        derived = derive_outcome(detail.test.phases, (t.outcome for t in detail.subtests))
+        assert detail.test.outcome == derived, (
+            f"{detail.test.nodeid} of run {run} is {detail.test.outcome}, its phases and "
+            f"subtests say {derived}"
+        )
+    assert summary.subtests == {w: stored[w] for w in ("passed", "failed", "skipped")}, (
+        f"subtests of run {run} {summary.subtests} differ from its stored rows {dict(stored)}"
+    )
+
+
+def _check_rules(run: RunId, classified: Sequence[TestClassification]) -> None:
+    """Every verdict rests on a rule of its kind and says why in words."""
+    for item in classified:
+        assert item.because.rule in _RULES_OF[item.classification], (
+            f"{item.nodeid} of run {run} is {item.classification} because {item.because.rule}"
+        )
+        assert item.because.summary, item
 
 
 _RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
