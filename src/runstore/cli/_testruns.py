@@ -6,7 +6,9 @@ Every query takes ``--project`` (default: the only project in the database, else
 named like the current directory) and ``--format text|json``. Exit codes: 0 answered,
 1 refused with a one-line reason on standard error (no database, unknown project, run or
 test, an ambiguous test or project, busy or broken database), 2 usage error (click's own,
-for an argument that is not valid at all, such as ``--limit 0`` or ``RUN`` = ``x``).
+for an argument that is not valid at all, such as ``--limit 0``, ``RUN`` = ``x``, a run id
+above ``2**63 - 1`` or a blank node id; see ``runstore.cli._params``). JSON shapes: the
+schema files in ``runstore/cli/schemas/``.
 """
 
 from __future__ import annotations
