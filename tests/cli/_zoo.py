@@ -1,4 +1,4 @@
-"""The test-run database several CLI tests read (the ``zoo_db`` fixture of conftest.py).
+"""A test-run database several CLI tests read (seed it once per module, never write it).
 
 ``seed_zoo(path)`` records runs 1-4 of project ``zoo`` with one test per row of the
 classification table (window newest first); run 4 adds a rerun pass, subtests, coverage and a

@@ -19,6 +19,7 @@ from typing import Any
 import click
 import jsonschema
 import pytest
+from _zoo import seed_zoo  # beside this file
 from click.testing import CliRunner
 from referencing import Registry, Resource
 
@@ -91,6 +92,11 @@ def validate(name: str, document: Any) -> None:
     problems = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
                 for e in validator.iter_errors(document)]
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def zoo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seed_zoo(tmp_path_factory.mktemp("zoo") / "runstore.db")
 
 
 @pytest.fixture

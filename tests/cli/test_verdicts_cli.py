@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _zoo import FLAKY, VERDICTS  # beside this file
+from _zoo import FLAKY, VERDICTS, seed_zoo  # beside this file
 from click.testing import CliRunner, Result
 
 from runstore.cli import cli
 
 
-@pytest.fixture
-def db(zoo_db: Path) -> Path:
-    return zoo_db
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seed_zoo(tmp_path_factory.mktemp("zoo") / "runstore.db")
 
 
 def run(db: Path, *args: str) -> Result:
