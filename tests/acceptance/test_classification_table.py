@@ -41,9 +41,7 @@ PLAIN, CLEAN, DIRTY = "outside-git", "clean-commit", "dirty-tree"
 
 SCENARIOS: dict[str, tuple[tuple[str, str], ...]] = {
     "`P` after a failed rerun attempt in the same run": ((PLAIN, "R"),),
-    "`P`, and `P` after a failed rerun attempt in an earlier run of the window": (
-        (PLAIN, "RP"),
-    ),
+    "`P P`, the older `P` after a failed rerun attempt": ((PLAIN, "RP"),),
     "`F` and `P` on one commit with a clean tree": ((CLEAN, "PF"),),
     "`F P` on one commit with a dirty or unknown tree": ((DIRTY, "PF"), (PLAIN, "PF")),
     "skipped or xfailed in this run": ((PLAIN, "PS"), (PLAIN, "PX")),
