@@ -1,8 +1,10 @@
-"""The distribution declares its license and ships the license text in the sdist and wheel.
+"""The distribution declares its license, ships the license text in the sdist and the wheel,
+and the wheel holds every file of the package.
 
 The build test runs setuptools' own backend (the version ``[build-system]`` requires, fetched
 from the package index into a scratch folder) on a copy of the tree's files, as ``pip wheel``
-and ``python -m build`` would, and reads the archives it makes (about 5 s, most of it fetching the backend).
+and ``python -m build`` would, and reads the archives it makes (about 5 s, most of it
+fetching the backend).
 """
 
 from __future__ import annotations
@@ -83,3 +85,14 @@ def test_the_sdist_and_the_wheel_hold_the_license(built: tuple[Path, Path]) -> N
         metadata = archive.read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata.splitlines()
     assert "License-File: LICENSE" in metadata.splitlines()
+
+
+def test_the_wheel_holds_every_file_of_the_package(built: tuple[Path, Path]) -> None:
+    # Package data (migrations, JSON schemas, py.typed) must be listed in pyproject to ship.
+    _, wheel = built
+    package = {name.removeprefix("src/") for name in _tree_files()
+               if name.startswith("src/runstore/")}
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = set(archive.namelist())
+    assert package - shipped == set()
+    assert any(name.startswith("runstore/cli/schemas/") for name in package)
