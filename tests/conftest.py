@@ -1,13 +1,20 @@
-"""Shared test configuration: hypothesis profiles and the opt-in slow marker.
+"""Shared test configuration: hypothesis profiles, the opt-in slow marker, acceptance inputs.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``default`` (fast, for local runs), ``ci`` (what
 ``.ci/run`` uses; still inside CI's time), ``deep`` (many more examples; run before calling an
 issue resolved). ``RUNSTORE_SLOW=1`` runs tests marked ``slow`` (crash loops, soak tests).
+
+``@pytest.mark.acceptance_inputs(FOLDER)`` marks a test that reads the shared acceptance
+inputs in ``FOLDER`` (``../shared/acceptance/...`` beside the repository). When the folder is
+missing the test is skipped with a reason naming it, except under CI (``CI`` set, as
+``.ci/run`` runs), where it fails: CI must run every acceptance test, never skip one.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -43,3 +50,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+def in_ci(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether CI runs the tests: ``CI`` is set to anything but empty, ``0`` or ``false``."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "acceptance_inputs(folder): needs the shared acceptance inputs in folder "
+        "(skipped when missing, failed under CI)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers("acceptance_inputs"):
+        (folder,) = marker.args
+        if Path(folder).is_dir():
+            continue
+        if in_ci():
+            pytest.fail(
+                f"the acceptance inputs are missing: {folder} is not a folder (CI runs every "
+                "acceptance test; lay ../shared/acceptance beside the repository)",
+                pytrace=False,
+            )
+        pytest.skip(
+            f"needs the acceptance inputs in {folder} (../shared/acceptance beside the "
+            "repository), which is missing; under CI this fails"
+        )

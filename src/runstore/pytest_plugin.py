@@ -7,10 +7,17 @@ so an installed but disabled plugin costs one module of option definitions.
 Options:
 
 - ``--runstore`` or the ini value ``runstore = true``: record this run.
-- ``--runstore-db PATH``: the database file (default: ``$RUNSTORE_DB``, else
-  ``.runstore/runstore.db`` under the directory pytest was invoked from, as the CLI).
+- ``--runstore-db PATH``: the database file (default: ``$RUNSTORE_DB``, else the project's
+  ``.runstore/runstore.db`` at pytest's rootdir, whichever folder pytest runs from; the
+  CLI finds it walking up). A blank path or a directory is a usage error, worded as the
+  CLI's. A ``.runstore`` folder the plugin creates gets a ``.gitignore`` holding ``*``.
 - ``--runstore-project NAME``: the project the run belongs to (default: the ini value
   ``runstore_project``, else the name of pytest's rootdir).
+- ``--runstore-keep-runs N`` or ini ``runstore_keep_runs``: after each recorded run keep
+  the newest N runs per project (default 400, a year of daily CI with room to spare; 0
+  keeps every run). ``--runstore-max-age-days DAYS`` or ini ``runstore_max_age_days``: also
+  drop runs older than that (default: no age limit; 0 is none). A running run is never
+  pruned; ``-v`` prints what was removed.
 """
 
 from __future__ import annotations
@@ -51,9 +58,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="project name for the recorded run (default: ini runstore_project, else the "
         "rootdir name).",
     )
+    group.addoption(
+        "--runstore-keep-runs",
+        action="store",
+        default=None,
+        dest="runstore_keep_runs",
+        metavar="N",
+        help="after the run keep the newest N runs per project (default: ini "
+        "runstore_keep_runs, else 400; 0 keeps every run).",
+    )
+    group.addoption(
+        "--runstore-max-age-days",
+        action="store",
+        default=None,
+        dest="runstore_max_age_days",
+        metavar="DAYS",
+        help="after the run also drop runs older than DAYS (default: ini "
+        "runstore_max_age_days, else no age limit).",
+    )
     parser.addini("runstore", "record every run into the runstore database", type="bool",
                   default=False)
     parser.addini("runstore_project", "project name for recorded runs", default="")
+    parser.addini("runstore_keep_runs", "runs kept per project after each recorded run "
+                  "(0 keeps every run)", default="")
+    parser.addini("runstore_max_age_days", "drop recorded runs older than this many days "
+                  "after each recorded run", default="")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -146,7 +146,9 @@ def test_status_on_a_missing_file_exits_1_and_creates_nothing(tmp_path: Path) ->
     assert "no database" in one_line_reason(text)
     assert as_json.exit_code == 1
     assert json.loads(as_json.stdout) == {
+        "schema_version": 1,
         "database": str(path),
+        "database_source": "--db",
         "exists": False,
         "healthy": False,
         "error": f"no database at {path} (create it with: runstore db migrate)",

@@ -167,7 +167,7 @@ def test_list_and_show(db: str) -> None:
     assert session["summary"]["labels"] == {"e1": "start"}
     assert session["summary"]["model"] == {"provider": "openai", "model_id": "gpt-5"}
     shown = _json(run("--db", db, "sessions", "show", TREE_ID, "--format", "json"))
-    assert shown == session
+    assert shown == {"schema_version": 1, **session}
     text = run("--db", db, "sessions", "list").stdout
     assert TREE_ID in text
     assert "Tiny" in text

@@ -48,9 +48,58 @@ def test_usage_errors_in_json_mode_print_a_json_error(db: Path, args: list[str])
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code == 2, result.output
     document = json.loads(result.stdout)
-    assert set(document) == {"error"}
+    assert set(document) == {"schema_version", "error"}
     assert document["error"]
     assert "Usage:" in result.stderr
+
+
+_LONG_ID = "s" * 257
+_HUGE = "99999999999999999999999"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", _HUGE],
+        ["show", str(2**63)],
+        ["show", "\u00b2"],  # a digit to str.isdigit, not to int()
+        ["failures", _HUGE],
+        ["slowest", _HUGE],
+        ["coverage", _HUGE],
+        ["diff", "1", _HUGE],
+        ["diff", _HUGE, "1"],
+        ["prune", "--keep-runs", str(2**63), "--dry-run"],
+        ["prune", "--keep-runs", "-1"],
+        ["runs", "--project", ""],
+        ["runs", "--project", "  "],
+        ["flaky", "--project", "\udcff"],  # argv bytes that are not UTF-8
+        ["history", ""],
+        ["history", "\udcff"],
+        ["show", "latest", " "],
+        ["sessions", "show", ""],
+        ["sessions", "show", _LONG_ID],
+        ["sessions", "tree", _LONG_ID],
+        ["sessions", "export", ""],
+        ["sessions", "context", "s", "--leaf", _LONG_ID],
+        ["sessions", "list", "--cwd", "\udcff"],
+        ["sessions", "list", "--cursor", ""],
+    ],
+)
+def test_arguments_no_store_could_hold_are_usage_errors(db: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value" in result.stderr
+    assert result.stdout == ""
+
+
+def test_sessions_import_id_too_long_is_a_usage_error(db: Path, tmp_path: Path) -> None:
+    source = tmp_path / "s.jsonl"
+    source.write_text("{}\n", encoding="utf-8")
+    result = CliRunner().invoke(
+        cli, ["--db", str(db), "sessions", "import", "--id", _LONG_ID, str(source)]
+    )
+    assert result.exit_code == 2, result.output
+    assert "'--id'" in result.stderr
 
 
 def test_usage_errors_in_text_mode_print_nothing_on_stdout(db: Path) -> None:

@@ -31,6 +31,8 @@ from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.testruns import (
     DEFAULT_HISTORY_WINDOW,
+    FAILING_OUTCOMES,
+    Classification,
     CollectionError,
     CoverageReport,
     CoverageTrendPoint,
@@ -38,6 +40,9 @@ from runstore.services.testruns import (
     DataReaderError,
     DataStore,
     DataStoreError,
+    Environment,
+    Evidence,
+    EvidenceRule,
     FailureRecord,
     FileCoverage,
     FlakyTest,
@@ -50,6 +55,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     TestClassification,
     TestDetail,
     TestRecord,
@@ -61,6 +67,7 @@ from runstore.testing import (
     file_coverages,
     item_results,
     run_records_state_machine,
+    utc,
 )
 
 # -- delegation --------------------------------------------------------------------------------
@@ -92,6 +99,11 @@ class PassThrough:
         self, run_id: RunId, status: RunStatus, finished_at: datetime
     ) -> Result[RunSummary, DataStoreError]:
         return self.inner_store.finish_run(run_id, status, finished_at)
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        return self.inner_store.record_selection(run_id, selection)
 
     def abort_stale_runs(
         self, project: str, *, older_than: datetime
@@ -319,6 +331,41 @@ class CoverageDiesWithItsRun(PassThrough):
         return self.inner_store.prune_runs(policy)
 
 
+class CleanBreakIsFlaky(PassThrough):
+    """Calls flaky whatever mixes failing and passing outcomes (the old flip rule), so a
+    test that broke once (``F P``) or was fixed once (``P F``) is called flaky."""
+
+    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        def mixed(item: TestClassification) -> TestClassification:
+            failing = {o in FAILING_OUTCOMES for o in item.window}
+            if failing == {True, False}:
+                return attrs.evolve(item, classification=Classification.FLAKY,
+                                    because=Evidence(EvidenceRule.OSCILLATION, (), "mixed"))
+            return item
+
+        return self.inner_reader.classify(run_id).map(lambda items: tuple(map(mixed, items)))
+
+
+class NewNotFrozen(PassThrough):
+    """Answers "new" afresh on every read: new while no finished run with a lower id has
+    the signature, so a lower-id run that ends later turns an earlier answer around."""
+
+    def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
+        found = self.inner_reader.failures(run_id)
+        summary = self.inner_reader.get_run(run_id)
+        if isinstance(found, Failure) or isinstance(summary, Failure):
+            return found
+        project = summary.unwrap().project
+        earlier: set[str] = set()
+        for other in self.inner_reader.list_runs(project, limit=MAX_PAGE_SIZE).unwrap().items:
+            if other.id < run_id and other.status in (RunStatus.PASSED, RunStatus.FAILED):
+                earlier.update(f.signature for f in self.inner_reader.failures(other.id).unwrap())
+        return Success(tuple(
+            attrs.evolve(f, is_new=bool(f.signature) and f.signature not in earlier)
+            for f in found.unwrap()
+        ))
+
+
 # -- the tests -------------------------------------------------------------------------------------
 
 
@@ -408,6 +455,39 @@ def _deep_history(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
     return DeepHistory
 
 
+def _overlapping_runs(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
+    """Runs that overlap: two begun, both given the same failure, the later one ended
+    first, then the earlier one."""
+
+    class Overlapping(machine):  # type: ignore[valid-type,misc]
+        @rule(data=st.data())
+        def two_runs_end_out_of_order(self, data: st.DataObject) -> None:
+            failing = item_results(st.just(self.nodeids[0]), st.just(Outcome.FAILED),
+                                   attempts=False)
+            item = data.draw(failing, label="item")
+            started = []
+            for _ in range(2):
+                before = len(self.runs)
+                self.begin_run(self.projects[0], self.invocations[0], 0, Environment())
+                if len(self.runs) > before:
+                    started.append(self.runs[-1])
+            for run in reversed(started):
+                self._same(
+                    "record_results",
+                    self.store.record_results(self._sut_id(run), [item]),
+                    self.model_store.record_results(run, [item]),
+                )
+                finished = utc(self.clock.now)
+                self._same(
+                    "finish_run",
+                    self.store.finish_run(self._sut_id(run), RunStatus.FAILED, finished),
+                    self.model_store.finish_run(run, RunStatus.FAILED, finished),
+                )
+                self._freeze(run)
+
+    return Overlapping
+
+
 SEARCH = settings(
     max_examples=300,
     stateful_step_count=60,
@@ -430,14 +510,18 @@ SEARCH = settings(
             {"projects": ("alpha",), "invocations": ("inv-1",)},
             ("coverage", "pruned_files"),
         ),
+        (CleanBreakIsFlaky, {"projects": ("alpha",), "max_nodeids": 1}, ("classify(",)),
+        (NewNotFrozen, {"projects": ("alpha",), "max_nodeids": 1}, ("is_new", "failures(")),
     ],
 )
 def test_the_contract_catches_a_broken_layer(
     kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
 ) -> None:
     machine = _biased(run_records_state_machine(broken(kind)), **narrow)
-    if kind is UntrimmedHistory:
+    if kind in (UntrimmedHistory, CleanBreakIsFlaky):
         machine = _deep_history(machine)
+    if kind is NewNotFrozen:
+        machine = _overlapping_runs(machine)
     with pytest.raises(AssertionError) as caught:
         run_state_machine_as_test(machine, settings=SEARCH)
     message = str(caught.value)

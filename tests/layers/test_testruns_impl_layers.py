@@ -15,6 +15,7 @@ from runstore.services.testruns import (
     Classification,
     DataReader,
     DataStore,
+    EvidenceRule,
     Outcome,
     RunId,
     RunStart,
@@ -91,18 +92,30 @@ def test_the_seeds_hold_what_they_say() -> None:
         )
         assert by_node["tests/test_suite.py::test_stable"].classification == Classification.STABLE
         assert by_node["tests/test_suite.py::test_flaky"].outcome == Outcome.FAILED
-        assert [f.nodeid for f in reader.flaky_tests(SEED_PROJECT).unwrap()] == [
-            "tests/test_suite.py::test_flaky",
-            "tests/test_suite.py::test_fixed",
+        assert by_node["tests/test_suite.py::test_flaky"].because.rule == (
+            EvidenceRule.OSCILLATION
+        )
+        retried = by_node["tests/test_suite.py::test_retried"]
+        assert (retried.classification, retried.because.rule, retried.because.run_ids) == (
+            Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN, (runs[-1],)
+        )
+        assert [(f.nodeid, f.because.rule) for f in reader.flaky_tests(SEED_PROJECT).unwrap()] == [
+            ("tests/test_suite.py::test_flaky", EvidenceRule.OSCILLATION),
+            ("tests/test_suite.py::test_retried", EvidenceRule.PASSED_ON_RERUN),
         ]
         recovered = reader.classify(runs[3]).unwrap()
         assert {t.nodeid: t.classification for t in recovered}[
             "tests/test_suite.py::test_fixed"
-        ] == Classification.RECOVERED  # newest first P F F F: one flip, prev1 failed
+        ] == Classification.RECOVERED  # newest first P F F F: prev1 failed
         later = reader.classify(runs[4]).unwrap()
         assert {t.nodeid: t.classification for t in later}[
             "tests/test_suite.py::test_fixed"
         ] == Classification.STABLE  # P P F F F: it recovered in the run before
+        (broken,) = [f for f in reader.failures(runs[-1]).unwrap()
+                     if f.nodeid == "tests/test_suite.py::test_broken"]
+        assert (broken.streak, broken.failing_since, broken.streak_message) == (
+            6, runs[0], "assert 1 == 2"
+        )
 
 
 class _RefusingStore:

@@ -42,6 +42,7 @@ class Populated:
     db: SqliteDatabase
     run: RunId
     other: RunId
+    running: RunId
 
 
 def _populate(store: DataStore, projects: int = 3, runs: int = 12, cases: int = 150) -> list[
@@ -68,15 +69,29 @@ def _populate(store: DataStore, projects: int = 3, runs: int = 12, cases: int = 
     return made
 
 
+def _running(store: DataStore) -> RunId:
+    """Two running runs with failures: "new" of the later one is computed afresh, looking
+    at the earlier one."""
+    run = RunId(0)
+    for r in range(2):
+        run = store.begin_run(RunStart("project-2", f"live-{r}", utc(T0_MS + 99))).unwrap()
+        store.record_results(run, [
+            make_item(f"tests/test_m{i}.py::test_{i}[2]", Outcome.FAILED, message=f"live {r}")
+            for i in range(5)
+        ]).unwrap()
+    return run
+
+
 @pytest.fixture(scope="module", params=["as shipped", "after ANALYZE"])
 def populated(request: pytest.FixtureRequest) -> Iterator[Populated]:
     clock_layer = Layer.value(Clock, FixedClock(T0_MS))  # type: ignore[type-abstract]
     with build(merge(sqlite(":memory:"), clock_layer)) as c:
         runs = _populate(c.get(DataStore))
+        running = _running(c.get(DataStore))
         db: SqliteDatabase = c.get(SqliteDatabase)
         if request.param == "after ANALYZE":
             db.execute("ANALYZE")
-        yield Populated(c.get(DataReader), db, runs[-1], runs[-2])
+        yield Populated(c.get(DataReader), db, runs[-1], runs[-2], running)
 
 
 @contextmanager
@@ -114,6 +129,8 @@ HOT: dict[str, Callable[[Populated], Any]] = {
     "history": lambda p: p.reader.history("project-2", "tests/test_m3.py::test_3[2]"),
     "flaky_tests": lambda p: p.reader.flaky_tests("project-2"),
     "classify": lambda p: p.reader.classify(p.run),
+    "failures of a running run": lambda p: p.reader.failures(p.running),
+    "classify a running run": lambda p: p.reader.classify(p.running),
 }
 
 OTHERS: dict[str, Callable[[Populated], Any]] = {
@@ -122,6 +139,7 @@ OTHERS: dict[str, Callable[[Populated], Any]] = {
     "tests": lambda p: p.reader.tests(p.run, outcomes=frozenset({Outcome.FAILED})),
     "slowest": lambda p: p.reader.slowest(p.run, limit=5),
     "compare": lambda p: p.reader.compare(p.other, p.run),
+    "compare with a running run": lambda p: p.reader.compare(p.run, p.running),
     "coverage": lambda p: p.reader.coverage(p.run),
     "coverage_trend": lambda p: p.reader.coverage_trend("project-0"),
     "find_tests": lambda p: p.reader.find_tests("project-0", "test_1"),

@@ -423,6 +423,20 @@ def test_collection_error_and_module_skip(record: Any, pytester: pytest.Pytester
     ]
 
 
+def test_a_collection_error_message_is_the_error_line(record: Any) -> None:
+    # A SyntaxError prints its location first (File "...", line 1 / the source / a caret):
+    # the message is the error line, as the end of a traceback shows it.
+    _, collected = record("def test_broken(:\n    pass\n")
+    (error,) = [c for c in collected if isinstance(c, CollectionError)]
+    assert error.error.exception_type == "SyntaxError"
+    assert error.error.message == "SyntaxError: invalid syntax"
+    assert "def test_broken(:" in error.error.text
+    _, collected = record("def test_x():\n  pass\n   pass\n", name="test_indent")
+    (error,) = [c for c in collected if c.nodeid == "test_indent.py"]
+    assert isinstance(error, CollectionError)
+    assert error.error.message == "IndentationError: unexpected indent"
+
+
 def test_a_crashed_worker_report_finishes_its_item() -> None:
     resolver = PathResolver("/proj", "/proj")
     assembler = ItemAssembler(resolver)

@@ -2,77 +2,26 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
-import apsw
 import pytest
+from plugin_runs import (
+    SUMMARY,
+    env_for,
+    holding_the_write_lock,
+    latest,
+    pytest_args,
+    recorded_items,
+    run_pytest,
+    write,
+)
 
-from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataReader, Outcome, RunStatus, RunSummary, TestRecord
-
-SUMMARY = re.compile(r"^runstore: .*$", re.M)
-
-
-def _env(*, autoload: bool = False, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNSTORE_"))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if not autoload:  # load only runstore (and what a test names): pytest starts seconds faster
-        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env.update(extra)
-    return env
-
-
-def pytest_args(*args: str, autoload: bool = False) -> list[str]:
-    """The command line of a pytest process: runstore's plugin by its entry point when
-    ``autoload``, else named with ``-p`` (as the entry point names it)."""
-    plugin = () if autoload else ("-p", "runstore.pytest_plugin")
-    return [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, *args]
-
-
-def run_pytest(
-    folder: Path, *args: str, env: dict[str, str] | None = None, autoload: bool = False
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        pytest_args(*args, autoload=autoload), cwd=folder, env=env or _env(autoload=autoload),
-        capture_output=True, text=True, errors="replace", timeout=120, check=False,
-    )
-
-
-def write(folder: Path, **files: str) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, source in files.items():
-        filename = name if "." in name else f"{name}.py"
-        (folder / filename).write_text(textwrap.dedent(source), encoding="utf-8")
-    return folder
-
-
-def latest(db: Path, project: str) -> tuple[RunSummary, dict[str, TestRecord]]:
-    with build(sqlite(db)) as container:
-        reader = container.get(DataReader)
-        run = reader.latest_run(project).unwrap()
-        return run, {t.nodeid: t for t in reader.tests(run.id).unwrap()}
-
-
-def _recorded_items(db: Path, project: str) -> int:
-    """Items of the newest run of ``project`` so far (0 while there is none to read)."""
-    if not db.exists():
-        return 0
-    try:
-        with build(sqlite(db)) as container:
-            found = container.get(DataReader).latest_run(project)
-    except DatabaseOpenError:  # the recording process is creating it
-        return 0
-    total: int = found.map(lambda run: run.total).value_or(0)
-    return total
-
+from runstore.services.testruns import DataReader, Outcome, RunStatus
 
 SIMPLE = """
     def test_one():
@@ -133,7 +82,8 @@ def test_options_ini_and_environment(tmp_path: Path) -> None:
     run, _ = latest(folder / ".runstore" / "runstore.db", "shop")
     assert run.total == 2
     elsewhere = tmp_path / "elsewhere.db"
-    done = run_pytest(folder, "--runstore-project", "other", env=_env(RUNSTORE_DB=str(elsewhere)))
+    done = run_pytest(folder, "--runstore-project", "other",
+                      env=env_for(RUNSTORE_DB=str(elsewhere)))
     assert "(runstore show 1)" in done.stdout  # the CLI reads $RUNSTORE_DB as well
     run, _ = latest(elsewhere, "other")
     assert run.project == "other"
@@ -175,7 +125,7 @@ def test_chdir_fake_clocks_and_loud_tests_do_not_move_or_break_the_record(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     before_ms = time.time_ns() // 1_000_000
-    done = run_pytest(folder, "--runstore", env=_env(ELSEWHERE=str(elsewhere)))
+    done = run_pytest(folder, "--runstore", env=env_for(ELSEWHERE=str(elsewhere)))
     assert done.returncode == 1
     db = folder / ".runstore" / "runstore.db"
     run, tests = latest(db, "proj")
@@ -198,16 +148,8 @@ def test_a_session_that_fails_to_start_its_tests_is_a_failed_run(tmp_path: Path)
 
 def test_a_busy_database_warns_once_and_the_tests_go_on(tmp_path: Path) -> None:
     folder = write(tmp_path / "proj", test_simple=SIMPLE)
-    db = folder / ".runstore" / "runstore.db"
-    with build(sqlite(db)):  # create and migrate it
-        pass
-    holder = apsw.Connection(str(db))
-    holder.execute("BEGIN IMMEDIATE")  # another writer holds the lock throughout
-    try:
+    with holding_the_write_lock(folder / ".runstore" / "runstore.db"):  # throughout
         done = run_pytest(folder, "--runstore")
-    finally:
-        holder.execute("ROLLBACK")
-        holder.close()
     assert done.returncode == 1
     lines = SUMMARY.findall(done.stdout)
     assert len(lines) == 1
@@ -243,12 +185,12 @@ def test_a_killed_run_keeps_its_finished_batches_and_is_aborted_later(tmp_path: 
     """)
     db = folder / ".runstore" / "runstore.db"
     process = subprocess.Popen(
-        pytest_args("--runstore"), cwd=folder, env=_env(),
+        pytest_args("--runstore"), cwd=folder, env=env_for(),
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + 60
-        while _recorded_items(db, "proj") < 2 and time.monotonic() < deadline:
+        while recorded_items(db, "proj") < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         process.send_signal(signal.SIGKILL)

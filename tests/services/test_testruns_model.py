@@ -3,7 +3,9 @@ signatures, text bounding and coercion, retention planning, cursors."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -15,47 +17,65 @@ from returns.result import Failure, Success
 
 from runstore.layers._testruns_shared import (
     MAX_CAUSES,
+    CaseHistory,
     PruneRun,
+    Streak,
+    WindowEntry,
     _case,
     _plain_case,
     classify,
+    compare_runs,
     decode_cursor,
     decode_lines,
+    decode_selection,
     encode_cursor,
     encode_lines,
+    encode_selection,
     failure_signature,
     flaky_entry,
+    judge,
+    new_signatures,
     normalize_message,
     plan_prune,
     prepare_coverage,
     prepare_results,
     prepare_run_start,
+    prepare_selection,
     previous_window,
     rank_matches,
+    run_is_partial,
+    streak_of,
+    subtest_counts,
     to_epoch_ms,
     valid_policy,
-    window_of,
 )
 from runstore.services.errors import InvalidInput
 from runstore.services.testruns import (
+    CLASSIFICATION_TABLE,
     DEFAULT_HISTORY_WINDOW,
     MAX_CAPTURE_CHARS,
     MAX_FRAMES,
     MAX_MESSAGE_CHARS,
     MAX_TEXT_CHARS,
     Classification,
+    Environment,
     ErrorInfo,
+    EvidenceRule,
     FileCoverage,
     Outcome,
     Phase,
     PhaseResult,
+    RunId,
     RunRetentionPolicy,
     RunStart,
     RunStatus,
+    Selection,
     StackFrame,
+    SubtestResult,
     TestResult,
     derive_outcome,
 )
+from runstore.testing import reference_streak, reference_verdict
 
 P, F, E, S, XF, XP = (
     Outcome.PASSED,
@@ -115,6 +135,35 @@ def test_derive_outcome_follows_the_documented_precedence(
     built = tuple(_phase(p, o) for p, o in phases)
     assert derive_outcome(built) == expected
     assert _prepared(_item(phases=built)).outcome == expected
+
+
+@pytest.mark.parametrize(
+    ("phases", "subtests", "expected"),
+    [
+        ([(Phase.CALL, P)], [P, F], F),
+        ([(Phase.CALL, P)], [P, E], F),
+        ([(Phase.CALL, P)], [P, S, XF], P),
+        ([(Phase.CALL, XP)], [F], F),
+        ([(Phase.CALL, P), (Phase.TEARDOWN, F)], [F], F),
+        ([(Phase.SETUP, F)], [F], E),
+        ([(Phase.SETUP, S)], [F], S),
+    ],
+)
+def test_a_failing_subtest_fails_the_item(
+    phases: list[tuple[Phase, Outcome]], subtests: list[Outcome], expected: Outcome
+) -> None:
+    built = tuple(_phase(p, o) for p, o in phases)
+    assert derive_outcome(built, subtests) == expected
+    error = ErrorInfo(Phase.CALL, "AssertionError", "sub failed", "E", ())
+    item = _item(phases=built, subtests=tuple(
+        SubtestResult(f"i={i}", o, 0.0, error if o in (F, E) else None)
+        for i, o in enumerate(subtests)
+    ))
+    assert item.outcome == expected
+    prepared = _prepared(item)
+    assert prepared.outcome == expected
+    if expected in (F, E) and any(o in (F, E) for o in subtests):
+        assert [e.message for e in prepared.errors] == ["sub failed"]
 
 
 _OUTCOMES = st.sampled_from(list(Outcome))
@@ -348,58 +397,257 @@ def test_signatures_ignore_changing_values_but_not_the_failing_frame() -> None:
 # -- classification and flakiness -----------------------------------------------------------------
 
 
-def _history(text: str) -> list[Outcome]:
-    """Previous entries from oldest-first letters (P passed, F failed, E error, X xpassed),
-    returned newest first."""
+def _window(text: str, *, reruns: str = "", commits: str = "") -> list[WindowEntry]:
+    """Window entries from newest-first letters (P passed, F failed, E error, X xpassed),
+    run ids counting down from 100; ``reruns`` has ``r`` where an entry had failed attempts,
+    ``commits`` a commit letter where its tree was clean (``.`` for none)."""
     letters = {"P": P, "F": F, "E": E, "X": XP}
-    return [letters[c] for c in reversed(text)]
+    marks, clean = reruns.ljust(len(text), "."), commits.ljust(len(text), ".")
+    return [
+        WindowEntry(
+            100 - i,
+            letters[c],
+            git_commit=None if clean[i] == "." else clean[i],
+            git_dirty=None if clean[i] == "." else False,
+            rerun_failures=1 if marks[i] == "r" else 0,
+        )
+        for i, c in enumerate(text)
+    ]
 
 
 @pytest.mark.parametrize(
-    ("before", "now", "expected"),
+    ("window", "reruns", "commits", "verdict", "rule"),
     [
-        ("", F, Classification.NEW_FAILURE),
-        ("PP", F, Classification.NEW_FAILURE),
-        ("PP", E, Classification.NEW_FAILURE),
-        ("F", F, Classification.PERSISTENT_FAILURE),
-        ("FE", F, Classification.PERSISTENT_FAILURE),
-        ("FP", F, Classification.FLAKY),  # newest first F P F: two flips
-        ("PF", F, Classification.PERSISTENT_FAILURE),  # F F P: one flip
-        ("PPFF", F, Classification.PERSISTENT_FAILURE),
-        ("F", P, Classification.RECOVERED),
-        ("PFF", P, Classification.FLAKY),  # P F F P: two flips
-        ("FF", P, Classification.RECOVERED),  # P F F
-        ("PPF", P, Classification.FLAKY),  # P F P P: two flips
-        ("FP", P, Classification.STABLE),  # P P F: recovered earlier
-        ("FPP", P, Classification.STABLE),
-        ("", P, Classification.STABLE),
-        ("PX", P, Classification.STABLE),
-        ("F", XP, Classification.RECOVERED),
-        ("FFF", S, Classification.STABLE),
-        ("FFF", XF, Classification.STABLE),
+        ("F", "", "", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("FPP", "", "", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("EPP", "", "", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("FF", "", "", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+        ("FEF", "", "", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+        ("FFP", "", "", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+        ("FPF", "", "", Classification.FLAKY, EvidenceRule.OSCILLATION),
+        ("PF", "", "", Classification.RECOVERED, EvidenceRule.FIXED),
+        ("XF", "", "", Classification.RECOVERED, EvidenceRule.FIXED),
+        ("PFF", "", "", Classification.RECOVERED, EvidenceRule.FIXED),
+        ("PFP", "", "", Classification.RECOVERED, EvidenceRule.FIXED),
+        ("PFFP", "", "", Classification.RECOVERED, EvidenceRule.FIXED),
+        ("PFPF", "", "", Classification.FLAKY, EvidenceRule.OSCILLATION),
+        ("PPFPF", "", "", Classification.FLAKY, EvidenceRule.OSCILLATION),
+        ("PPF", "", "", Classification.STABLE, EvidenceRule.NO_FAILURE),
+        ("PPX", "", "", Classification.STABLE, EvidenceRule.NO_FAILURE),
+        ("P", "", "", Classification.STABLE, EvidenceRule.NO_FAILURE),
+        ("P", "r", "", Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN),
+        ("PP", ".r", "", Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN),
+        ("F", "r", "", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("FP", "", "aa", Classification.FLAKY, EvidenceRule.SAME_COMMIT),
+        ("FP", "", "ab", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("FP", "", "a.", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+        ("FPF", "", "a.a", Classification.FLAKY, EvidenceRule.OSCILLATION),
+        ("FPF", ".r", "aa", Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN),
+        ("FPF", "", "aa", Classification.FLAKY, EvidenceRule.SAME_COMMIT),
     ],
 )
-def test_classification_rules(before: str, now: Outcome, expected: Classification) -> None:
-    assert classify(now, _history(before)) == expected
+def test_classification_rules(
+    window: str, reruns: str, commits: str, verdict: Classification, rule: EvidenceRule
+) -> None:
+    got, because = judge(_window(window, reruns=reruns, commits=commits))
+    assert (got, because.rule) == (verdict, rule)
+    assert because.summary
+    clean = [None if c == "." else c for c in commits.ljust(len(window), ".")]
+    simple = window.replace("E", "F").replace("X", "P")
+    assert reference_verdict(simple, reruns, clean) == (verdict, rule)
+
+
+def test_an_item_that_did_not_execute_is_not_judged() -> None:
+    for outcome in (S, XF):
+        item = classify(7, CaseHistory("t", WindowEntry(7, outcome), tuple(_window("FPF"))))
+        assert (item.classification, item.because.rule) == (
+            Classification.STABLE, EvidenceRule.NOT_EXECUTED
+        )
+        assert item.window == (F, P, F)
+        assert item.because.run_ids == ()
+
+
+def test_every_row_of_the_published_table_holds() -> None:
+    """``CLASSIFICATION_TABLE`` rows whose window is plain letters, judged by the rules."""
+    rows = [line.split(" | ") for line in CLASSIFICATION_TABLE.splitlines()
+            if line.startswith("| `")]
+    checked = 0
+    for window_cell, verdict, because in rows:
+        window = window_cell.strip("| `")
+        if not re.fullmatch("[FP]( [FP])*", window):
+            continue
+        got, evidence = judge(_window(window.replace(" ", "")))
+        assert (got.value, evidence.rule.value) == (verdict, because.split(" ")[0]), window
+        checked += 1
+    assert checked >= 8
+
+
+_WINDOW_ENTRIES = st.lists(
+    st.tuples(
+        st.sampled_from([P, F, E, XP]),
+        st.booleans(),
+        st.sampled_from([None, "a", "b"]),
+        st.sampled_from([None, False, True]),
+    ),
+    min_size=1,
+    max_size=DEFAULT_HISTORY_WINDOW,
+)
+
+
+@given(entries=_WINDOW_ENTRIES)
+def test_the_rules_match_the_reference_on_any_window(
+    entries: list[tuple[Outcome, bool, str | None, bool | None]],
+) -> None:
+    window = [
+        WindowEntry(50 - i, o, git_commit=c, git_dirty=d, rerun_failures=int(r))
+        for i, (o, r, c, d) in enumerate(entries)
+    ]
+    letters = "".join("F" if o in (F, E) else "P" for o, _, _, _ in entries)
+    reruns = "".join("r" if r else "." for _, r, _, _ in entries)
+    clean = [c if d is False else None for _, _, c, d in entries]
+    verdict, because = judge(window)
+    assert (verdict, because.rule) == reference_verdict(letters, reruns, clean)
+    assert list(because.run_ids) == sorted(set(because.run_ids))
+    assert set(because.run_ids) <= {e.run_id for e in window}
+    flaky = flaky_entry("t", window)
+    assert (flaky is not None) == (verdict == Classification.FLAKY)
+    if flaky is not None:
+        assert flaky.because == because
+        assert flaky.flips == sum(1 for a, b in itertools.pairwise(letters) if a != b)
+
+
+@given(letters=st.text("FP", min_size=1, max_size=3 * DEFAULT_HISTORY_WINDOW))
+def test_streaks_carried_by_history_rows_match_counting_the_letters(letters: str) -> None:
+    """Streaks stored row by row (each from the window before it) count every failing run in
+    a row, even beyond the window; oldest-first letters, run ids 1, 2, ..."""
+    stored: list[WindowEntry] = []  # newest first, trimmed like history
+    for run_id, letter in enumerate(letters, start=1):
+        outcome = F if letter == "F" else P
+        now = WindowEntry(run_id, outcome, message=f"m{run_id}")
+        if outcome == F:
+            streak = streak_of(now, previous_window(stored, run_id))
+            assert streak.length == reference_streak(letters[:run_id])
+            first = run_id - streak.length + 1
+            assert (streak.since, streak.message) == (first, f"m{first}")
+            now = attrs.evolve(now, streak=streak.length, streak_since=streak.since,
+                               streak_message=streak.message)
+        stored = [now, *stored][:DEFAULT_HISTORY_WINDOW]
+
+
+def test_old_history_rows_without_a_stored_streak_are_walked() -> None:
+    previous = [WindowEntry(9, F, message="b"), WindowEntry(8, F, message="a"),
+                WindowEntry(7, P), WindowEntry(6, F)]
+    assert streak_of(WindowEntry(10, F, message="c"), previous) == Streak(3, 8, "a")
+    pruned = [WindowEntry(None, F, message=None), WindowEntry(4, P)]
+    assert streak_of(WindowEntry(10, E), pruned) == Streak(2, None, "")
 
 
 def test_previous_window_skips_later_runs_and_keeps_pruned_ones() -> None:
-    entries = [(9, F), (7, P), (None, F), (5, P)] + [(4 - i, P) for i in range(20)]
+    entries = [WindowEntry(r, o) for r, o in [(9, F), (7, P), (None, F), (5, P)]] + [
+        WindowEntry(4 - i, P) for i in range(20)
+    ]
     previous = previous_window(entries, 7)
-    assert previous[:2] == (F, P)  # run 9 and run 7 itself are left out
+    assert [e.outcome for e in previous[:2]] == [F, P]  # run 9 and run 7 itself are left out
+    assert previous[0].run_id is None
     assert len(previous) == DEFAULT_HISTORY_WINDOW - 1
-    assert window_of(P, previous) == (P, *previous)
-    assert window_of(S, previous) == previous
 
 
-def test_flaky_entries_count_flips() -> None:
-    assert flaky_entry("t", [(1, P), (2, P)]) is None
-    entry = flaky_entry("t", [(4, F), (3, P), (None, F), (1, F)])
+def test_flaky_entries_list_only_flaky_windows() -> None:
+    assert flaky_entry("t", _window("PP")) is None
+    assert flaky_entry("t", _window("FFPP")) is None  # a clean break
+    assert flaky_entry("t", _window("PFF")) is None  # a clean fix
+    entry = flaky_entry("t", _window("FPFF"))
     assert entry is not None
-    assert (entry.flips, entry.failures, entry.passes, entry.last_run_id) == (2, 3, 1, 4)
-    only_window = flaky_entry("t", [(i, F if i == 0 else P) for i in range(30)])
+    assert (entry.flips, entry.failures, entry.passes, entry.last_run_id) == (2, 3, 1, 100)
+    assert entry.because.rule == EvidenceRule.OSCILLATION
+    assert entry.because.run_ids == (97, 98, 100)
+    only_window = flaky_entry("t", _window("FP" + "P" * 7 + "F" + "F" * 20))
     assert only_window is not None
     assert len(only_window.window) == DEFAULT_HISTORY_WINDOW
+    assert flaky_entry("t", _window("F" + "P" * DEFAULT_HISTORY_WINDOW + "F")) is None
+
+
+def test_new_signatures_follow_run_start_order() -> None:
+    # a: first recorded by run 3; b: by run 9; c: first run pruned; d: never; e: running run 2
+    first_seen = {"a": 3, "b": 9, "c": None}
+    assert new_signatures({"a", "b", "c", "d", "e"}, first_seen, {"e"}, 5) == {"b", "d"}
+    assert new_signatures({"a"}, first_seen, set(), 3) == {"a"}  # its own run: still new
+    assert new_signatures({"a"}, first_seen, set(), 2) == {"a"}  # a lower id ended later
+    assert new_signatures(set(), first_seen, set(), 5) == frozenset()
+
+
+def test_compare_calls_missing_tests_not_run_in_a_partial_run() -> None:
+    a, b = {"x": P, "y": F, "gone": P}, {"x": F, "y": P, "new": P}
+    whole = compare_runs(RunId(1), RunId(2), a, b)
+    assert (whole.removed, whole.not_run, whole.newly_failing, whole.fixed, whole.added) == (
+        ("gone",), (), ("x",), ("y",), ("new",)
+    )
+    partial = compare_runs(RunId(1), RunId(2), a, b, b_partial=True)
+    assert (partial.removed, partial.not_run) == ((), ("gone",))
+    assert run_is_partial(RunStatus.PASSED, Selection(keyword="k"))
+    assert not run_is_partial(RunStatus.FAILED, Selection(failed_first=True, collected=3))
+    for status in (RunStatus.RUNNING, RunStatus.INTERRUPTED, RunStatus.ABORTED):
+        assert run_is_partial(status, Selection())
+
+
+@pytest.mark.parametrize(
+    "selection",
+    [Selection(args=("a",)), Selection(keyword="k"), Selection(markexpr="m"),
+     Selection(last_failed=True), Selection(maxfail=1), Selection(deselected=2)],
+)
+def test_any_narrowing_makes_a_selection_partial(selection: Selection) -> None:
+    assert selection.is_partial
+    assert not Selection(failed_first=True, collected=10, keyword="").is_partial
+
+
+@given(
+    selection=st.builds(
+        Selection,
+        args=st.lists(st.text(max_size=5), max_size=3).map(tuple),
+        keyword=st.none() | st.text(max_size=5),
+        markexpr=st.none() | st.text(max_size=5),
+        last_failed=st.booleans(),
+        failed_first=st.booleans(),
+        maxfail=st.integers(0, 10),
+        deselected=st.integers(0, 10),
+        collected=st.none() | st.integers(0, 10),
+    )
+)
+def test_selections_round_trip_through_their_codec(selection: Selection) -> None:
+    prepared = prepare_selection(selection).unwrap()
+    assert prepared == selection  # text without lone surrogates is kept as given
+    assert decode_selection(encode_selection(prepared)) == prepared
+
+
+def test_bad_selections_name_the_field() -> None:
+    assert encode_selection(Selection()) is None
+    assert decode_selection(None) == Selection()
+    for bad, field in (
+        (Selection(maxfail=-1), "selection.maxfail"),
+        (Selection(collected=True), "selection.collected"),
+        (Selection(failed_first=1), "selection.failed_first"),  # type: ignore[arg-type]
+        (Selection(args=("ok", 3)), "selection.args[1]"),  # type: ignore[arg-type]
+        (Selection(keyword=b"k"), "selection.keyword"),  # type: ignore[arg-type]
+    ):
+        failure = prepare_selection(bad)
+        assert isinstance(failure, Failure)
+        assert failure.failure().field == field
+    started = prepare_run_start(
+        RunStart("p", "i", datetime(2024, 1, 1, tzinfo=UTC), selection=Selection(maxfail=-3))
+    )
+    assert isinstance(started, Failure)
+    assert started.failure().field == "start.selection.maxfail"
+    dirty = prepare_run_start(
+        RunStart("p", "i", datetime(2024, 1, 1, tzinfo=UTC),
+                 Environment(git_dirty="yes"))  # type: ignore[arg-type]
+    )
+    assert isinstance(dirty, Failure)
+    assert dirty.failure().field == "start.environment.git_dirty"
+
+
+def test_subtest_outcomes_count_under_pytests_words() -> None:
+    assert subtest_counts([P, XP, F, E, S, XF, P]) == {"passed": 3, "failed": 2, "skipped": 2}
+    assert subtest_counts([]) == {"passed": 0, "failed": 0, "skipped": 0}
 
 
 def test_find_ranks_an_exact_match_first() -> None:

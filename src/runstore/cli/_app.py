@@ -5,8 +5,11 @@ from __future__ import annotations
 import os
 
 import click
+from click.core import ParameterSource
+from click.types import OptionHelpExtra
 
 from runstore.cli._db import db
+from runstore.cli._discover import choose_database
 from runstore.cli._group import JsonErrorsGroup, check_db_path
 from runstore.cli._sessions import sessions
 from runstore.cli._settings import FORMATS, Settings
@@ -22,18 +25,30 @@ from runstore.cli._testruns import (
     slowest,
     trends,
 )
-from runstore.layers import DEFAULT_DB_PATH
 
 __all__ = ["cli", "main"]
+
+
+class _DatabaseOption(click.Option):
+    """``--db``: its help names the file a command run here would use."""
+
+    def get_help_extra(self, ctx: click.Context) -> OptionHelpExtra:
+        extra = super().get_help_extra(ctx)
+        choice = choose_database(os.environ.get("RUNSTORE_DB") or None, "RUNSTORE_DB")
+        extra["default"] = (
+            "the nearest .runstore/runstore.db up from the current folder, not above the "
+            f"git repository's top; now: {choice.describe()}"
+        )
+        return extra
 
 
 @click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     "db_path",
+    cls=_DatabaseOption,
     envvar="RUNSTORE_DB",
-    default=DEFAULT_DB_PATH,
-    show_default=True,
+    default=None,
     type=click.Path(),
     callback=check_db_path,
     help="SQLite database file (env RUNSTORE_DB).",
@@ -42,15 +57,26 @@ __all__ = ["cli", "main"]
               help="Output format of every command.")
 @click.version_option(package_name="runstore")
 @click.pass_context
-def cli(ctx: click.Context, db_path: str, output_format: str) -> None:
+def cli(ctx: click.Context, db_path: str | None, output_format: str) -> None:
     """runstore: the records of your runs, in SQLite.
+
+    Without --db or RUNSTORE_DB, the database is the project's: the nearest
+    .runstore/runstore.db found walking up from the current folder (stopping at the top
+    of the git repository), else .runstore/runstore.db here. `runstore db status` names
+    the file used.
 
     \b
     Example:
       runstore db migrate
       runstore --format json db status
     """
-    ctx.obj = Settings(db_path=os.fspath(db_path), output_format=output_format)
+    from_env = ctx.get_parameter_source("db_path") is ParameterSource.ENVIRONMENT
+    choice = choose_database(
+        None if db_path is None else os.fspath(db_path), "RUNSTORE_DB" if from_env else "--db"
+    )
+    ctx.obj = Settings(
+        db_path=choice.path, output_format=output_format, db_source=choice.source
+    )
 
 
 cli.add_command(db)

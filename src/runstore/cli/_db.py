@@ -10,12 +10,14 @@ import attrs
 import click
 from returns.result import Failure, Result, Success
 
+from runstore.cli._discover import DatabaseChoice
 from runstore.cli._guard import cannot_open_reason
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.layers import SqliteDatabase, open_database
 from runstore.migrations import MigrationStatus, migration_status, shipped_migrations
 from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
+from runstore.services.sessions import iso_from_ms
 
 __all__ = ["db"]
 
@@ -32,7 +34,7 @@ def db() -> None:
 
 def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
     return {
-        "database": path,
+        **_database_fields(path),
         "exists": True,
         "healthy": status.healthy,
         "migrations": {
@@ -42,6 +44,7 @@ def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
                     "name": a.name,
                     "checksum": a.checksum,
                     "applied_at_ms": a.applied_at_ms,
+                    "applied_at": iso_from_ms(a.applied_at_ms),
                     "finished": a.finished,
                 }
                 for a in status.applied
@@ -53,12 +56,17 @@ def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
     }
 
 
+def _database_fields(path: str) -> dict[str, Any]:
+    """``database`` (the file used) and ``database_source`` (how it was chosen)."""
+    return {"database": path, "database_source": settings().db_source}
+
+
 def _render_status(document: dict[str, Any]) -> None:
     migrations = document["migrations"]
-    say(f"database: {document['database']}")
+    say(f"database: {DatabaseChoice(document['database'], document['database_source']).describe()}")
     say(f"migrations: {len(migrations['applied'])} applied, {len(migrations['pending'])} pending")
     for applied in migrations["applied"]:
-        say(f"  {applied['id']:04d} {applied['name']}  applied_at_ms={applied['applied_at_ms']}")
+        say(f"  {applied['id']:04d} {applied['name']}  applied {applied['applied_at']}")
     for pending in migrations["pending"]:
         say(f"  {pending:04d} (pending)")
     for problem in migrations["problems"]:
@@ -70,14 +78,14 @@ def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
         fail(
             f"no database at {path} (create it with: runstore db migrate)",
             output_format=output_format,
-            document={"database": path, "exists": False, "healthy": False},
+            document={**_database_fields(path), "exists": False, "healthy": False},
         )
     opened = SqliteDatabase.open_read_only(path)
     if isinstance(opened, Failure):
         fail(
             cannot_open_reason(path, opened.failure()),
             output_format=output_format,
-            document={"database": path, "exists": True, "healthy": False},
+            document={**_database_fields(path), "exists": True, "healthy": False},
         )
     return opened.unwrap()
 
@@ -101,7 +109,7 @@ def migrate() -> None:
         fail(
             f"cannot migrate {cfg.db_path}: {opened.failure()}",
             output_format=cfg.output_format,
-            document={"database": cfg.db_path, "healthy": False},
+            document={**_database_fields(cfg.db_path), "healthy": False},
         )
     database = opened.unwrap()
     try:
@@ -144,7 +152,7 @@ def status() -> None:
         fail(
             f"cannot read {cfg.db_path}: {result.failure()}",
             output_format=cfg.output_format,
-            document={"database": cfg.db_path, "exists": True, "healthy": False},
+            document={**_database_fields(cfg.db_path), "exists": True, "healthy": False},
         )
     document = _status_document(cfg.db_path, result.unwrap())
     problems: list[str] = document["migrations"]["problems"]
@@ -218,7 +226,7 @@ def check() -> None:
         fail(
             f"cannot check {cfg.db_path}: {result.failure()}",
             output_format=cfg.output_format,
-            document={"database": cfg.db_path, "exists": True, "healthy": False},
+            document={**_database_fields(cfg.db_path), "exists": True, "healthy": False},
         )
     found = result.unwrap()
     document = _status_document(cfg.db_path, found.status)
@@ -232,7 +240,7 @@ def check() -> None:
     reasons.extend(document["migrations"]["problems"])
     document["healthy"] = not reasons
     if cfg.output_format == "text":
-        say(f"database: {cfg.db_path}")
+        say(f"database: {DatabaseChoice(cfg.db_path, cfg.db_source).describe()}")
         say(f"integrity_check: {', '.join(found.integrity[:5])}")
         say(f"foreign_key_check: {len(found.foreign_key_violations)} violations")
         say(

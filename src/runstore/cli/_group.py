@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,6 +10,7 @@ from click.core import ParameterSource
 
 from runstore.cli._output import emit_json
 from runstore.cli._settings import Settings
+from runstore.layers import database_path_problem
 
 __all__ = ["JsonErrorsGroup", "check_db_path"]
 
@@ -66,15 +66,14 @@ class JsonErrorsGroup(click.Group):
             emit_json({"error": " ".join(exc.format_message().split())})
 
 
-def check_db_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def check_db_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Refuse a blank ``--db`` or one naming a directory, naming ``RUNSTORE_DB`` when the
-    value came from the environment."""
+    value came from the environment; None (neither given) passes."""
+    if value is None:
+        return None
     from_env = ctx.get_parameter_source(param.name or "") is ParameterSource.ENVIRONMENT
     hint = "RUNSTORE_DB" if from_env else "'--db'"
-    if not value.strip():
-        raise click.BadParameter("the database path is blank", ctx, param_hint=hint)
-    if os.path.isdir(value):
-        raise click.BadParameter(
-            f"{value} is a directory; give the database file", ctx, param_hint=hint
-        )
+    problem = database_path_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem, ctx, param_hint=hint)
     return value

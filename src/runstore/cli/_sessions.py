@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from returns.result import Failure, Result
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from runstore.cli._guard import require_runstore_database
-from runstore.cli._output import console, emit_json, fail
+from runstore.cli._output import console, emit_json, fail, plain_table
+from runstore.cli._params import SESSION_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
@@ -38,6 +36,9 @@ from runstore.services.sessions import (
     iso_from_ms,
 )
 from runstore.sessions_import import ImportMode, ImportReport, export_jsonl, import_jsonl
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["sessions"]
 
@@ -91,9 +92,7 @@ def _json_mode() -> bool:
 def _out() -> Console:
     """Standard output for tables: the terminal's width, or 240 columns when piped."""
     out = console()
-    if not out.is_terminal:
-        out = Console(soft_wrap=False, highlight=False, width=240)
-    return out
+    return out if out.is_terminal else console(width=240)
 
 
 def _line(text: str) -> None:
@@ -212,6 +211,33 @@ def _entry_preview(entry: Entry) -> str:
 # -- import / export -----------------------------------------------------------------------------
 
 
+@contextmanager
+def _import_progress(size: int | None) -> Iterator[Callable[[int], None]]:
+    """A progress bar on standard error for an import of ``size`` bytes, yielding the
+    callback that moves it to a byte offset; None shows nothing (and loads no rich)."""
+    if size is None:
+        yield lambda _done: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("importing"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=True,
+    ) as progress:
+        task = progress.add_task("import", total=size)
+        yield lambda done: progress.update(task, completed=done)
+
+
 @sessions.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--strict", is_flag=True, help="Refuse the file at its first bad line (the default).")
@@ -221,7 +247,11 @@ def _entry_preview(entry: Entry) -> str:
     help="Import what is valid; report every line skipped or repaired.",
 )
 @click.option(
-    "--id", "session_id", default=None, help="Import under this session id instead of the header's."
+    "--id",
+    "session_id",
+    type=SESSION_ID,
+    default=None,
+    help="Import under this session id instead of the header's.",
 )
 @format_option
 def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> None:
@@ -237,28 +267,15 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
     if strict and lenient:
         raise click.UsageError("--strict and --lenient cannot be used together")
     mode = "lenient" if lenient else "strict"
-    size = os.path.getsize(file)
-    err = Console(stderr=True)
-    show_bar = size >= PROGRESS_FROM_BYTES and err.is_terminal and not _json_mode()
+    show_bar = (
+        os.path.getsize(file) >= PROGRESS_FROM_BYTES and sys.stderr.isatty() and not _json_mode()
+    )
     with (
         _repository(create=True) as repo,
-        Progress(
-            TextColumn("importing"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-            disable=not show_bar,
-        ) as progress,
+        _import_progress(os.path.getsize(file) if show_bar else None) as progress,
     ):
-        task = progress.add_task("import", total=size)
         result = import_jsonl(
-            repo,
-            file,
-            mode=ImportMode(mode),
-            session_id=session_id,
-            progress=lambda done: progress.update(task, completed=done),
+            repo, file, mode=ImportMode(mode), session_id=session_id, progress=progress
         )
         report = _get(result)
         record = _get(repo.get(report.session_id))
@@ -282,7 +299,7 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
     "-o",
     "--output",
@@ -330,7 +347,7 @@ def export(session_id: str, output: str | None) -> None:
 
 
 @sessions.command(name="list")
-@click.option("--cwd", default=None, help="Only sessions of this working directory.")
+@click.option("--cwd", type=TEXT, default=None, help="Only sessions of this working directory.")
 @click.option(
     "--limit",
     type=click.IntRange(1, MAX_PAGE_SIZE),
@@ -338,7 +355,7 @@ def export(session_id: str, output: str | None) -> None:
     show_default=True,
     help=f"Sessions per page (1-{MAX_PAGE_SIZE}).",
 )
-@click.option("--cursor", default=None, help="The next_cursor of the previous page.")
+@click.option("--cursor", type=TEXT, default=None, help="The next_cursor of the previous page.")
 @format_option
 def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
     """List sessions, newest first.
@@ -362,7 +379,7 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
             }
         )
         return
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     for column in ("session", "created", "entries", "messages", "tokens", "cost", "model"):
         numeric = column in ("entries", "messages", "tokens", "cost")
         table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
@@ -391,7 +408,7 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @format_option
 def show(session_id: str) -> None:
     """Show one session: where it ran, its leaf and its summary.
@@ -406,7 +423,7 @@ def show(session_id: str) -> None:
         emit_json(_session_document(record))
         return
     summary = record.summary
-    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    table = plain_table(show_header=False)
     table.add_column(style="bold")
     table.add_column()
     rows = [
@@ -449,9 +466,12 @@ def _context_document(session_id: str, context: SessionContext) -> dict[str, Any
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
-    "--leaf", default=None, help="Build the context at this entry (default: the active leaf)."
+    "--leaf",
+    type=SESSION_ID,
+    default=None,
+    help="Build the context at this entry (default: the active leaf).",
 )
 @format_option
 def context(session_id: str, leaf: str | None) -> None:
@@ -471,7 +491,7 @@ def context(session_id: str, leaf: str | None) -> None:
         f"leaf {built.leaf_id}, model {built.model or '-'}, thinking {built.thinking_level}, "
         f"{len(built.messages)} messages"
     )
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     table.add_column("entry", no_wrap=True)
     table.add_column("role", no_wrap=True)
     table.add_column("text", overflow="ellipsis", no_wrap=True)
@@ -496,7 +516,7 @@ def _all_entries(storage: SessionStorage) -> list[Entry]:
 
 
 @sessions.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @format_option
 def tree(session_id: str) -> None:
     """Show the entries of a session as a tree (indented where it branches; * marks the leaf).

@@ -17,10 +17,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 @attrs.define
 class Settings:
-    """What every command reads from the global options: the database path and output format."""
+    """What every command reads from the global options: the database path and output format.
+
+    ``db_source`` says where ``db_path`` came from: ``"--db"``, ``"RUNSTORE_DB"``,
+    ``"found"`` (walking up from the current folder) or ``"default"`` (nothing found).
+    """
 
     db_path: str
     output_format: str
+    db_source: str = "--db"
 
 
 def settings() -> Settings:

@@ -6,28 +6,29 @@ Every query takes ``--project`` (default: the only project in the database, else
 named like the current directory) and ``--format text|json``. Exit codes: 0 answered,
 1 refused with a one-line reason on standard error (no database, unknown project, run or
 test, an ambiguous test or project, busy or broken database), 2 usage error (click's own,
-for an argument that is not valid at all, such as ``--limit 0`` or ``RUN`` = ``x``).
+for an argument that is not valid at all, such as ``--limit 0``, ``RUN`` = ``x``, a run id
+above ``2**63 - 1`` or a blank node id; see ``runstore.cli._params``). JSON shapes: the
+schema files in ``runstore/cli/schemas/``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import attrs
 import click
 from returns.result import Failure, Result
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from runstore.cli._guard import require_runstore_database
-from runstore.cli._output import console, emit_json, fail
+from runstore.cli._output import console, emit_json, fail, plain_table, status_on_terminal
+from runstore.cli._params import MAX_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import SqliteDatabase, build, sqlite
@@ -35,19 +36,28 @@ from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.testruns import (
     FAILING_OUTCOMES,
+    Classification,
     CoverageReport,
     DataReader,
     DataStore,
     ErrorInfo,
+    Evidence,
     FailureRecord,
     Outcome,
     Phase,
     RunId,
     RunRetentionPolicy,
+    RunStatus,
     RunSummary,
+    Selection,
     StackFrame,
+    TestClassification,
+    TestDetail,
     TestRecord,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "coverage",
@@ -135,21 +145,23 @@ def _project(services: _Services, explicit: str | None) -> str:
 
 
 class _RunArgument(click.ParamType[int | str]):
-    """A run id (a positive integer) or ``latest``."""
+    """A run id (an integer in ``1..MAX_ID``: larger ones no store holds) or ``latest``."""
 
     name = "RUN"
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> int | str:
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID:
             return value
         text = str(value).strip()
         if text.lower() == "latest":
             return "latest"
-        if text.isdigit() and int(text) > 0:
+        if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID:
             return int(text)
-        return self.fail(f"{value!r} is not a run id (a positive integer) or 'latest'", param, ctx)
+        return self.fail(
+            f"{value!r} is not a run id (an integer from 1 to {MAX_ID}) or 'latest'", param, ctx
+        )
 
 
 RUN = _RunArgument()
@@ -173,6 +185,7 @@ def project_option(fn: F) -> F:
     return click.option(
         "--project",
         "project",
+        type=TEXT,
         default=None,
         metavar="NAME",
         help="Project to ask about (default: the only project, else the current directory's name).",
@@ -212,10 +225,29 @@ def _run_document(summary: RunSummary) -> dict[str, Any]:
             "platform": env.platform,
             "git_commit": env.git_commit,
             "git_branch": env.git_branch,
+            "git_dirty": env.git_dirty,
             "command_line": list(env.command_line),
             "host": env.host,
             "pid": env.pid,
         },
+        "selection": _selection_document(summary.selection),
+        "subtests": {key: summary.subtests.get(key, 0) for key in _SUBTEST_KEYS},
+    }
+
+
+_SUBTEST_KEYS = ("passed", "failed", "skipped")
+
+
+def _selection_document(selection: Selection) -> dict[str, Any]:
+    """Every field of the selection (tuples as lists), then ``is_partial``."""
+    return {**attrs.asdict(selection), "is_partial": selection.is_partial}
+
+
+def _evidence_document(evidence: Evidence) -> dict[str, Any]:
+    return {
+        "rule": evidence.rule.value,
+        "run_ids": [int(r) for r in evidence.run_ids],
+        "summary": evidence.summary,
     }
 
 
@@ -232,6 +264,7 @@ def _cause_document(cause: ErrorInfo) -> dict[str, Any]:
     return {
         "exception_type": cause.exception_type,
         "message": cause.message,
+        "text": cause.text,
         "frames": [_frame_document(f) for f in cause.frames],
     }
 
@@ -250,7 +283,25 @@ def _failure_document(failure: FailureRecord) -> dict[str, Any]:
         "causes": [_cause_document(c) for c in failure.causes],
         "signature": failure.signature,
         "is_new": failure.is_new,
+        "streak": failure.streak,
+        "failing_since": None if failure.failing_since is None else int(failure.failing_since),
+        "streak_message": failure.streak_message,
     }
+
+
+def _verdict_document(verdict: TestClassification) -> dict[str, Any]:
+    return {
+        "classification": verdict.classification.value,
+        "window": [o.value for o in verdict.window],
+        "because": _evidence_document(verdict.because),
+    }
+
+
+def _verdict_or_none(verdict: TestClassification | None) -> dict[str, Any]:
+    """The verdict fields of an item, all None when there is none (a collection error)."""
+    if verdict is None:
+        return {"classification": None, "window": None, "because": None}
+    return _verdict_document(verdict)
 
 
 def _test_document(test: TestRecord, failure: FailureRecord | None) -> dict[str, Any]:
@@ -287,6 +338,28 @@ def _first_line(message: str) -> str:
     return line if len(line) <= _MESSAGE_WIDTH else line[: _MESSAGE_WIDTH - 1] + "…"
 
 
+def _error_line(exception_type: str, message: str) -> str:
+    """The first line of an error naming its exception type once: ``ValueError: boom``
+    for the message ``boom`` and for ``ValueError: boom`` (pytest's crash message already
+    starts with the type, qualified or not), the type alone for an empty message."""
+    line = _first_line(message)
+    if not line or not exception_type:
+        return line or exception_type
+    head = line.partition(":")[0]
+    if " " not in head and head.rsplit(".", 1)[-1] == exception_type.rsplit(".", 1)[-1]:
+        return line
+    return f"{exception_type}: {line}"
+
+
+def _because(evidence: Evidence) -> str:
+    """A verdict's reason in one line: the rule, then its summary (which names the runs)."""
+    return f"{evidence.rule.value}: {evidence.summary}" if evidence.summary else evidence.rule.value
+
+
+def _runs_list(run_ids: tuple[RunId, ...]) -> str:
+    return ("runs " if len(run_ids) > 1 else "run ") + ", ".join(str(r) for r in run_ids)
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -301,22 +374,22 @@ def _counts_text(summary: RunSummary) -> str:
 
 
 def _table(*columns: str) -> Table:
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    table = plain_table()
     for column in columns:
         table.add_column(column, overflow="fold")
     return table
 
 
 def _row(table: Table, *cells: object) -> None:
+    from rich.text import Text
+
     table.add_row(*(Text("" if c is None else str(c)) for c in cells))
 
 
 def _print(*renderables: object) -> None:
     """Print text (never read as markup) and tables: at the terminal's width on a terminal,
     unwrapped when piped, so node ids stay whole for grep and friends."""
-    out = console() if sys.stdout.isatty() else Console(
-        soft_wrap=False, highlight=False, width=_PIPE_WIDTH
-    )
+    out = console() if sys.stdout.isatty() else console(width=_PIPE_WIDTH)
     for renderable in renderables:
         if isinstance(renderable, str):
             out.print(renderable, markup=False)
@@ -328,11 +401,38 @@ def _run_heading(summary: RunSummary) -> str:
     duration = (
         None if summary.finished_at_ms is None else summary.finished_at_ms - summary.started_at_ms
     )
-    return (
+    lines = [
         f"run {summary.id}  {summary.project}  {summary.status.value}  "
-        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}\n"
-        f"{_plural(summary.total, 'item')}: {_counts_text(summary)}"
-    )
+        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}",
+        f"{_plural(summary.total, 'item')}: {_counts_text(summary)}",
+    ]
+    subtests = ", ".join(f"{summary.subtests[k]} {k}" for k in _SUBTEST_KEYS
+                         if summary.subtests.get(k, 0))
+    if subtests:
+        lines.append(f"subtests: {subtests}")
+    selected = _selection_text(summary.selection)
+    if selected:
+        lines.append(f"selection: {selected}")
+    return "\n".join(lines)
+
+
+def _selection_text(selection: Selection) -> str:
+    """The selection as pytest options (``tests/a.py -k 'cart' --lf``) with the deselected
+    count; empty for a run of the whole suite."""
+    parts = [shlex.quote(arg) for arg in selection.args]
+    if selection.keyword:
+        parts.append(f"-k {shlex.quote(selection.keyword)}")
+    if selection.markexpr:
+        parts.append(f"-m {shlex.quote(selection.markexpr)}")
+    if selection.last_failed:
+        parts.append("--lf")
+    if selection.failed_first:
+        parts.append("--ff")
+    if selection.maxfail:
+        parts.append("-x" if selection.maxfail == 1 else f"--maxfail={selection.maxfail}")
+    if selection.deselected:
+        parts.append(f"({selection.deselected} deselected)")
+    return " ".join(parts)
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -344,7 +444,7 @@ def _run_heading(summary: RunSummary) -> str:
 @_limit_option(20, "Most runs to list (newest first).")
 @format_option
 def runs(project: str | None, all_projects: bool, limit: int) -> None:
-    """List recorded runs, newest first.
+    """List recorded runs, newest first ("no runs yet", exit 0, on an empty database).
 
     \b
     JSON: {"project": NAME|null, "runs": [RUN...], "has_more": bool}
@@ -354,6 +454,12 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
     if all_projects and project is not None:
         raise click.UsageError("give --project or --all-projects, not both")
     with _services() as services:
+        if not services.get(services.reader.projects()):
+            if services.output_format == "json":
+                emit_json({"project": project, "runs": [], "has_more": False})
+            else:
+                _print(f"no runs yet in {services.db_path} (record one with: pytest --runstore)")
+            return
         name = None if all_projects else _project(services, project)
         page = services.get(services.reader.list_runs(name, limit=limit))
         if services.output_format == "json":
@@ -372,28 +478,33 @@ def runs(project: str | None, all_projects: bool, limit: int) -> None:
 
 @click.command()
 @click.argument("run", type=RUN, default="latest")
-@click.argument("nodeid", required=False)
+@click.argument("nodeid", type=TEXT, required=False)
 @project_option
 @click.option("--all", "show_all", is_flag=True, help="List passing items too (text output).")
 @format_option
 def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool) -> None:
     """Show one run (default: the latest) with its items, or one item of it in full.
 
-    Text lists the items that did not pass (every item with --all); JSON always lists every
-    item. With NODEID (an exact node id, or a fragment naming one test), show that item:
-    its phases, every error with frames and causes, subtests, earlier attempts and its
-    captured output.
+    The heading gives the counts, the subtest totals and the run's selection (path
+    arguments, -k, -m, --lf, --ff, -x and pytest's deselected count) when it ran one.
+    Each item has its verdict (new_failure, persistent_failure, flaky, recovered, stable)
+    and the reason for it (the rule and the runs it rests on). Text lists the items that
+    did not pass, are flaky or just recovered (every item with --all); JSON always lists
+    every item. With NODEID (an exact node id, or a fragment naming one test), show that
+    item: its verdict, phases, every error with frames and causes, subtests, earlier
+    rerun attempts with their errors and its captured output.
 
     \b
-    JSON: {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
-           "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
-           "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
+    JSON (schemas show.json, show-test.json in runstore/cli/schemas):
+      {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
+       "classification", "window", "because": {"rule", "run_ids", "summary"},
+       "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
+       "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
     With NODEID: {"run": RUN, "test": {"nodeid", "outcome", "duration_ms", "attempts",
-           "skip_reason", "phases": [{"phase", "outcome", "duration_ms"}], "errors":
-           [{"phase", "exception_type", "message", "frames", "causes"}], "subtests":
-           [{"description", "outcome", "duration_ms", "error"}], "earlier_attempts":
-           [{"outcome", "duration_ms"}], "stdout", "stdout_truncated", "stderr",
-           "stderr_truncated", "log", "log_truncated"}}
+       "skip_reason", "classification", "window", "because", "phases", "errors":
+       [{"phase", "exception_type", "message", "text", "frames", "causes"}], "subtests",
+       "earlier_attempts": [{"outcome", "duration_ms", "errors"}], "stdout", "stderr",
+       "log" (each with a *_truncated flag)}}
     Example:
       runstore show latest --format json
       runstore show 12 tests/test_cart.py::test_total
@@ -405,12 +516,14 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
             return
         tests = services.get(services.reader.tests(summary.id))
         failures = services.get(services.reader.failures(summary.id))
+        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
         by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
         collection = [f for f in failures if f.phase is Phase.COLLECT]
         if services.output_format == "json":
             emit_json({
                 "run": _run_document(summary),
-                "tests": [_test_document(t, by_node.get(t.nodeid)) for t in tests],
+                "tests": [{**_test_document(t, by_node.get(t.nodeid)),
+                           **_verdict_or_none(verdicts.get(t.nodeid))} for t in tests],
                 "collection_errors": [
                     {"nodeid": f.nodeid, "phase": f.phase.value,
                      "exception_type": f.exception_type, "message": f.message}
@@ -419,19 +532,31 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
             })
             return
         _print(_run_heading(summary))
-        listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED]
+        listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED
+                  or _noteworthy(verdicts.get(t.nodeid))]
         if collection or listed:
-            table = _table("outcome", "test", "phase", "took", "message")
+            table = _table("outcome", "test", "verdict", "because", "phase", "took", "message")
             for error in collection:
-                _row(table, "collection error", error.nodeid, "collect", "-",
-                     _first_line(error.message))
+                _row(table, "collection error", error.nodeid, "", "", "collect", "-",
+                     _error_line(error.exception_type, error.message))
             for test in listed:
                 failure = by_node.get(test.nodeid)
+                verdict = verdicts.get(test.nodeid)
                 _row(table, test.outcome.value, test.nodeid,
+                     verdict.classification.value if verdict else "",
+                     _because(verdict.because) if verdict else "",
                      failure.phase.value if failure else "",
                      _seconds(test.duration_ms),
-                     _first_line(failure.message) if failure else (test.skip_reason or ""))
+                     _error_line(failure.exception_type, failure.message) if failure
+                     else (test.skip_reason or ""))
             _print("", table)
+
+
+def _noteworthy(verdict: TestClassification | None) -> bool:
+    """Whether a passing item is listed by ``show`` without ``--all``: it is flaky or has
+    just recovered."""
+    return verdict is not None and verdict.classification in (
+        Classification.FLAKY, Classification.RECOVERED)
 
 
 @click.command()
@@ -442,11 +567,16 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
 def failures(run: int | str, project: str | None, only_new: bool) -> None:
     """Show the failing items and collection errors of a run with where they failed.
 
+    Each failing test has its verdict and its reason, since which run and how many runs
+    in a row it has failed, and the first error message of that streak when it differs.
+
     \b
-    JSON: {"run": RUN, "failures": [{"nodeid", "outcome", "phase", "exception_type",
-           "message", "message_truncated", "text", "text_truncated", "frames":
-           [{"path", "line", "function", "is_project"}], "causes": [{"exception_type",
-           "message", "frames"}], "signature", "is_new"}]}
+    JSON (schema failures.json): {"run": RUN, "failures": [{"nodeid", "outcome", "phase",
+           "exception_type", "message", "message_truncated", "text", "text_truncated",
+           "frames": [{"path", "line", "function", "is_project"}], "causes":
+           [{"exception_type", "message", "text", "frames"}], "signature", "is_new",
+           "streak", "failing_since", "streak_message", "classification", "window",
+           "because"}]} (collection errors have null verdict fields)
     Example:
       runstore failures --new
     """
@@ -455,9 +585,11 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
         found = services.get(services.reader.failures(summary.id))
         if only_new:
             found = tuple(f for f in found if f.is_new)
+        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
         if services.output_format == "json":
-            emit_json({"run": _run_document(summary),
-                       "failures": [_failure_document(f) for f in found]})
+            emit_json({"run": _run_document(summary), "failures": [
+                {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid))}
+                for f in found]})
             return
         _print(_run_heading(summary))
         if not found:
@@ -465,20 +597,39 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
             return
         for failure in found:
             new = "  (new)" if failure.is_new else ""
+            verdict = verdicts.get(failure.nodeid)
+            judged = f"  {verdict.classification.value}" if verdict else ""
             _print("", f"{failure.outcome.value.upper()} {failure.nodeid}  "
-                       f"[{failure.phase.value}]{new}")
-            _print(f"  {_first_line(failure.message) or failure.exception_type}")
+                       f"[{failure.phase.value}]{judged}{new}")
+            _print(f"  {_error_line(failure.exception_type, failure.message)}")
+            _print(f"  {_streak_text(failure)}")
+            if verdict is not None:
+                _print(f"  because {_because(verdict.because)}")
             project_frames = [f for f in failure.frames if f.is_project] or list(failure.frames)
             for frame in project_frames[-3:]:
                 where = f"{frame.path}:{frame.line}" if frame.line else frame.path
                 _print(f"    at {where} in {frame.function or '?'}")
             for cause in failure.causes:
-                _print(f"  caused by {_first_line(cause.message) or cause.exception_type}")
+                _print(f"  caused by {_error_line(cause.exception_type, cause.message)}")
             if failure.phase is not Phase.COLLECT:
                 _print_detail(services, summary.id, failure.nodeid)
 
 
 _TAIL_LINES = 5
+
+
+def _streak_text(failure: FailureRecord) -> str:
+    """Since which run and how many runs in a row ``failure``'s test has failed, with the
+    first error of the streak when it differs from this run's."""
+    if failure.streak <= 1:
+        return "failing since this run (1 run)"
+    since = ("an earlier run, since pruned" if failure.failing_since is None
+             else f"run {failure.failing_since}")
+    text = f"failing since {since}, {failure.streak} runs in a row"
+    first = _first_line(failure.streak_message)
+    if first and first != _first_line(failure.message):
+        text += f"; the streak began with: {first}"
+    return text
 
 
 def _error_document(error: ErrorInfo) -> dict[str, Any]:
@@ -494,11 +645,14 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     """Print (or emit as JSON) everything stored about one item of a run."""
     detail = services.get(services.reader.test_detail(summary.id, nodeid))
     test = detail.test
+    verdict = next((c for c in services.get(services.reader.classify(summary.id))
+                    if c.nodeid == test.nodeid), None)
     if services.output_format == "json":
         emit_json({"run": _run_document(summary), "test": {
             "nodeid": test.nodeid, "outcome": test.outcome.value,
             "duration_ms": test.duration_ms, "attempts": test.attempts,
             "skip_reason": test.skip_reason,
+            **_verdict_or_none(verdict),
             "phases": [{"phase": p.phase.value, "outcome": p.outcome.value,
                         "duration_ms": p.duration_ms} for p in test.phases],
             "errors": [_error_document(e) for e in detail.errors],
@@ -506,8 +660,9 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
                           "duration_ms": t.duration_ms,
                           "error": None if t.error is None else _error_document(t.error)}
                          for t in detail.subtests],
-            "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms}
-                                 for a in detail.attempts],
+            "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms,
+                                  "errors": [_error_document(e) for e in errors]}
+                                 for a, errors in _attempts_with_errors(detail)],
             "stdout": detail.stdout, "stdout_truncated": detail.stdout_truncated,
             "stderr": detail.stderr, "stderr_truncated": detail.stderr_truncated,
             "log": detail.log, "log_truncated": detail.log_truncated,
@@ -516,21 +671,24 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     _print(_run_heading(summary), "",
            f"{test.outcome.value.upper()} {test.nodeid}  {_seconds(test.duration_ms)}")
     _print("  phases: " + ", ".join(f"{p.phase.value} {p.outcome.value}" for p in test.phases))
+    if verdict is not None:
+        _print(f"  verdict: {verdict.classification.value}, because {_because(verdict.because)}")
     if test.skip_reason:
         _print(f"  reason: {test.skip_reason}")
     for error in detail.errors:
-        _print(f"  [{error.phase.value}] {error.exception_type}: {_first_line(error.message)}")
+        _print(f"  [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
         for frame in error.frames:
             where = f"{frame.path}:{frame.line}" if frame.line else frame.path
             _print(f"    at {where} in {frame.function or '?'}")
         cause = error.cause
         while cause is not None:
-            _print(f"    caused by {cause.exception_type}: {_first_line(cause.message)}")
+            _print(f"    caused by {_error_line(cause.exception_type, cause.message)}")
             cause = cause.cause
     for subtest in detail.subtests:
-        _print(f"  subtest {subtest.description}: {subtest.outcome.value}")
-    if detail.attempts:
-        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+        reason = "" if subtest.error is None else (
+            f"  {_error_line(subtest.error.exception_type, subtest.error.message)}")
+        _print(f"  subtest {subtest.description}: {subtest.outcome.value}{reason}")
+    _print_attempts(detail)
     for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
                               ("stderr", detail.stderr, detail.stderr_truncated),
                               ("log", detail.log, detail.log_truncated)):
@@ -541,6 +699,23 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
                 _print(f"    | {line}")
 
 
+def _attempts_with_errors(
+    detail: TestDetail,
+) -> list[tuple[TestRecord, tuple[ErrorInfo, ...]]]:
+    """Each earlier attempt of an item, oldest first, with its errors (none stored: ())."""
+    errors = list(detail.attempt_errors) + [()] * len(detail.attempts)
+    return list(zip(detail.attempts, errors[: len(detail.attempts)], strict=True))
+
+
+def _print_attempts(detail: TestDetail) -> None:
+    """One line per earlier rerun attempt (outcome, duration), then a line per error."""
+    for number, (attempt, errors) in enumerate(_attempts_with_errors(detail), start=1):
+        _print(f"  attempt {number} of {len(detail.attempts) + 1}: {attempt.outcome.value}"
+               f"  {_seconds(attempt.duration_ms)}")
+        for error in errors:
+            _print(f"    [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
+
+
 def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
     """Print what ``failures`` adds after an item's first error: its other errors, failed
     subtests, earlier attempts and the last lines of its captured output."""
@@ -549,15 +724,13 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
         return
     detail = services.get(found)
     for error in detail.errors[1:]:
-        _print(f"  also [{error.phase.value}] "
-               f"{_first_line(error.message) or error.exception_type}")
+        _print(f"  also [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
     for subtest in detail.subtests:
         if subtest.outcome in FAILING_OUTCOMES:
             reason = "" if subtest.error is None else (
-                _first_line(subtest.error.message) or subtest.error.exception_type)
+                _error_line(subtest.error.exception_type, subtest.error.message))
             _print(f"  subtest {subtest.description} {subtest.outcome.value}: {reason}")
-    if detail.attempts:
-        _print("  earlier attempts: " + " ".join(a.outcome.value for a in detail.attempts))
+    _print_attempts(detail)
     for stream, text, cut in (("stdout", detail.stdout, detail.stdout_truncated),
                               ("stderr", detail.stderr, detail.stderr_truncated),
                               ("log", detail.log, detail.log_truncated)):
@@ -574,14 +747,18 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
 @project_option
 @format_option
 def flaky(project: str | None) -> None:
-    """List tests whose recent outcomes mix failing and passing, most flips first.
+    """List tests with evidence of flakiness in their recent runs, and why.
 
-    Tests that broke or recovered once are listed too (one flip), below the ones that
-    flip back and forth.
+    Flaky means the outcome changed while the code did not, by the first rule that
+    applies: passed_on_rerun (failed, then passed on a rerun in one run), same_commit
+    (passed and failed on one git commit with a clean tree), oscillation (two or more
+    separate failing streaks, F..P..F). A test that broke once and stays broken, or was
+    fixed once, is not listed.
 
     \b
     JSON: {"project": NAME, "flaky": [{"nodeid", "flips", "failures", "passes",
-           "window": [OUTCOME...] (newest first), "last_run_id"}]}
+           "window": [OUTCOME...] (newest first), "last_run_id",
+           "because": {"rule", "run_ids", "summary"}}]}
     Example:
       runstore flaky --format json
     """
@@ -592,16 +769,17 @@ def flaky(project: str | None) -> None:
             emit_json({"project": name, "flaky": [
                 {"nodeid": f.nodeid, "flips": f.flips, "failures": f.failures,
                  "passes": f.passes, "window": [o.value for o in f.window],
-                 "last_run_id": f.last_run_id}
+                 "last_run_id": f.last_run_id, "because": _evidence_document(f.because)}
                 for f in found
             ]})
             return
         if not found:
             _print(f"no flaky tests in {name}")
             return
-        table = _table("test", "flips", "failed", "passed", "recent (newest first)")
+        table = _table("test", "rule", "because", "recent (newest first)")
         for test in found:
-            _row(table, test.nodeid, test.flips, test.failures, test.passes,
+            _row(table, test.nodeid, test.because.rule.value,
+                 test.because.summary or _runs_list(test.because.run_ids),
                  " ".join(_SYMBOL.get(o, "?") for o in test.window))
         _print(f"{_plural(len(found), 'flaky test')} in {name}", table)
 
@@ -619,8 +797,6 @@ _SYMBOL = {
 def _resolve_test(services: _Services, project: str, fragment: str) -> str:
     """The one node id ``fragment`` names: an exact node id, else the only one containing it;
     none or several end the command, listing the candidates."""
-    if not fragment.strip():
-        raise click.BadParameter("must not be empty", param_hint="NODEID")
     candidates = services.get(services.reader.find_tests(project, fragment, limit=20))
     if fragment in candidates:
         return fragment
@@ -638,7 +814,7 @@ def _resolve_test(services: _Services, project: str, fragment: str) -> str:
 
 
 @click.command()
-@click.argument("nodeid")
+@click.argument("nodeid", type=TEXT)
 @project_option
 @format_option
 def history(nodeid: str, project: str | None) -> None:
@@ -646,9 +822,14 @@ def history(nodeid: str, project: str | None) -> None:
 
     NODEID is a node id or a unique part of one.
 
+    Each row keeps the first error message of a failing outcome, the git commit (with
+    "+dirty" for uncommitted changes) and the failed rerun attempts before the final one;
+    the rows outlive the pruning of their runs.
+
     \b
     JSON: {"project": NAME, "nodeid": NODEID, "history": [{"run_id", "outcome",
-           "duration_ms", "recorded_at_ms"}]}
+           "duration_ms", "recorded_at_ms", "message", "git_commit", "git_dirty",
+           "rerun_failures"}]}
     Example:
       runstore history test_checkout.py::test_total
     """
@@ -659,14 +840,18 @@ def history(nodeid: str, project: str | None) -> None:
         if services.output_format == "json":
             emit_json({"project": name, "nodeid": resolved, "history": [
                 {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
-                 "recorded_at_ms": e.recorded_at_ms}
+                 "recorded_at_ms": e.recorded_at_ms, "message": e.message,
+                 "git_commit": e.git_commit, "git_dirty": e.git_dirty,
+                 "rerun_failures": e.rerun_failures}
                 for e in entries
             ]})
             return
-        table = _table("run", "outcome", "took", "recorded")
+        table = _table("run", "outcome", "took", "recorded", "commit", "reruns", "message")
         for entry in entries:
+            commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
             _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
-                 entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms))
+                 entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms),
+                 commit, entry.rerun_failures or "", _first_line(entry.message or ""))
         _print(resolved, table)
 
 
@@ -807,11 +992,15 @@ def trends(project: str | None, limit: int) -> None:
 @project_option
 @format_option
 def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
-    """Show what changed from RUN_A to RUN_B: newly failing, fixed, added, removed tests.
+    """Show what changed from RUN_A to RUN_B: newly failing, fixed, added, not run, removed.
+
+    A test of RUN_A missing from RUN_B is "not run" when RUN_B ran a selection (a path or
+    node id argument, -k, -m, --lf, -x or deselected items) or was interrupted or aborted,
+    and "removed" otherwise.
 
     \b
     JSON: {"run_a", "run_b", "newly_failing": [NODEID], "fixed": [...], "added": [...],
-           "removed": [...]}
+           "not_run": [...], "removed": [...]}
     Example:
       runstore diff 11 12
     """
@@ -822,14 +1011,20 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
         document: dict[str, Any] = {
             "run_a": int(compared.run_a), "run_b": int(compared.run_b),
             "newly_failing": list(compared.newly_failing), "fixed": list(compared.fixed),
-            "added": list(compared.added), "removed": list(compared.removed),
+            "added": list(compared.added), "not_run": list(compared.not_run),
+            "removed": list(compared.removed),
         }
         if services.output_format == "json":
             emit_json(document)
             return
         _print(f"run {a.id} -> run {b.id}")
+        selected = _selection_text(b.selection)
+        if selected:
+            _print(f"run {b.id} ran a selection: {selected}")
+        not_run = (f"not run (run {b.id} was {b.status.value})"
+                   if b.status in (RunStatus.INTERRUPTED, RunStatus.ABORTED) else "not run")
         for key, title in (("newly_failing", "newly failing"), ("fixed", "fixed"),
-                           ("added", "added"), ("removed", "removed")):
+                           ("added", "added"), ("not_run", not_run), ("removed", "removed")):
             names = document[key]
             _print(f"{title}: {len(names)}")
             for nodeid in names:
@@ -851,7 +1046,7 @@ def _check_max_age_days(
 
 
 @click.command()
-@click.option("--keep-runs", type=click.IntRange(min=1), required=True,
+@click.option("--keep-runs", type=click.IntRange(1, MAX_ID), required=True,
               help="Keep the newest N runs of each project.")
 @click.option("--max-age-days", type=float, default=None, callback=_check_max_age_days,
               help=f"Also drop runs that started more than D days ago (0 < D <= {_MAX_AGE_DAYS}).")
@@ -873,7 +1068,7 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
     policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
     with _services() as services:
         doing = "planning the prune" if dry_run else "pruning runs"
-        with Console(stderr=True).status(f"{doing}..."):  # shown on a terminal only
+        with status_on_terminal(f"{doing}..."):
             if dry_run:
                 outcome = services.get(services.store.plan_prune(policy))
             else:

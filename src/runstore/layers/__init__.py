@@ -30,7 +30,14 @@ from returns.result import Failure
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers._layer import Container, Key, Layer, Tag, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
-from runstore.layers._open import open_database
+from runstore.layers._open import (
+    DEFAULT_DB_PATH,
+    GITIGNORE,
+    database_path_problem,
+    find_project_database,
+    make_database_folder,
+    open_database,
+)
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
 from runstore.layers._tags import (
     ACTION_RUN_STORAGE,
@@ -78,6 +85,7 @@ __all__ = [
     "DATA_STORE",
     "DEFAULT_DB_PATH",
     "EXECUTION_STORAGE",
+    "GITIGNORE",
     "SESSION_REPOSITORY",
     "ConnectionSettings",
     "Container",
@@ -102,12 +110,15 @@ __all__ = [
     "UnitOfWork",
     "build",
     "connect",
+    "database_path_problem",
+    "find_project_database",
     "in_memory",
     "in_memory_agent_storage",
     "in_memory_database",
     "in_memory_execution_ledger",
     "in_memory_sessions",
     "in_memory_test_runs",
+    "make_database_folder",
     "merge",
     "open_database",
     "provide",
@@ -119,8 +130,6 @@ __all__ = [
     "sqlite_test_runs",
     "system_clock",
 ]
-
-DEFAULT_DB_PATH = os.path.join(".runstore", "runstore.db")
 
 # Where each domain name of ``__all__`` lives; read on first access (PEP 562).
 _DOMAIN_NAMES = {

@@ -36,6 +36,8 @@ from runstore.layers._testruns_shared import (
     PreparedCollectionError,
     PreparedError,
     PruneRun,
+    Streak,
+    WindowEntry,
     classify,
     compare_runs,
     counts_of,
@@ -44,16 +46,21 @@ from runstore.layers._testruns_shared import (
     encode_cursor,
     failure_record,
     flaky_entry,
-    is_new_signature,
+    new_signatures,
     plan_prune,
     prepare_collection_errors,
     prepare_coverage,
     prepare_results,
     prepare_run_start,
+    prepare_selection,
     previous_window,
     rank_matches,
+    rerun_failures,
+    run_is_partial,
     sort_failures,
     sort_flaky,
+    streak_of,
+    subtest_counts,
     test_detail,
     to_epoch_ms,
     valid_finish,
@@ -64,7 +71,6 @@ from runstore.layers._testruns_shared import (
     valid_project,
     valid_run_id,
     valid_status,
-    window_of,
 )
 from runstore.layers._unit_of_work import TxDict
 from runstore.services.clock import Clock
@@ -93,6 +99,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     TestClassification,
     TestDetail,
     TestRecord,
@@ -119,6 +126,9 @@ class _Run:
     finished_at_ms: int | None
     last_write_at_ms: int
     environment: Environment
+    selection: Selection
+    new_signatures: frozenset[str] | None = None
+    """The signatures new in the run, frozen when it ended (None while running)."""
 
 
 @attrs.frozen
@@ -128,6 +138,27 @@ class _History:
     outcome: Outcome
     duration_ms: float
     recorded_at_ms: int
+    message: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    rerun_failures: int = 0
+    streak: int | None = None
+    streak_since: int | None = None
+    streak_message: str | None = None
+
+    def entry(self) -> WindowEntry:
+        """This row as the rules see it."""
+        return WindowEntry(
+            self.run_id,
+            self.outcome,
+            self.git_commit,
+            self.git_dirty,
+            self.rerun_failures,
+            self.message,
+            self.streak,
+            self.streak_since,
+            self.streak_message,
+        )
 
 
 @attrs.frozen
@@ -189,7 +220,47 @@ class TestRunsMemoryState:
             counts=counts_of(c.outcome for c in cases.values()) if cases else counts_of(()),
             collection_errors=len(collection) if collection else 0,
             environment=run.environment,
+            selection=run.selection,
+            subtests=subtest_counts(
+                t.outcome for c in (cases.values() if cases else ()) for t in c.subtests
+            ),
         )
+
+    def heads(self, run_id: int) -> Iterator[PreparedError]:
+        """The first error of every failing item and collection error of a run."""
+        cases = self.cases.get(run_id)
+        for case in cases.values() if cases else ():
+            if case.outcome in FAILING_OUTCOMES and case.errors:
+                yield case.errors[0]
+        collection = self.collection.get(run_id)
+        for item in collection.values() if collection else ():
+            yield item.error
+
+    def new_signatures(self, run: _Run) -> frozenset[str]:
+        """The failure signatures new in ``run`` now (:func:`new_signatures` over the
+        signature table and the running runs of the project with a lower id)."""
+        signatures = {h.signature for h in self.heads(run.id)}
+        if not signatures:
+            return frozenset()
+        first_seen = {
+            sig: known.first_seen_run_id
+            for sig in signatures
+            if (known := self.signatures.get((run.project, sig))) is not None
+        }
+        earlier_running = {
+            h.signature
+            for other in self.runs.values()
+            if other.project == run.project
+            and other.status == RunStatus.RUNNING
+            and other.id < run.id
+            for h in self.heads(other.id)
+        }
+        return new_signatures(signatures, first_seen, earlier_running, run.id)
+
+    def previous(self, project: str, nodeid: str, run_id: int) -> tuple[WindowEntry, ...]:
+        """The previous window entries of item ``nodeid`` of run ``run_id``."""
+        entries = self.history.get((project, nodeid), ())
+        return previous_window((e.entry() for e in entries), run_id)
 
     def remember_paths(self, paths: Iterator[str]) -> None:
         """Record file paths as the live layer's ``files`` rows would be."""
@@ -232,6 +303,7 @@ class InMemoryDataStore:
                 finished_at_ms=None,
                 last_write_at_ms=self._clock.now_ms(),
                 environment=run.environment,
+                selection=run.selection,
             )
             return Success(RunId(run_id))
 
@@ -339,6 +411,7 @@ class InMemoryDataStore:
                 status=final,
                 finished_at_ms=finished_ms,
                 last_write_at_ms=self._clock.now_ms(),
+                new_signatures=state.new_signatures(run),
             )
             state.runs[rid] = done
             if final in (RunStatus.PASSED, RunStatus.FAILED):
@@ -356,26 +429,37 @@ class InMemoryDataStore:
         seq = state.counters.get("history", 0) + 1
         state.counters["history"] = seq
         finished = run.finished_at_ms if run.finished_at_ms is not None else 0
+        env = run.environment
         for case in cases.values():
             if case.outcome not in EXECUTED_OUTCOMES:
                 continue
             key = (run.project, case.nodeid)
-            entry = _History(seq, run.id, case.outcome, case.duration_ms, finished)
+            failing = case.outcome in FAILING_OUTCOMES
+            message = case.errors[0].message if failing and case.errors else None
+            streak: Streak | None = None
+            if failing:
+                now = WindowEntry(run.id, case.outcome, message=message)
+                streak = streak_of(now, state.previous(run.project, case.nodeid, run.id))
+            entry = _History(
+                seq,
+                run.id,
+                case.outcome,
+                case.duration_ms,
+                finished,
+                message=message,
+                git_commit=env.git_commit,
+                git_dirty=env.git_dirty,
+                rerun_failures=rerun_failures(a.outcome for a in case.attempts),
+                streak=None if streak is None else streak.length,
+                streak_since=None if streak is None else streak.since,
+                streak_message=None if streak is None else streak.message,
+            )
             state.history[key] = (entry, *state.history.get(key, ()))[:DEFAULT_HISTORY_WINDOW]
 
     def _record_signatures(self, run: _Run) -> None:
         state = self._state
-        heads: list[PreparedError] = []
-        cases = state.cases.get(run.id)
-        if cases:
-            heads.extend(
-                c.errors[0] for c in cases.values() if c.outcome in FAILING_OUTCOMES and c.errors
-            )
-        collection = state.collection.get(run.id)
-        if collection:
-            heads.extend(c.error for c in collection.values())
         counted: dict[str, tuple[PreparedError, int]] = {}
-        for head in heads:
+        for head in state.heads(run.id):
             seen = counted.get(head.signature)
             counted[head.signature] = (head, 1 if seen is None else seen[1] + 1)
         at = run.finished_at_ms if run.finished_at_ms is not None else 0
@@ -394,15 +478,46 @@ class InMemoryDataStore:
                     last_seen_at_ms=at,
                 )
             else:
+                first = old.first_seen_run_id
                 state.signatures[key] = attrs.evolve(
-                    old, count=old.count + count, last_seen_run_id=run.id, last_seen_at_ms=at
+                    old,
+                    count=old.count + count,
+                    first_seen_run_id=None if first is None else min(first, run.id),
+                    last_seen_run_id=run.id,
+                    last_seen_at_ms=at,
                 )
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """See ``DataStore.record_selection``."""
+        checked = valid_run_id(run_id)
+        if isinstance(checked, Failure):
+            return checked
+        prepared = prepare_selection(selection)
+        if isinstance(prepared, Failure):
+            return prepared
+        rid, chosen = checked.unwrap(), prepared.unwrap()
+        state = self._state
+
+        def write() -> Result[RunSummary, DataStoreError]:
+            running = self._running(rid)
+            if isinstance(running, Failure):
+                return running
+            run = attrs.evolve(
+                running.unwrap(), selection=chosen, last_write_at_ms=self._clock.now_ms()
+            )
+            state.runs[rid] = run
+            return Success(state.summary(run))
+
+        return self._db.transact("record_selection", write)
 
     def abort_stale_runs(
         self, project: str, *, older_than: datetime
     ) -> Result[tuple[RunId, ...], DataStoreError]:
         """See ``DataStore.abort_stale_runs``; an aborted run's ``finished_at_ms`` is its
-        last write (ms)."""
+        last write (ms), and its new failure signatures are frozen as ``finish_run`` freezes
+        them (judged while every run of the batch is still running)."""
         checked = valid_project(project)
         if isinstance(checked, Failure):
             return checked
@@ -420,10 +535,14 @@ class InMemoryDataStore:
                 and run.status == RunStatus.RUNNING
                 and run.last_write_at_ms < limit
             )
+            frozen = {i: state.new_signatures(state.runs[i]) for i in stale}
             for run_id in stale:
                 run = state.runs[run_id]
                 state.runs[run_id] = attrs.evolve(
-                    run, status=RunStatus.ABORTED, finished_at_ms=run.last_write_at_ms
+                    run,
+                    status=RunStatus.ABORTED,
+                    finished_at_ms=run.last_write_at_ms,
+                    new_signatures=frozen[run_id],
                 )
             return Success(tuple(RunId(i) for i in stale))
 
@@ -703,7 +822,7 @@ class InMemoryDataReader:
                     (case.stdout, case.stdout_truncated, case.stderr, case.stderr_truncated,
                      case.log, case.log_truncated),
                     [(t.description, t.outcome, t.duration_ms, t.error) for t in case.subtests],
-                    [(a.phases, a.outcome, a.duration_ms) for a in case.attempts],
+                    [(a.phases, a.outcome, a.duration_ms, a.errors) for a in case.attempts],
                 )
             )
 
@@ -738,51 +857,38 @@ class InMemoryDataReader:
         return self._read("tests", read)
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
-        """See ``DataReader.failures``."""
+        """See ``DataReader.failures``: ``is_new`` from the signatures frozen when the run
+        ended (computed afresh while it runs); streaks from the history entries of runs
+        with a lower id."""
         state = self._state
-
-        def is_new(project: str, rid: int, head: PreparedError | None) -> bool:
-            if head is None:
-                return False
-            sig = state.signatures.get((project, head.signature))
-            return is_new_signature(
-                None if sig is None else sig.first_seen_run_id, sig is not None, rid
-            )
 
         def read() -> Result[tuple[FailureRecord, ...], DataReaderError]:
             found = self._run(run_id)
             if isinstance(found, Failure):
                 return found
             run = found.unwrap()
+            new = run.new_signatures
+            if new is None:
+                new = state.new_signatures(run)
             records: list[tuple[int, FailureRecord]] = []
             for case in self._cases(run.id):
                 if case.outcome in FAILING_OUTCOMES:
                     head = case.errors[0] if case.errors else None
+                    now = WindowEntry(
+                        run.id, case.outcome, message=None if head is None else head.message
+                    )
+                    streak = streak_of(now, state.previous(run.project, case.nodeid, run.id))
+                    if streak.since is not None and streak.since not in state.runs:
+                        streak = attrs.evolve(streak, since=None)
                     records.append(
-                        (
-                            1,
-                            failure_record(
-                                case.nodeid,
-                                case.outcome,
-                                case.phases,
-                                head,
-                                is_new(run.project, run.id, head),
-                            ),
-                        )
+                        (1, failure_record(case.nodeid, case.outcome, case.phases, head, new,
+                                           streak))
                     )
             collection = state.collection.get(run.id)
             for item in collection.values() if collection else ():
+                alone = Streak(1, run.id, item.error.message)
                 records.append(
-                    (
-                        0,
-                        failure_record(
-                            item.nodeid,
-                            Outcome.ERROR,
-                            (),
-                            item.error,
-                            is_new(run.project, run.id, item.error),
-                        ),
-                    )
+                    (0, failure_record(item.nodeid, Outcome.ERROR, (), item.error, new, alone))
                 )
             return Success(sort_failures(records))
 
@@ -797,20 +903,24 @@ class InMemoryDataReader:
             if isinstance(found, Failure):
                 return found
             run = found.unwrap()
-            items: list[CaseHistory] = []
-            for case in self._cases(run.id):
-                entries = state.history.get((run.project, case.nodeid), ())
-                previous = previous_window(((e.run_id, e.outcome) for e in entries), run.id)
-                items.append(CaseHistory(case.nodeid, case.outcome, previous))
+            env = run.environment
             return Success(
                 tuple(
-                    TestClassification(
-                        i.nodeid,
-                        i.outcome,
-                        classify(i.outcome, i.previous),
-                        window_of(i.outcome, i.previous),
+                    classify(
+                        run.id,
+                        CaseHistory(
+                            case.nodeid,
+                            WindowEntry(
+                                run.id,
+                                case.outcome,
+                                git_commit=env.git_commit,
+                                git_dirty=env.git_dirty,
+                                rerun_failures=rerun_failures(a.outcome for a in case.attempts),
+                            ),
+                            state.previous(run.project, case.nodeid, run.id),
+                        ),
                     )
-                    for i in items
+                    for case in self._cases(run.id)
                 )
             )
 
@@ -829,7 +939,7 @@ class InMemoryDataReader:
             for (owner, nodeid), entries in state.history.items():
                 if owner != name:
                     continue
-                flaky = flaky_entry(nodeid, [(e.run_id, e.outcome) for e in entries])
+                flaky = flaky_entry(nodeid, [e.entry() for e in entries])
                 if flaky is not None:
                     found.append(flaky)
             return Success(sort_flaky(found))
@@ -856,10 +966,14 @@ class InMemoryDataReader:
             return Success(
                 tuple(
                     HistoryEntry(
-                        None if e.run_id is None else RunId(e.run_id),
-                        e.outcome,
-                        e.duration_ms,
-                        e.recorded_at_ms,
+                        run_id=None if e.run_id is None else RunId(e.run_id),
+                        outcome=e.outcome,
+                        duration_ms=e.duration_ms,
+                        recorded_at_ms=e.recorded_at_ms,
+                        message=e.message,
+                        git_commit=e.git_commit,
+                        git_dirty=e.git_dirty,
+                        rerun_failures=e.rerun_failures,
                     )
                     for e in entries
                 )
@@ -992,11 +1106,13 @@ class InMemoryDataReader:
             second = self._run(run_b)
             if isinstance(second, Failure):
                 return second
-            a, b = first.unwrap().id, second.unwrap().id
+            later = second.unwrap()
+            a, b = first.unwrap().id, later.id
             table_a, table_b = state.cases.get(a), state.cases.get(b)
             outcomes_a = {n: c.outcome for n, c in table_a.items()} if table_a else {}
             outcomes_b = {n: c.outcome for n, c in table_b.items()} if table_b else {}
-            return Success(compare_runs(RunId(a), RunId(b), outcomes_a, outcomes_b))
+            partial = run_is_partial(later.status, later.selection)
+            return Success(compare_runs(RunId(a), RunId(b), outcomes_a, outcomes_b, partial))
 
         return self._read("compare", read)
 

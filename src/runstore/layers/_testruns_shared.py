@@ -42,10 +42,12 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
@@ -65,6 +67,8 @@ from runstore.services.testruns import (
     CollectionError,
     Environment,
     ErrorInfo,
+    Evidence,
+    EvidenceRule,
     FailureRecord,
     FileCoverage,
     FlakyTest,
@@ -76,8 +80,10 @@ from runstore.services.testruns import (
     RunRetentionPolicy,
     RunStart,
     RunStatus,
+    Selection,
     StackFrame,
     SubtestResult,
+    TestClassification,
     TestDetail,
     TestRecord,
     TestResult,
@@ -90,6 +96,7 @@ __all__ = [
     "MAX_CAUSES",
     "OUTCOME_ORDER",
     "PASSING_OUTCOMES",
+    "SUBTEST_WORDS",
     "CaseHistory",
     "PreparedCase",
     "PreparedCollectionError",
@@ -98,14 +105,18 @@ __all__ = [
     "PreparedRun",
     "PrunePlan",
     "PruneRun",
+    "Streak",
+    "WindowEntry",
     "classify",
     "compare_runs",
     "counts_of",
     "coverage_percent",
     "decode_cursor",
     "decode_lines",
+    "decode_selection",
     "encode_cursor",
     "encode_lines",
+    "encode_selection",
     "error_info",
     "failing_phase",
     "failure_record",
@@ -113,17 +124,23 @@ __all__ = [
     "flaky_entry",
     "flips_of",
     "invalid",
-    "is_new_signature",
+    "judge",
+    "new_signatures",
     "normalize_message",
     "plan_prune",
     "prepare_collection_errors",
     "prepare_coverage",
     "prepare_results",
     "prepare_run_start",
+    "prepare_selection",
     "previous_window",
     "rank_matches",
+    "rerun_failures",
+    "run_is_partial",
     "sort_failures",
     "sort_flaky",
+    "streak_of",
+    "subtest_counts",
     "test_detail",
     "to_epoch_ms",
     "valid_finish",
@@ -135,7 +152,6 @@ __all__ = [
     "valid_project",
     "valid_run_id",
     "valid_status",
-    "window_of",
 ]
 
 T = TypeVar("T")
@@ -154,6 +170,16 @@ PASSING_OUTCOMES = frozenset({Outcome.PASSED, Outcome.XPASSED})
 
 OUTCOME_ORDER: tuple[Outcome, ...] = tuple(Outcome)
 """Every outcome, in the order ``RunSummary.counts`` lists them."""
+
+SUBTEST_WORDS: dict[Outcome, str] = {
+    Outcome.PASSED: "passed",
+    Outcome.XPASSED: "passed",
+    Outcome.FAILED: "failed",
+    Outcome.ERROR: "failed",
+    Outcome.SKIPPED: "skipped",
+    Outcome.XFAILED: "skipped",
+}
+"""The ``RunSummary.subtests`` key each subtest outcome counts under (pytest's words)."""
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
@@ -457,6 +483,7 @@ class PreparedRun:
     invocation_id: str
     started_at_ms: int
     environment: Environment
+    selection: Selection
 
 
 @attrs.frozen
@@ -649,6 +676,19 @@ def _case(value: object, field: str) -> PreparedCase:
     subtests_in = _sequence(value.subtests, f"{field}.subtests")
     errors_in = _sequence(value.errors, f"{field}.errors")
     parametrize_id = value.parametrize_id
+    subtests = (
+        tuple(_subtest(s, f"{field}.subtests[{i}]") for i, s in enumerate(subtests_in))
+        if subtests_in
+        else ()
+    )
+    errors = (
+        tuple(_error(e, f"{field}.errors[{i}]") for i, e in enumerate(errors_in))
+        if errors_in
+        else ()
+    )
+    outcome = derive_outcome(phases, (t.outcome for t in subtests))
+    if not errors and outcome in FAILING_OUTCOMES:
+        errors = _subtest_error(subtests)
     return PreparedCase(
         nodeid=valid_identifier(value.nodeid, f"{field}.nodeid"),
         module_path=valid_identifier(value.module_path, f"{field}.module_path"),
@@ -659,12 +699,10 @@ def _case(value: object, field: str) -> PreparedCase:
         line=_line(value.line, f"{field}.line"),
         markers=_markers(value.markers, f"{field}.markers"),
         phases=phases,
-        outcome=derive_outcome(phases),
+        outcome=outcome,
         duration_ms=_total(phases),
         skip_reason=next((p.skip_reason for p in phases if p.skip_reason is not None), None),
-        errors=tuple(_error(e, f"{field}.errors[{i}]") for i, e in enumerate(errors_in))
-        if errors_in
-        else (),
+        errors=errors,
         stdout=stdout,
         stdout_truncated=stdout_cut,
         stderr=stderr,
@@ -674,10 +712,17 @@ def _case(value: object, field: str) -> PreparedCase:
         attempts=tuple(_attempt(a, f"{field}.attempts[{i}]") for i, a in enumerate(attempts_in))
         if attempts_in
         else (),
-        subtests=tuple(_subtest(s, f"{field}.subtests[{i}]") for i, s in enumerate(subtests_in))
-        if subtests_in
-        else (),
+        subtests=subtests,
     )
+
+
+def _subtest_error(subtests: Sequence[PreparedSubtest]) -> tuple[PreparedError, ...]:
+    """The error a failing item without errors of its own is stored with: that of its first
+    failing subtest that has one (so ``failures`` shows the subtest's message and frames)."""
+    for subtest in subtests:
+        if subtest.outcome in FAILING_OUTCOMES and subtest.error is not None:
+            return (subtest.error,)
+    return ()
 
 
 _INF = math.inf
@@ -945,6 +990,85 @@ def _environment(value: object) -> Environment:
         ),
         host=_free(value.host, "start.environment.host"),
         pid=None if pid is None else int(pid),
+        git_dirty=_optional_flag(value.git_dirty, "start.environment.git_dirty"),
+    )
+
+
+def _optional_flag(value: object, field: str) -> bool | None:
+    if value is not None and type(value) is not bool:
+        invalid(field, f"must be True, False or None, got {_type_name(value)}")
+    return None if value is None else bool(value)
+
+
+def _flag(value: object, field: str) -> bool:
+    if type(value) is not bool:
+        invalid(field, f"must be True or False, got {_type_name(value)}")
+    return bool(value)
+
+
+def _selection(value: object, field: str) -> Selection:
+    if not isinstance(value, Selection):
+        invalid(field, f"must be a Selection, got {_type_name(value)}")
+    args = _sequence(value.args, f"{field}.args")
+    keyword, markexpr, collected = value.keyword, value.markexpr, value.collected
+    return Selection(
+        args=tuple(_free(a, f"{field}.args[{i}]", MAX_TEXT_CHARS) for i, a in enumerate(args)),
+        keyword=None if keyword is None else _free(keyword, f"{field}.keyword", MAX_TEXT_CHARS),
+        markexpr=None
+        if markexpr is None
+        else _free(markexpr, f"{field}.markexpr", MAX_TEXT_CHARS),
+        last_failed=_flag(value.last_failed, f"{field}.last_failed"),
+        failed_first=_flag(value.failed_first, f"{field}.failed_first"),
+        maxfail=_count(value.maxfail, f"{field}.maxfail"),
+        deselected=_count(value.deselected, f"{field}.deselected"),
+        collected=None if collected is None else _count(collected, f"{field}.collected"),
+    )
+
+
+def prepare_selection(selection: object) -> Result[Selection, InvalidInput]:
+    """Validate a ``Selection`` (``record_selection``): free text normalized and cut at
+    ``MAX_TEXT_CHARS``, flags ``bool``, counts integers ``>= 0``; ``InvalidInput`` naming
+    the field (``selection.maxfail``) otherwise."""
+    return _guard(_selection, selection, "selection")
+
+
+_SELECTION_DEFAULT = Selection()
+
+
+def encode_selection(selection: Selection) -> str | None:
+    """A validated selection as stored: a JSON object, or None for the default one."""
+    if selection == _SELECTION_DEFAULT:
+        return None
+    return json.dumps(
+        {
+            "args": list(selection.args),
+            "keyword": selection.keyword,
+            "markexpr": selection.markexpr,
+            "last_failed": selection.last_failed,
+            "failed_first": selection.failed_first,
+            "maxfail": selection.maxfail,
+            "deselected": selection.deselected,
+            "collected": selection.collected,
+        },
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+
+
+def decode_selection(text: str | None) -> Selection:
+    """The inverse of :func:`encode_selection` (NULL is the default selection)."""
+    if text is None:
+        return _SELECTION_DEFAULT
+    data = json.loads(text)
+    return Selection(
+        args=tuple(data["args"]),
+        keyword=data["keyword"],
+        markexpr=data["markexpr"],
+        last_failed=data["last_failed"],
+        failed_first=data["failed_first"],
+        maxfail=data["maxfail"],
+        deselected=data["deselected"],
+        collected=data["collected"],
     )
 
 
@@ -956,12 +1080,13 @@ def _run_start(start: object) -> PreparedRun:
         invocation_id=valid_identifier(start.invocation_id, "start.invocation_id"),
         started_at_ms=_epoch_ms(start.started_at, "start.started_at"),
         environment=_environment(start.environment),
+        selection=_selection(start.selection, "start.selection"),
     )
 
 
 def prepare_run_start(start: object) -> Result[PreparedRun, InvalidInput]:
     """Validate a ``RunStart``: non-empty identifiers, an aware ``started_at``, a well-typed
-    environment (free text normalized). ``InvalidInput`` otherwise."""
+    environment and selection (free text normalized). ``InvalidInput`` otherwise."""
     return _guard(_run_start, start)
 
 
@@ -1196,7 +1321,7 @@ def test_detail(
     errors: Sequence[PreparedError],
     output: tuple[str, bool, str, bool, str, bool],
     subtests: Sequence[tuple[str, Outcome, float, PreparedError | None]],
-    attempts: Sequence[tuple[tuple[PhaseResult, ...], Outcome, float]],
+    attempts: Sequence[tuple[tuple[PhaseResult, ...], Outcome, float, Sequence[PreparedError]]],
 ) -> TestDetail:
     """Assemble a ``TestDetail`` from an item's stored parts (both layers use this)."""
     return TestDetail(
@@ -1223,7 +1348,10 @@ def test_detail(
                     (p.skip_reason for p in phases if p.skip_reason is not None), None
                 ),
             )
-            for phases, outcome, ms in attempts
+            for phases, outcome, ms, _ in attempts
+        ),
+        attempt_errors=tuple(
+            tuple(error_info(e) for e in errors) for _, _, _, errors in attempts
         ),
     )
 
@@ -1278,13 +1406,64 @@ def plan_prune(
 
 
 @attrs.frozen
+class WindowEntry:
+    """One executed outcome of a test as the rules see it: its run (None once pruned), the
+    outcome, the run's git commit and dirty flag, the failing attempts before the final one
+    (``rerun_failures``), the first error message when failing, and the failing streak the
+    history row stored (``streak``, ``streak_since``, ``streak_message``; None when passing,
+    not yet stored, or written before the streak was kept)."""
+
+    run_id: int | None
+    outcome: Outcome
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    rerun_failures: int = 0
+    message: str | None = None
+    streak: int | None = None
+    streak_since: int | None = None
+    streak_message: str | None = None
+
+
+@attrs.frozen
 class CaseHistory:
-    """One item of a run for classification: its outcome now, and the previous history
-    entries (newest first) of runs before it."""
+    """One item of a run for classification: the item now (its ``WindowEntry`` in this
+    run) and the previous history entries (newest first) of runs before it."""
 
     nodeid: str
-    outcome: Outcome
-    previous: tuple[Outcome, ...]
+    now: WindowEntry
+    previous: tuple[WindowEntry, ...]
+
+
+@attrs.frozen
+class Streak:
+    """A failing streak ending at a failing entry: ``length`` runs in a row (>= 1), the
+    first run of it (None when pruned) and the first error message of it ("" without one)."""
+
+    length: int
+    since: int | None
+    message: str
+
+
+def rerun_failures(attempts: Iterable[Outcome]) -> int:
+    """Failing attempts among an item's earlier attempts (``HistoryEntry.rerun_failures``)."""
+    return sum(1 for o in attempts if o in FAILING_OUTCOMES)
+
+
+def streak_of(now: WindowEntry, previous: Sequence[WindowEntry]) -> Streak:
+    """The failing streak ending at the failing entry ``now``, walking ``previous`` (newest
+    first): each failing entry adds one run, until a passing one; an entry with a stored
+    streak adds its whole streak and ends the walk (so a streak outlives the window)."""
+    length, since, message = 1, now.run_id, now.message or ""
+    for entry in previous:
+        if entry.outcome not in FAILING_OUTCOMES:
+            break
+        if entry.streak is not None:
+            length += entry.streak
+            since, message = entry.streak_since, entry.streak_message or ""
+            break
+        length += 1
+        since, message = entry.run_id, entry.message or ""
+    return Streak(length, since, message)
 
 
 def flips_of(window: Sequence[Outcome]) -> int:
@@ -1296,70 +1475,192 @@ def flips_of(window: Sequence[Outcome]) -> int:
     )
 
 
-def classify(outcome: Outcome, previous: Sequence[Outcome]) -> Classification:
-    """Classify an outcome against the previous window entries (newest first) by counting
-    flips in the window ``(outcome, *previous)``.
+def _failing_streaks(window: Sequence[WindowEntry]) -> int:
+    """How many separate runs of failing entries the window holds."""
+    streaks, inside = 0, False
+    for entry in window:
+        failing = entry.outcome in FAILING_OUTCOMES
+        if failing and not inside:
+            streaks += 1
+        inside = failing
+    return streaks
 
-    The rules of ``runstore.services.testruns.Classification``.
+
+def _ids(entries: Iterable[WindowEntry]) -> tuple[RunId, ...]:
+    return tuple(sorted({RunId(e.run_id) for e in entries if e.run_id is not None}))
+
+
+def _run_name(run_id: int | None) -> str:
+    return "a pruned run" if run_id is None else f"run {run_id}"
+
+
+def _runs_text(entries: Sequence[WindowEntry]) -> str:
+    """``run 5``, ``runs 3, 5``, ``run 5 and 2 pruned runs``, ``a pruned run``."""
+    ids = _ids(entries)
+    pruned = sum(1 for e in entries if e.run_id is None)
+    named = ("run " if len(ids) == 1 else "runs ") + ", ".join(map(str, ids)) if ids else ""
+    gone = "" if not pruned else "a pruned run" if pruned == 1 else f"{pruned} pruned runs"
+    return " and ".join(part for part in (named, gone) if part)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _same_commit(window: Sequence[WindowEntry]) -> tuple[str, tuple[WindowEntry, ...]] | None:
+    """The commit (and its entries) on which the window both passed and failed with a clean
+    tree; the commit of the newest such entry when several qualify."""
+    clean: dict[str, list[WindowEntry]] = {}
+    for entry in window:
+        if entry.git_commit is not None and entry.git_dirty is False:
+            clean.setdefault(entry.git_commit, []).append(entry)
+    for entry in window:
+        commit = entry.git_commit
+        if commit is None or entry.git_dirty is not False:
+            continue
+        group = clean[commit]
+        failing = sum(1 for e in group if e.outcome in FAILING_OUTCOMES)
+        if 0 < failing < len(group):
+            return commit, tuple(group)
+    return None
+
+
+def _flaky(
+    rule: EvidenceRule, entries: Sequence[WindowEntry], summary: str, label: str = ""
+) -> tuple[Classification, Evidence]:
+    """A flaky verdict resting on ``entries``; the summary ends naming their runs."""
+    return Classification.FLAKY, Evidence(
+        rule, _ids(entries), f"{summary} ({label}{_runs_text(entries)})"
+    )
+
+
+def judge(window: Sequence[WindowEntry]) -> tuple[Classification, Evidence]:
+    """Decide the verdict and its evidence for a window of executed entries, newest first,
+    ``window[0]`` being the item now (the rules and table of ``Classification``).
+
+    Flaky evidence anywhere in the window wins, by precedence ``passed_on_rerun``,
+    ``same_commit``, ``oscillation``; otherwise the verdict follows the item now.
     """
-    if outcome not in EXECUTED_OUTCOMES:
-        return Classification.STABLE
-    flips = flips_of((outcome, *previous))
-    if outcome in FAILING_OUTCOMES:
-        if not any(p in FAILING_OUTCOMES for p in previous):
-            return Classification.NEW_FAILURE
-        return Classification.PERSISTENT_FAILURE if flips <= 1 else Classification.FLAKY
-    if flips == 0:
-        return Classification.STABLE
-    if flips == 1:
-        return (
-            Classification.RECOVERED
-            if previous[0] in FAILING_OUTCOMES
-            else Classification.STABLE
+    now = window[0]
+    size = len(window)
+    rerun = [e for e in window if e.outcome in PASSING_OUTCOMES and e.rerun_failures > 0]
+    if rerun:
+        attempts = sum(e.rerun_failures for e in rerun)
+        return _flaky(
+            EvidenceRule.PASSED_ON_RERUN,
+            rerun,
+            f"passed on a rerun after {_plural(attempts, 'failed attempt')}",
         )
-    return Classification.FLAKY
+    same = _same_commit(window)
+    if same is not None:
+        commit, entries = same
+        return _flaky(
+            EvidenceRule.SAME_COMMIT,
+            entries,
+            f"passed and failed on commit {commit[:12]} with a clean tree",
+        )
+    streaks = _failing_streaks(window)
+    if streaks >= 2:
+        failing = [e for e in window if e.outcome in FAILING_OUTCOMES]
+        return _flaky(
+            EvidenceRule.OSCILLATION,
+            failing,
+            f"{streaks} separate failing streaks in the last {_plural(size, 'run')}",
+            "failed in ",
+        )
+    if now.outcome in FAILING_OUTCOMES:
+        if streaks == 1 and (size == 1 or window[1].outcome not in FAILING_OUTCOMES):
+            earlier = size - 1
+            summary = (
+                "first recorded run of this test"
+                if earlier == 0
+                else f"first failure after {_plural(earlier, 'passing run')}"
+            )
+            return Classification.NEW_FAILURE, Evidence(
+                EvidenceRule.FIRST_FAILURE, _ids(window[:1]), summary
+            )
+        streak = streak_of(now, window[1:])
+        members = list(itertools.takewhile(lambda e: e.outcome in FAILING_OUTCOMES, window))
+        return Classification.PERSISTENT_FAILURE, Evidence(
+            EvidenceRule.FAILING_STREAK,
+            _ids(members),
+            f"failing since {_run_name(streak.since)}, {streak.length} runs in a row",
+        )
+    if size > 1 and window[1].outcome in FAILING_OUTCOMES:
+        streak = streak_of(window[1], window[2:])
+        members = [now, *itertools.takewhile(lambda e: e.outcome in FAILING_OUTCOMES, window[1:])]
+        return Classification.RECOVERED, Evidence(
+            EvidenceRule.FIXED,
+            _ids(members),
+            f"passed after failing {_plural(streak.length, 'run')} in a row "
+            f"since {_run_name(streak.since)}",
+        )
+    if streaks == 0:
+        summary = f"no failure in the last {_plural(size, 'run')}"
+    else:
+        passing = list(itertools.takewhile(lambda e: e.outcome not in FAILING_OUTCOMES, window))
+        summary = (
+            f"passing {len(passing)} runs in a row since {_run_name(passing[-1].run_id)}"
+        )
+    return Classification.STABLE, Evidence(EvidenceRule.NO_FAILURE, (), summary)
 
 
-def previous_window(entries: Iterable[tuple[int | None, Outcome]], run_id: int) -> tuple[
-    Outcome, ...
-]:
-    """The previous entries of run ``run_id`` from history entries ``(run id, outcome)``
-    newest first: those of runs with a lower id or of pruned runs (None), at most
-    ``DEFAULT_HISTORY_WINDOW - 1``."""
-    chosen: list[Outcome] = []
-    for entry_run, outcome in entries:
-        if entry_run is None or entry_run < run_id:
-            chosen.append(outcome)
+def classify(run_id: int, item: CaseHistory) -> TestClassification:
+    """Classify one item of run ``run_id`` (see ``Classification``): an item that did not
+    execute is ``stable`` because ``not_executed``; otherwise :func:`judge` decides over
+    its window."""
+    now = item.now
+    if now.outcome not in EXECUTED_OUTCOMES:
+        return TestClassification(
+            item.nodeid,
+            now.outcome,
+            Classification.STABLE,
+            tuple(e.outcome for e in item.previous),
+            Evidence(
+                EvidenceRule.NOT_EXECUTED,
+                (),
+                f"{now.outcome.value} in {_run_name(run_id)}, so not judged",
+            ),
+        )
+    window = (now, *item.previous)
+    verdict, because = judge(window)
+    return TestClassification(
+        item.nodeid, now.outcome, verdict, tuple(e.outcome for e in window), because
+    )
+
+
+def previous_window(entries: Iterable[WindowEntry], run_id: int) -> tuple[WindowEntry, ...]:
+    """The previous entries of run ``run_id`` from history entries newest first: those of
+    runs with a lower id or of pruned runs (None), at most ``DEFAULT_HISTORY_WINDOW - 1``."""
+    chosen: list[WindowEntry] = []
+    for entry in entries:
+        if entry.run_id is None or entry.run_id < run_id:
+            chosen.append(entry)
             if len(chosen) == DEFAULT_HISTORY_WINDOW - 1:
                 break
     return tuple(chosen)
 
 
-def window_of(outcome: Outcome, previous: tuple[Outcome, ...]) -> tuple[Outcome, ...]:
-    """The window a classification was judged on: the outcome now (when executed) and the
-    previous entries, newest first."""
-    return (outcome, *previous) if outcome in EXECUTED_OUTCOMES else previous
-
-
-def flaky_entry(
-    nodeid: str, entries: Sequence[tuple[int | None, Outcome]]
-) -> FlakyTest | None:
-    """A ``FlakyTest`` when the window (history entries newest first, at most
-    ``DEFAULT_HISTORY_WINDOW`` used) mixes failing and passing outcomes, else None."""
-    window = tuple(outcome for _, outcome in entries[:DEFAULT_HISTORY_WINDOW])
-    failures = sum(1 for o in window if o in FAILING_OUTCOMES)
-    passes = len(window) - failures
-    if failures == 0 or passes == 0:
+def flaky_entry(nodeid: str, entries: Sequence[WindowEntry]) -> FlakyTest | None:
+    """A ``FlakyTest`` when the newest window of history entries (newest first, at most
+    ``DEFAULT_HISTORY_WINDOW``) has flaky evidence (:func:`judge`), else None."""
+    window = tuple(entries[:DEFAULT_HISTORY_WINDOW])
+    if not window:
         return None
-    flips = flips_of(window)
-    last = entries[0][0]
+    verdict, because = judge(window)
+    if verdict != Classification.FLAKY:
+        return None
+    outcomes = tuple(e.outcome for e in window)
+    failures = sum(1 for o in outcomes if o in FAILING_OUTCOMES)
+    last = window[0].run_id
     return FlakyTest(
         nodeid=nodeid,
-        flips=flips,
+        flips=flips_of(outcomes),
         failures=failures,
-        passes=passes,
-        window=window,
+        passes=len(outcomes) - failures,
+        window=outcomes,
         last_run_id=None if last is None else RunId(last),
+        because=because,
     )
 
 
@@ -1368,16 +1669,32 @@ def sort_flaky(tests: Iterable[FlakyTest]) -> tuple[FlakyTest, ...]:
     return tuple(sorted(tests, key=lambda t: (-t.flips, t.nodeid)))
 
 
+def run_is_partial(status: RunStatus, selection: Selection) -> bool:
+    """Whether a run may have left tests out: a narrowing selection, or a run that is still
+    running or ended early (``interrupted``, ``aborted``)."""
+    return selection.is_partial or status in (
+        RunStatus.RUNNING,
+        RunStatus.INTERRUPTED,
+        RunStatus.ABORTED,
+    )
+
+
 def compare_runs(
-    run_a: RunId, run_b: RunId, a: Mapping[str, Outcome], b: Mapping[str, Outcome]
+    run_a: RunId,
+    run_b: RunId,
+    a: Mapping[str, Outcome],
+    b: Mapping[str, Outcome],
+    b_partial: bool = False,
 ) -> RunComparison:
     """Compare two runs' items (node id -> outcome).
 
     ``newly_failing``: in both, failing in ``b`` and not in ``a``; ``fixed``: in both,
-    failing in ``a`` and passed or xpassed in ``b``; ``added`` / ``removed``: only in ``b``
-    / only in ``a``. Each sorted.
+    failing in ``a`` and passed or xpassed in ``b``; ``added``: only in ``b``; only in
+    ``a``: ``not_run`` when ``b_partial`` (:func:`run_is_partial`), else ``removed``. Each
+    sorted.
     """
     both = a.keys() & b.keys()
+    missing = tuple(sorted(a.keys() - b.keys()))
     return RunComparison(
         run_a=run_a,
         run_b=run_b,
@@ -1390,7 +1707,8 @@ def compare_runs(
             sorted(n for n in both if a[n] in FAILING_OUTCOMES and b[n] in PASSING_OUTCOMES)
         ),
         added=tuple(sorted(b.keys() - a.keys())),
-        removed=tuple(sorted(a.keys() - b.keys())),
+        removed=() if b_partial else missing,
+        not_run=missing if b_partial else (),
     )
 
 
@@ -1398,6 +1716,13 @@ def counts_of(outcomes: Iterable[Outcome]) -> dict[str, int]:
     """Every outcome value mapped to how many of ``outcomes`` have it (zeros included)."""
     tally = Counter(outcomes)
     return {o.value: tally.get(o, 0) for o in OUTCOME_ORDER}
+
+
+def subtest_counts(outcomes: Iterable[Outcome]) -> dict[str, int]:
+    """``RunSummary.subtests``: subtest outcomes counted under pytest's words
+    (:data:`SUBTEST_WORDS`), every key present."""
+    tally = Counter(SUBTEST_WORDS[o] for o in outcomes)
+    return {word: tally.get(word, 0) for word in ("passed", "failed", "skipped")}
 
 
 def failing_phase(phases: Sequence[PhaseResult]) -> Phase:
@@ -1408,13 +1733,31 @@ def failing_phase(phases: Sequence[PhaseResult]) -> Phase:
     return phases[0].phase if phases else Phase.CALL
 
 
-def is_new_signature(first_seen: int | None, exists: bool, run_id: int) -> bool:
-    """Whether a failure signature counts as new in run ``run_id``: never recorded by a
-    finished run, or first recorded by this run or a later one. A signature whose first run
-    was pruned (``first_seen`` None) is not new."""
-    if not exists:
-        return True
-    return first_seen is not None and first_seen >= run_id
+def new_signatures(
+    signatures: Iterable[str],
+    first_seen: Mapping[str, int | None],
+    earlier_running: AbstractSet[str],
+    run_id: int,
+) -> frozenset[str]:
+    """Which of a run's failure ``signatures`` are new in run ``run_id``: recorded by no run
+    of the project with a lower id.
+
+    ``first_seen`` maps each signature the project's finished runs recorded to the lowest
+    run id that recorded it (None once that run was pruned: counted as earlier);
+    ``earlier_running`` holds the signatures stored by ``running`` runs of the project with
+    a lower id. Interrupted and aborted runs record no signatures and do not count. The
+    answer is frozen when the run ends (``FailureRecord.is_new``).
+    """
+    new: set[str] = set()
+    for signature in signatures:
+        if signature in earlier_running:
+            continue
+        if signature in first_seen:
+            first = first_seen[signature]
+            if first is None or first < run_id:
+                continue
+        new.add(signature)
+    return frozenset(new)
 
 
 # -- records both layers build the same way ---------------------------------------------------
@@ -1425,13 +1768,17 @@ def failure_record(
     outcome: Outcome,
     phases: Sequence[PhaseResult],
     head: PreparedError | None,
-    is_new: bool,
+    new: AbstractSet[str],
+    streak: Streak,
 ) -> FailureRecord:
-    """The ``FailureRecord`` of a failing item (or collection error) from its first error.
+    """The ``FailureRecord`` of a failing item (or collection error) from its first error;
+    ``is_new`` when its signature is in ``new``; ``streak`` as :func:`streak_of` found it,
+    its first run already checked against pruning.
 
     Without a recorded error the phase is the failing phase, the texts are empty, the
     signature is ``""`` and ``is_new`` is False.
     """
+    since = None if streak.since is None else RunId(streak.since)
     if head is None:
         return FailureRecord(
             nodeid=nodeid,
@@ -1446,6 +1793,9 @@ def failure_record(
             causes=(),
             signature="",
             is_new=False,
+            streak=streak.length,
+            failing_since=since,
+            streak_message=streak.message,
         )
     return FailureRecord(
         nodeid=nodeid,
@@ -1459,7 +1809,10 @@ def failure_record(
         frames=head.frames,
         causes=tuple(cause.as_info() for cause in head.causes),
         signature=head.signature,
-        is_new=is_new,
+        is_new=head.signature in new,
+        streak=streak.length,
+        failing_since=since,
+        streak_message=streak.message,
     )
 
 

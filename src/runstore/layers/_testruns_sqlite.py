@@ -39,31 +39,39 @@ from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
 from runstore.layers._testruns_shared import (
     OUTCOME_ORDER,
+    SUBTEST_WORDS,
     CaseHistory,
     PreparedCase,
     PreparedCollectionError,
     PreparedError,
     PruneRun,
+    Streak,
+    WindowEntry,
     classify,
     compare_runs,
     coverage_percent,
     decode_cursor,
     decode_lines,
+    decode_selection,
     encode_cursor,
     encode_lines,
+    encode_selection,
     failure_record,
     flaky_entry,
-    is_new_signature,
+    new_signatures,
     normalize_message,
     plan_prune,
     prepare_collection_errors,
     prepare_coverage,
     prepare_results,
     prepare_run_start,
+    prepare_selection,
     previous_window,
     rank_matches,
+    run_is_partial,
     sort_failures,
     sort_flaky,
+    streak_of,
     test_detail,
     to_epoch_ms,
     valid_finish,
@@ -74,7 +82,6 @@ from runstore.layers._testruns_shared import (
     valid_project,
     valid_run_id,
     valid_status,
-    window_of,
 )
 from runstore.layers._unit_of_work import TxDict
 from runstore.services.clock import Clock
@@ -104,6 +111,7 @@ from runstore.services.testruns import (
     RunStart,
     RunStatus,
     RunSummary,
+    Selection,
     StackFrame,
     TestClassification,
     TestDetail,
@@ -125,8 +133,32 @@ _FAILING_SQL = "('failed', 'error')"
 _RUN_COLUMNS = (
     "id, project, invocation_id, status, started_at_ms, finished_at_ms, python_version,"
     " pytest_version, platform, git_commit, git_branch, command_line, host, pid,"
-    " n_passed, n_failed, n_skipped, n_xfailed, n_xpassed, n_error, n_collection_errors"
+    " n_passed, n_failed, n_skipped, n_xfailed, n_xpassed, n_error, n_collection_errors,"
+    " git_dirty, selection, n_subtests_passed, n_subtests_failed, n_subtests_skipped"
 )
+_SUBTEST_COLUMNS = {
+    "passed": "n_subtests_passed",
+    "failed": "n_subtests_failed",
+    "skipped": "n_subtests_skipped",
+}
+_HISTORY_COLUMNS = (
+    "h.seq, h.run_id, h.outcome, h.git_commit, h.git_dirty, h.rerun_failures, h.message,"
+    " h.streak, h.streak_since, h.streak_message"
+)
+"""The columns of a history row that make its ``WindowEntry`` (:func:`_entry`), seq first."""
+
+_HEADS_OF_RUN = (
+    "SELECT e.signature, e.exception_type, e.message, e.signature_frame"
+    " FROM test_cases c CROSS JOIN test_errors e ON e.case_id = c.id AND e.attempt = 0"
+    "  AND e.ordinal = 0 AND e.depth = 0 AND e.subtest IS NULL"
+    f" WHERE c.run_id = ?1 AND c.outcome IN {_FAILING_SQL}"
+    " UNION ALL"
+    " SELECT e.signature, e.exception_type, e.message, e.signature_frame"
+    " FROM collection_errors ce CROSS JOIN test_errors e ON e.collection_error_id = ce.id"
+    "  AND e.depth = 0"
+    " WHERE ce.run_id = ?1"
+)
+"""The first error of every failing item and collection error of run ``?1``."""
 _COUNT_COLUMNS = tuple(f"n_{o.value}" for o in OUTCOME_ORDER)
 _BULK_LOOKUP = 256
 """Batches of at least this many items look test ids up by reading the project's range."""
@@ -151,8 +183,56 @@ def _summary(row: Row) -> RunSummary:
             command_line=tuple(json.loads(row[11])),
             host=row[12],
             pid=row[13],
+            git_dirty=None if row[21] is None else bool(row[21]),
         ),
+        selection=decode_selection(row[22]),
+        subtests={"passed": row[23], "failed": row[24], "skipped": row[25]},
     )
+
+
+def _entry(row: Sequence[Any]) -> WindowEntry:
+    """The ``WindowEntry`` of a history row read with ``_HISTORY_COLUMNS`` (after its seq)."""
+    return WindowEntry(
+        run_id=row[0],
+        outcome=_OUTCOME[row[1]],
+        git_commit=row[2],
+        git_dirty=None if row[3] is None else bool(row[3]),
+        rerun_failures=row[4],
+        message=row[5],
+        streak=row[6],
+        streak_since=row[7],
+        streak_message=row[8],
+    )
+
+
+def _newest_first(entries: list[tuple[int, WindowEntry]]) -> list[WindowEntry]:
+    """History entries ``(seq, entry)`` newest first (by seq, which never repeats per test)."""
+    entries.sort(key=lambda e: e[0], reverse=True)
+    return [e for _, e in entries]
+
+
+def _run_new_signatures(db: SqliteDatabase, run_id: int, project: str) -> frozenset[str]:
+    """The failure signatures new in run ``run_id`` now (:func:`new_signatures` over the
+    rows: the project's signature table and the running runs with a lower id)."""
+    signatures = {r[0] for r in db.execute(_HEADS_OF_RUN, (run_id,))}
+    if not signatures:
+        return frozenset()
+    first_seen: dict[str, int | None] = {}
+    for signature in sorted(signatures):
+        row = db.one(
+            "SELECT first_seen_run_id FROM failure_signatures"
+            " WHERE project = ? AND signature = ?",
+            (project, signature),
+        )
+        if row is not None:
+            first_seen[signature] = row[0]
+    earlier_running: set[str] = set()
+    for (other,) in db.execute(
+        "SELECT id FROM test_runs WHERE project = ? AND status = 'running' AND id < ?",
+        (project, run_id),
+    ):
+        earlier_running.update(r[0] for r in db.execute(_HEADS_OF_RUN, (other,)))
+    return new_signatures(signatures, first_seen, earlier_running, run_id)
 
 
 def _phase_columns(phases: Sequence[PhaseResult]) -> list[Any]:
@@ -392,8 +472,8 @@ class SqliteDataStore:
             run_id = self._db.scalar(
                 "INSERT INTO test_runs (project, invocation_id, status, started_at_ms,"
                 " last_write_at_ms, python_version, pytest_version, platform, git_commit,"
-                " git_branch, command_line, host, pid)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                " git_branch, command_line, host, pid, git_dirty, selection)"
+                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     run.project,
                     run.invocation_id,
@@ -407,6 +487,8 @@ class SqliteDataStore:
                     json.dumps(env.command_line, ensure_ascii=False),
                     env.host,
                     env.pid,
+                    None if env.git_dirty is None else int(env.git_dirty),
+                    encode_selection(run.selection),
                 ),
             )
             return Success(RunId(run_id))
@@ -449,6 +531,18 @@ class SqliteDataStore:
         delta: Counter[str] = Counter()
         if existed and db.one("SELECT 1 FROM test_cases WHERE run_id = ? LIMIT 1", (run_id,)):
             # A rerun of items already stored in this run: replace them (their rows cascade).
+            if db.scalar(
+                "SELECT n_subtests_passed + n_subtests_failed + n_subtests_skipped"
+                " FROM test_runs WHERE id = ?",
+                (run_id,),
+            ):
+                for outcome, count in db.execute(
+                    "SELECT s.outcome, count(*) FROM test_cases c"
+                    " JOIN test_subtests s ON s.case_id = c.id WHERE c.run_id = ?"
+                    " AND c.test_id IN (SELECT value FROM json_each(?)) GROUP BY s.outcome",
+                    (run_id, json.dumps([test_ids[c.nodeid] for c in cases])),
+                ):
+                    delta[_SUBTEST_COLUMNS[SUBTEST_WORDS[_OUTCOME[outcome]]]] -= count
             for (outcome,) in self._many(
                 "DELETE FROM test_cases WHERE run_id = ? AND test_id = ? RETURNING outcome",
                 [(run_id, test_ids[c.nodeid]) for c in cases],
@@ -532,6 +626,7 @@ class SqliteDataStore:
                         subtest.duration_ms,
                     )
                 )
+                delta[_SUBTEST_COLUMNS[SUBTEST_WORDS[subtest.outcome]]] += 1
             if case.errors or case.attempts or case.subtests:
                 for attempt_no, subtest_no, ordinal, error in case.owned_errors():
                     error_id = self._error_rows(
@@ -578,11 +673,17 @@ class SqliteDataStore:
                 subtests,
             )
         self._insert_errors(errors, frames)
+        columns = (*_COUNT_COLUMNS, *_SUBTEST_COLUMNS.values())
         db.execute(
             "UPDATE test_runs SET "
-            + ", ".join(f"{column} = {column} + ?" for column in _COUNT_COLUMNS)
+            + ", ".join(f"{column} = {column} + ?" for column in columns)
             + ", last_write_at_ms = ? WHERE id = ?",
-            (*(delta[o.value] for o in OUTCOME_ORDER), self._clock.now_ms(), run_id),
+            (
+                *(delta[o.value] for o in OUTCOME_ORDER),
+                *(delta[c] for c in _SUBTEST_COLUMNS.values()),
+                self._clock.now_ms(),
+                run_id,
+            ),
         )
 
     def record_collection_errors(
@@ -647,8 +748,10 @@ class SqliteDataStore:
     def finish_run(
         self, run_id: RunId, status: RunStatus, finished_at: datetime
     ) -> Result[RunSummary, DataStoreError]:
-        """See ``DataStore.finish_run``: history gets one entry per executed item (a
-        sequence number per finished run orders them) and is trimmed in one statement."""
+        """See ``DataStore.finish_run``: the run's new failure signatures are frozen into
+        ``test_runs.new_signatures``; history gets one entry per executed item (a sequence
+        number per finished run orders them; failing entries get their streak) and is
+        trimmed in one statement."""
         checked = valid_run_id(run_id)
         if isinstance(checked, Failure):
             return checked
@@ -666,10 +769,11 @@ class SqliteDataStore:
             if row[0] != RunStatus.RUNNING.value or final == RunStatus.RUNNING:
                 return Failure(IllegalTransition("run", str(rid), row[0], final.value))
             project = row[1]
+            frozen = sorted(_run_new_signatures(db, rid, project))
             db.execute(
-                "UPDATE test_runs SET status = ?, finished_at_ms = ?, last_write_at_ms = ?"
-                " WHERE id = ?",
-                (final.value, finished_ms, self._clock.now_ms(), rid),
+                "UPDATE test_runs SET status = ?, finished_at_ms = ?, last_write_at_ms = ?,"
+                " new_signatures = ? WHERE id = ?",
+                (final.value, finished_ms, self._clock.now_ms(), json.dumps(frozen), rid),
             )
             if final in (RunStatus.PASSED, RunStatus.FAILED):
                 self._record_history(rid, finished_ms)
@@ -688,10 +792,19 @@ class SqliteDataStore:
         )
         db.execute(
             "INSERT INTO test_history (test_id, seq, run_id, outcome, duration_ms,"
-            " recorded_at_ms) SELECT test_id, ?, ?, outcome, duration_ms, ? FROM test_cases"
-            f" WHERE run_id = ? AND outcome IN {_EXECUTED_SQL}",
-            (seq, run_id, finished_ms, run_id),
+            " recorded_at_ms, message, git_commit, git_dirty, rerun_failures)"
+            " SELECT c.test_id, ?1, ?2, c.outcome, c.duration_ms, ?3,"
+            f" CASE WHEN c.outcome IN {_FAILING_SQL} THEN (SELECT e.message FROM test_errors e"
+            "  WHERE e.case_id = c.id AND e.attempt = 0 AND e.ordinal = 0 AND e.depth = 0"
+            "  AND e.subtest IS NULL) END,"
+            " r.git_commit, r.git_dirty,"
+            " CASE WHEN c.attempts > 0 THEN (SELECT count(*) FROM test_attempts a"
+            f"  WHERE a.case_id = c.id AND a.outcome IN {_FAILING_SQL}) ELSE 0 END"
+            " FROM test_runs r CROSS JOIN test_cases c ON c.run_id = r.id"
+            f" WHERE r.id = ?2 AND c.outcome IN {_EXECUTED_SQL}",
+            (seq, run_id, finished_ms),
         )
+        self._record_streaks(run_id, seq)
         # One set-based trim: keep the newest window of every test this run touched.
         db.execute(
             "DELETE FROM test_history WHERE (test_id, seq) IN ("
@@ -704,20 +817,39 @@ class SqliteDataStore:
             (run_id, DEFAULT_HISTORY_WINDOW),
         )
 
+    def _record_streaks(self, run_id: int, seq: int) -> None:
+        """Store on each failing history row of the run the streak it ends
+        (:func:`streak_of` over the previous entries of runs with a lower id)."""
+        db = self._db
+        previous: dict[int, list[tuple[int, WindowEntry]]] = {}
+        own: dict[int, str | None] = {}
+        for row in db.execute(
+            f"SELECT h.test_id, {_HISTORY_COLUMNS} FROM test_history n"
+            " JOIN test_history h ON h.test_id = n.test_id"
+            "  AND (h.run_id IS NULL OR h.run_id < ?1 OR h.seq = n.seq)"
+            f" WHERE n.run_id = ?1 AND n.seq = ?2 AND n.outcome IN {_FAILING_SQL}",
+            (run_id, seq),
+        ):
+            if row[1] == seq:
+                own[row[0]] = row[7]
+            else:
+                previous.setdefault(row[0], []).append((row[1], _entry(row[2:])))
+        updates = []
+        for test_id, message in own.items():
+            entries = _newest_first(previous.get(test_id, []))
+            now = WindowEntry(run_id, Outcome.FAILED, message=message)
+            streak = streak_of(now, previous_window(entries, run_id))
+            updates.append((streak.length, streak.since, streak.message, test_id, seq))
+        if updates:
+            db.executemany(
+                "UPDATE test_history SET streak = ?, streak_since = ?, streak_message = ?"
+                " WHERE test_id = ? AND seq = ?",
+                updates,
+            )
+
     def _record_signatures(self, run_id: int, project: str, finished_ms: int) -> None:
         db = self._db
-        heads = db.execute(
-            "SELECT e.signature, e.exception_type, e.message, e.signature_frame"
-            " FROM test_cases c CROSS JOIN test_errors e ON e.case_id = c.id AND e.attempt = 0"
-            "  AND e.ordinal = 0 AND e.depth = 0 AND e.subtest IS NULL"
-            f" WHERE c.run_id = ? AND c.outcome IN {_FAILING_SQL}"
-            " UNION ALL"
-            " SELECT e.signature, e.exception_type, e.message, e.signature_frame"
-            " FROM collection_errors ce CROSS JOIN test_errors e ON e.collection_error_id = ce.id"
-            "  AND e.depth = 0"
-            " WHERE ce.run_id = ?",
-            (run_id, run_id),
-        )
+        heads = db.execute(_HEADS_OF_RUN, (run_id,))
         counted: dict[str, list[Any]] = {}
         for signature, exception_type, message, frame in heads:
             entry = counted.get(signature)
@@ -731,6 +863,7 @@ class SqliteDataStore:
                 " frame, count, first_seen_run_id, last_seen_run_id, first_seen_at_ms,"
                 " last_seen_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (project, signature) DO UPDATE SET count = count + excluded.count,"
+                " first_seen_run_id = min(first_seen_run_id, excluded.first_seen_run_id),"
                 " last_seen_run_id = excluded.last_seen_run_id,"
                 " last_seen_at_ms = excluded.last_seen_at_ms",
                 [
@@ -739,11 +872,36 @@ class SqliteDataStore:
                 ],
             )
 
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """See ``DataStore.record_selection``."""
+        checked = valid_run_id(run_id)
+        if isinstance(checked, Failure):
+            return checked
+        prepared = prepare_selection(selection)
+        if isinstance(prepared, Failure):
+            return prepared
+        rid, chosen = checked.unwrap(), encode_selection(prepared.unwrap())
+
+        def write() -> Result[RunSummary, DataStoreError]:
+            running = self._running(rid)
+            if isinstance(running, Failure):
+                return running
+            self._db.execute(
+                "UPDATE test_runs SET selection = ?, last_write_at_ms = ? WHERE id = ?",
+                (chosen, self._clock.now_ms(), rid),
+            )
+            return Success(self._read_summary(rid))
+
+        return self._db.transact("record_selection", write)
+
     def abort_stale_runs(
         self, project: str, *, older_than: datetime
     ) -> Result[tuple[RunId, ...], DataStoreError]:
         """See ``DataStore.abort_stale_runs``; an aborted run's ``finished_at_ms`` is its
-        last write (ms)."""
+        last write (ms), and its new failure signatures are frozen as ``finish_run`` freezes
+        them (judged while every run of the batch is still running)."""
         checked = valid_project(project)
         if isinstance(checked, Failure):
             return checked
@@ -751,15 +909,23 @@ class SqliteDataStore:
         if isinstance(cutoff, Failure):
             return cutoff
         name, limit = checked.unwrap(), cutoff.unwrap()
+        db = self._db
 
         def write() -> Result[tuple[RunId, ...], DataStoreError]:
-            rows = self._db.execute(
-                "UPDATE test_runs SET status = 'aborted', finished_at_ms = last_write_at_ms"
-                " WHERE project = ? AND status = 'running' AND last_write_at_ms < ?"
-                " RETURNING id",
-                (name, limit),
+            ids = sorted(
+                row[0]
+                for row in db.execute(
+                    "SELECT id FROM test_runs"
+                    " WHERE project = ? AND status = 'running' AND last_write_at_ms < ?",
+                    (name, limit),
+                )
             )
-            ids = sorted(row[0] for row in rows)
+            frozen = [(json.dumps(sorted(_run_new_signatures(db, i, name))), i) for i in ids]
+            db.executemany(
+                "UPDATE test_runs SET status = 'aborted', finished_at_ms = last_write_at_ms,"
+                " new_signatures = ? WHERE id = ?",
+                frozen,
+            )
             return Success(tuple(RunId(i) for i in ids))
 
         return self._db.transact("abort_stale_runs", write)
@@ -1152,7 +1318,8 @@ class SqliteDataReader:
 
     def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
         """See ``DataReader.test_detail``: the item's row, its output row, subtest and
-        attempt rows, and every error chain of its final result (attempt 0) with frames."""
+        attempt rows, and every error chain of its final result and its attempts with
+        frames."""
         node = valid_project(nodeid, "nodeid")
         if isinstance(node, Failure):
             return node
@@ -1181,17 +1348,23 @@ class SqliteDataReader:
             heads = self._heads(
                 "FROM test_errors o CROSS JOIN test_errors e ON e.case_id = o.case_id"
                 " AND e.attempt = o.attempt AND e.ordinal = o.ordinal AND e.subtest IS o.subtest",
-                "WHERE o.case_id = ? AND o.attempt = 0 AND o.depth = 0",
+                "WHERE o.case_id = ? AND o.depth = 0",
                 (case_id,),
             )
             owners = db.execute(
-                "SELECT id, subtest, ordinal FROM test_errors"
-                " WHERE case_id = ? AND attempt = 0 AND depth = 0",
+                "SELECT id, attempt, subtest, ordinal FROM test_errors"
+                " WHERE case_id = ? AND depth = 0",
                 (case_id,),
             )
-            item_errors = [heads[i] for i, sub, _ in sorted(owners, key=lambda r: r[2])
-                           if sub is None]
-            subtest_errors = {sub: heads[i] for i, sub, _ in owners if sub is not None}
+            owners.sort(key=lambda r: (r[1], r[3]))
+            item_errors = [heads[i] for i, attempt, sub, _ in owners
+                           if attempt == 0 and sub is None]
+            subtest_errors = {sub: heads[i] for i, attempt, sub, _ in owners
+                              if attempt == 0 and sub is not None}
+            attempt_errors: dict[int, list[PreparedError]] = {}
+            for i, attempt, _, _ in owners:
+                if attempt > 0:
+                    attempt_errors.setdefault(attempt, []).append(heads[i])
             subtests = [
                 (description, _OUTCOME[outcome], ms, subtest_errors.get(ordinal))
                 for ordinal, description, outcome, ms in db.execute(
@@ -1201,9 +1374,9 @@ class SqliteDataReader:
                 )
             ]
             attempts = [
-                (_phases_of(r[2:11]), _OUTCOME[r[0]], r[1])
+                (_phases_of(r[3:12]), _OUTCOME[r[1]], r[2], attempt_errors.get(r[0], ()))
                 for r in db.execute(
-                    "SELECT outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
+                    "SELECT ordinal, outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
                     " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
                     " teardown_reason FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
                     (case_id,),
@@ -1220,14 +1393,16 @@ class SqliteDataReader:
         return self._read("test_detail", read)
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
-        """See ``DataReader.failures``."""
+        """See ``DataReader.failures``: ``is_new`` from the signatures frozen when the run
+        ended (computed afresh while it runs); streaks from the history rows of runs with a
+        lower id."""
         db = self._db
 
         def read() -> Result[tuple[FailureRecord, ...], DataReaderError]:
-            found = self._run_row(run_id, "id, project")
+            found = self._run_row(run_id, "id, project, new_signatures")
             if isinstance(found, Failure):
                 return found
-            rid, project = found.unwrap()
+            rid, project, frozen = found.unwrap()
             cases = db.execute(
                 "SELECT c.id, t.nodeid, c.outcome, c.setup_outcome, c.setup_ms, c.setup_reason,"
                 " c.call_outcome, c.call_ms, c.call_reason, c.teardown_outcome, c.teardown_ms,"
@@ -1250,88 +1425,118 @@ class SqliteDataReader:
                 "WHERE o.run_id = ?",
                 (rid,),
             )
-            signatures = {
-                h.signature for h in (*case_heads.values(), *collection_heads.values())
-            }
-            first_seen: dict[str, tuple[bool, int | None]] = {}
-            for signature in sorted(signatures):
-                row = db.one(
-                    "SELECT first_seen_run_id FROM failure_signatures"
-                    " WHERE project = ? AND signature = ?",
-                    (project, signature),
-                )
-                first_seen[signature] = (row is not None, None if row is None else row[0])
-
-            def is_new(head: PreparedError | None) -> bool:
-                if head is None:
-                    return False
-                exists, first = first_seen[head.signature]
-                return is_new_signature(first, exists, rid)
-
+            new = (
+                _run_new_signatures(db, rid, project)
+                if frozen is None
+                else frozenset(json.loads(frozen))
+            )
+            previous: dict[int, list[tuple[int, WindowEntry]]] = {}
+            for row in db.execute(
+                f"SELECT c.id, {_HISTORY_COLUMNS} FROM test_cases c"
+                " JOIN test_history h ON h.test_id = c.test_id"
+                "  AND (h.run_id IS NULL OR h.run_id < ?1)"
+                f" WHERE c.run_id = ?1 AND c.outcome IN {_FAILING_SQL}",
+                (rid,),
+            ):
+                previous.setdefault(row[0], []).append((row[1], _entry(row[2:])))
+            streaks: dict[int, Streak] = {}
+            for row in cases:
+                head = case_heads.get(row[0])
+                message = None if head is None else head.message
+                now = WindowEntry(rid, _OUTCOME[row[2]], message=message)
+                entries = _newest_first(previous.get(row[0], []))
+                streaks[row[0]] = streak_of(now, previous_window(entries, rid))
+            alive = self._alive({s.since for s in streaks.values()} - {rid, None})
             records: list[tuple[int, FailureRecord]] = []
             for row in cases:
+                streak = streaks[row[0]]
+                if streak.since is not None and streak.since != rid and streak.since not in alive:
+                    streak = attrs.evolve(streak, since=None)
                 head = case_heads.get(row[0])
                 records.append(
                     (
                         1,
                         failure_record(
-                            row[1], _OUTCOME[row[2]], _phases_of(row[3:12]), head, is_new(head)
+                            row[1], _OUTCOME[row[2]], _phases_of(row[3:12]), head, new, streak
                         ),
                     )
                 )
             for collection_id, nodeid in collection:
                 head = collection_heads.get(collection_id)
-                records.append((0, failure_record(nodeid, Outcome.ERROR, (), head, is_new(head))))
+                alone = Streak(1, rid, "" if head is None else head.message)
+                records.append((0, failure_record(nodeid, Outcome.ERROR, (), head, new, alone)))
             return Success(sort_failures(records))
 
         return self._read("failures", read)
 
+    def _alive(self, run_ids: Iterable[int | None]) -> set[int]:
+        """Which of ``run_ids`` are stored runs (not pruned)."""
+        wanted = sorted(i for i in run_ids if i is not None)
+        if not wanted:
+            return set()
+        return {
+            r[0]
+            for r in self._db.execute(
+                "SELECT id FROM test_runs WHERE id IN (SELECT value FROM json_each(?))",
+                (json.dumps(wanted),),
+            )
+        }
+
     def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """See ``DataReader.classify``."""
+        """See ``DataReader.classify``: each item now (with the run's commit and its failed
+        rerun attempts) and the history rows of runs with a lower id, judged by
+        :func:`classify`."""
 
         def read() -> Result[tuple[TestClassification, ...], DataReaderError]:
-            found = self._run_row(run_id, "id")
+            found = self._run_row(run_id, "id, git_commit, git_dirty")
             if isinstance(found, Failure):
                 return found
-            rid = found.unwrap()[0]
+            rid, commit, dirty = found.unwrap()
             rows = self._db.execute(
-                "SELECT t.nodeid, c.outcome, h.seq, h.run_id, h.outcome"
+                "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
+                " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
+                f"  AND a.outcome IN {_FAILING_SQL}) ELSE 0 END, {_HISTORY_COLUMNS}"
                 " FROM test_cases c JOIN tests t ON t.id = c.test_id"
                 " LEFT JOIN test_history h ON h.test_id = c.test_id"
-                "  AND (h.run_id IS NULL OR h.run_id < ?)"
-                " WHERE c.run_id = ?",
-                (rid, rid),
+                "  AND (h.run_id IS NULL OR h.run_id < ?1)"
+                " WHERE c.run_id = ?1",
+                (rid,),
             )
-            grouped: dict[str, tuple[Outcome, list[tuple[int, int | None, Outcome]]]] = {}
-            for nodeid, outcome, seq, entry_run, entry_outcome in rows:
+            grouped: dict[str, tuple[WindowEntry, list[tuple[int, WindowEntry]]]] = {}
+            for row in rows:
+                nodeid = row[0]
                 item = grouped.get(nodeid)
                 if item is None:
-                    item = (_OUTCOME[outcome], [])
+                    now = WindowEntry(
+                        rid,
+                        _OUTCOME[row[1]],
+                        git_commit=commit,
+                        git_dirty=None if dirty is None else bool(dirty),
+                        rerun_failures=row[2],
+                    )
+                    item = (now, [])
                     grouped[nodeid] = item
-                if seq is not None:
-                    item[1].append((seq, entry_run, _OUTCOME[entry_outcome]))
-            items: list[CaseHistory] = []
-            for nodeid in sorted(grouped):
-                outcome, entries = grouped[nodeid]
-                entries.sort(key=lambda e: e[0], reverse=True)
-                previous = previous_window(((r, o) for _, r, o in entries), rid)
-                items.append(CaseHistory(nodeid, outcome, previous))
+                if row[3] is not None:
+                    item[1].append((row[3], _entry(row[4:])))
             return Success(
                 tuple(
-                    TestClassification(
-                        i.nodeid,
-                        i.outcome,
-                        classify(i.outcome, i.previous),
-                        window_of(i.outcome, i.previous),
+                    classify(
+                        rid,
+                        CaseHistory(
+                            nodeid,
+                            grouped[nodeid][0],
+                            previous_window(_newest_first(grouped[nodeid][1]), rid),
+                        ),
                     )
-                    for i in items
+                    for nodeid in sorted(grouped)
                 )
             )
 
         return self._read("classify", read)
 
     def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
-        """See ``DataReader.flaky_tests``."""
+        """See ``DataReader.flaky_tests``: every history row of the project's tests, the
+        newest window of each judged by :func:`flaky_entry`."""
         checked = valid_project(project)
         if isinstance(checked, Failure):
             return checked
@@ -1339,17 +1544,16 @@ class SqliteDataReader:
 
         def read() -> Result[tuple[FlakyTest, ...], DataReaderError]:
             rows = self._db.execute(
-                "SELECT t.nodeid, h.seq, h.run_id, h.outcome"
+                f"SELECT t.nodeid, {_HISTORY_COLUMNS}"
                 " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
                 (name,),
             )
-            grouped: dict[str, list[tuple[int, int | None, Outcome]]] = {}
-            for nodeid, seq, entry_run, outcome in rows:
-                grouped.setdefault(nodeid, []).append((seq, entry_run, _OUTCOME[outcome]))
+            grouped: dict[str, list[tuple[int, WindowEntry]]] = {}
+            for row in rows:
+                grouped.setdefault(row[0], []).append((row[1], _entry(row[2:])))
             found: list[FlakyTest] = []
             for nodeid, entries in grouped.items():
-                entries.sort(key=lambda e: e[0], reverse=True)
-                flaky = flaky_entry(nodeid, [(r, o) for _, r, o in entries])
+                flaky = flaky_entry(nodeid, _newest_first(entries))
                 if flaky is not None:
                     found.append(flaky)
             return Success(sort_flaky(found))
@@ -1370,7 +1574,8 @@ class SqliteDataReader:
 
         def read() -> Result[tuple[HistoryEntry, ...], DataReaderError]:
             rows = self._db.execute(
-                "SELECT h.run_id, h.outcome, h.duration_ms, h.recorded_at_ms"
+                "SELECT h.run_id, h.outcome, h.duration_ms, h.recorded_at_ms, h.message,"
+                " h.git_commit, h.git_dirty, h.rerun_failures"
                 " FROM tests t JOIN test_history h ON h.test_id = t.id"
                 " WHERE t.project = ? AND t.nodeid = ? ORDER BY h.seq DESC",
                 (name, test),
@@ -1379,7 +1584,16 @@ class SqliteDataReader:
                 return Failure(NotFound("test", test))
             return Success(
                 tuple(
-                    HistoryEntry(None if r[0] is None else RunId(r[0]), _OUTCOME[r[1]], r[2], r[3])
+                    HistoryEntry(
+                        run_id=None if r[0] is None else RunId(r[0]),
+                        outcome=_OUTCOME[r[1]],
+                        duration_ms=r[2],
+                        recorded_at_ms=r[3],
+                        message=r[4],
+                        git_commit=r[5],
+                        git_dirty=None if r[6] is None else bool(r[6]),
+                        rerun_failures=r[7],
+                    )
                     for r in rows
                 )
             )
@@ -1509,7 +1723,8 @@ class SqliteDataReader:
         return self._read("coverage_trend", read)
 
     def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
-        """See ``DataReader.compare``; the sets are defined by ``compare_runs``."""
+        """See ``DataReader.compare``; the sets are defined by ``compare_runs``, ``b``'s
+        status and selection say whether it was partial (:func:`run_is_partial`)."""
         db = self._db
 
         def outcomes(run_id: int) -> dict[str, Outcome]:
@@ -1526,11 +1741,13 @@ class SqliteDataReader:
             first = self._run_row(run_a, "id")
             if isinstance(first, Failure):
                 return first
-            second = self._run_row(run_b, "id")
+            second = self._run_row(run_b, "id, status, selection")
             if isinstance(second, Failure):
                 return second
-            a, b = first.unwrap()[0], second.unwrap()[0]
-            return Success(compare_runs(RunId(a), RunId(b), outcomes(a), outcomes(b)))
+            a = first.unwrap()[0]
+            b, status, selection = second.unwrap()
+            partial = run_is_partial(_STATUS[status], decode_selection(selection))
+            return Success(compare_runs(RunId(a), RunId(b), outcomes(a), outcomes(b), partial))
 
         return self._read("compare", read)
 

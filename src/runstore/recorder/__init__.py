@@ -21,6 +21,7 @@ from runstore.recorder._convert import (
 from runstore.recorder._recorder import (
     BATCH_ITEMS,
     BATCH_SECONDS,
+    DEFAULT_KEEP_RUNS,
     STALE_AFTER,
     PinnedClock,
     Recorder,
@@ -31,6 +32,7 @@ from runstore.recorder._recorder import (
 __all__ = [
     "BATCH_ITEMS",
     "BATCH_SECONDS",
+    "DEFAULT_KEEP_RUNS",
     "STALE_AFTER",
     "Annotator",
     "ItemAssembler",

@@ -12,7 +12,8 @@ along with the report, so the controller that records sees the same facts as a s
 - ``report.runstore_exc``: the exception chain of a failing report, oldest cause first, as a
   list of ``{"type": str, "message": str, "frames": [[path, line, function], ...]}``
   (frames outermost first, at most ``MAX_FRAMES`` innermost ones; ``message`` is the
-  exception-only line as ``traceback`` formats it, which survives a ``__str__`` that raises).
+  exception-only line as ``traceback`` formats it, which survives a ``__str__`` that raises;
+  for a ``SyntaxError`` without the location lines before it).
 """
 
 from __future__ import annotations
@@ -63,8 +64,17 @@ def _frames(tb: TracebackType | None) -> list[list[Any]]:
 
 
 def _exception_only(exc: BaseException) -> str:
+    """The exception-only text as ``traceback`` formats it, without the location display
+    that leads a ``SyntaxError``'s (``  File "...", line 1``, the source line, the caret):
+    the message is the error line, ``SyntaxError: invalid syntax``, and its notes."""
     try:
-        return safe_str("".join(traceback.format_exception_only(type(exc), exc)).rstrip("\n"))
+        lines = traceback.format_exception_only(type(exc), exc)
+        if isinstance(exc, SyntaxError):
+            text = "".join(lines).splitlines(keepends=True)
+            while len(text) > 1 and text[0][:1].isspace():
+                text.pop(0)
+            lines = text
+        return safe_str("".join(lines).rstrip("\n"))
     except Exception:
         return type_name(type(exc))
 

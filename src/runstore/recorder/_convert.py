@@ -11,13 +11,23 @@ the facts the running process attached (see ``runstore.recorder._annotate``).
 
 An item's phases are assembled as its reports arrive (interleaved under ``pytest-xdist``);
 the item is finished by its teardown report. A phase reported with pytest-rerunfailures'
-outcome ``rerun`` makes that attempt an earlier attempt of the item.
+outcome ``rerun`` makes that attempt an earlier attempt of the item, kept with its phases
+and errors.
+
+Subtests (pytest 9's ``subtests`` fixture and unittest's ``self.subTest``, both reported as
+``SubtestReport``, also under ``pytest-xdist``) become the item's ``SubtestResult``s with
+their errors and frames; a failing one makes the item failed (``derive_outcome``). Pytest
+marks the call of a ``subtests``-fixture test failed with the text "contains N failed
+subtests"; that phase is kept as pytest reported it, but the text is not stored as an error
+of its own, so the item's first error is its first failing subtest's, as for a unittest
+``TestCase`` (whose call pytest reports as passed).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +36,7 @@ import attrs
 from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.testruns import (
+    FAILING_OUTCOMES,
     MAX_FRAMES,
     CollectionError,
     ErrorInfo,
@@ -35,6 +46,7 @@ from runstore.services.testruns import (
     StackFrame,
     SubtestResult,
     TestResult,
+    derive_outcome,
 )
 
 __all__ = [
@@ -50,6 +62,9 @@ __all__ = [
 _PHASES = {"setup": Phase.SETUP, "call": Phase.CALL, "teardown": Phase.TEARDOWN}
 _SKIP_PREFIX = "Skipped: "  # how pytest words a skip reason in ``longrepr`` (as junitxml strips it)
 _SITE_DIRS = frozenset({"site-packages", "dist-packages"})
+_SUBTESTS_FAILED = re.compile(r"contains \d+ failed subtests?")
+"""pytest's text for a ``subtests``-fixture test failed only by its subtests
+(``_pytest.subtests.pytest_report_teststatus``)."""
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str | None]:
@@ -338,9 +353,25 @@ class _Pending:
         self.rerun = False
 
 
-def is_failing(phases: Sequence[PhaseResult]) -> bool:
-    """Whether items with these phases fail (``failed`` or ``error``): a phase failed."""
-    return any(p.outcome is Outcome.FAILED for p in phases)
+def _fails(phases: Sequence[PhaseResult], subtests: Sequence[SubtestResult]) -> bool:
+    return derive_outcome(phases, (s.outcome for s in subtests)) in FAILING_OUTCOMES
+
+
+def is_failing(result: TestResult) -> bool:
+    """Whether an item fails (``failed`` or ``error``): a phase or a subtest failed, as
+    ``derive_outcome`` judges it."""
+    return _fails(result.phases, result.subtests)
+
+
+def _only_failed_subtests(pending: _Pending, report: Any) -> bool:
+    """Whether a failed call report is pytest's "contains N failed subtests" for an item
+    whose failing subtests have arrived (their errors say why)."""
+    longrepr = report.longrepr
+    return (
+        isinstance(longrepr, str)
+        and _SUBTESTS_FAILED.fullmatch(longrepr) is not None
+        and any(s.outcome is Outcome.FAILED for s in pending.subtests)
+    )
 
 
 class ItemAssembler:
@@ -402,7 +433,9 @@ class ItemAssembler:
             else:
                 outcome, reason, rerun = judged
                 result = PhaseResult(phase, outcome, _duration_ms(report), reason)
-                if outcome is Outcome.FAILED:
+                if outcome is Outcome.FAILED and not (
+                    when == "call" and _only_failed_subtests(pending, report)
+                ):
                     pending.errors.append(error_from_report(self._resolver, report, phase))
                 pending.rerun = pending.rerun or rerun
         if result is not None:
@@ -430,7 +463,7 @@ class ItemAssembler:
         name, param = split_nodeid(pending.nodeid)
         phases = tuple(pending.phases)
         stdout = stderr = log = ""
-        if report is not None and is_failing(phases):
+        if report is not None and _fails(phases, pending.subtests):
             # The last report carries the output captured in every phase so far.
             stdout = safe_str(getattr(report, "capstdout", ""))
             stderr = safe_str(getattr(report, "capstderr", ""))

@@ -1,10 +1,11 @@
-"""Where a run ran: versions, platform, git commit and branch, argv, host and pid."""
+"""Where a run ran: versions, platform, git commit, branch and dirty flag, argv, host and pid."""
 
 from __future__ import annotations
 
 import os
 import platform
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -13,7 +14,12 @@ import pytest
 from runstore.recorder._text import safe_str
 from runstore.services.testruns import Environment
 
-__all__ = ["environment", "git_head", "host_name"]
+__all__ = ["GIT_BUDGET_SECONDS", "environment", "git_dirty", "git_head", "host_name"]
+
+GIT_BUDGET_SECONDS = 0.05
+"""Longest wait (s) for ``git status`` before the dirty flag is given up as unknown."""
+
+_GIT_STATUS = ("git", "--no-optional-locks", "status", "--porcelain=v1", "-uno", "--no-renames")
 
 
 def _find_git_dir(start: Path) -> Path | None:
@@ -45,6 +51,38 @@ def _read_ref(git_dir: Path, ref: str) -> str | None:
             if name == ref:
                 return sha
     return None
+
+
+def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
+    """Whether the work tree containing ``start`` has uncommitted changes to tracked files.
+
+    One ``git --no-optional-locks status --porcelain=v1 -uno`` (tracked files only, no
+    index lock taken, so a concurrent git command is never disturbed), given at most
+    ``budget`` seconds and then killed. None outside a repository (no ``.git`` found, git
+    not started), when git is missing, fails or is too slow.
+    """
+    try:
+        if _find_git_dir(start) is None:
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    try:
+        process = subprocess.Popen(
+            _GIT_STATUS, cwd=start, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+    except OSError:  # no git on PATH
+        return None
+    try:
+        out, _ = process.communicate(timeout=budget)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return None
+    if process.returncode != 0:
+        return None
+    return bool(out.strip())
 
 
 def git_head(start: Path) -> tuple[str | None, str | None]:
@@ -81,14 +119,17 @@ def host_name() -> str:
 
 
 def environment(config: pytest.Config) -> Environment:
-    """The environment of this pytest process (argv as the process received it)."""
+    """The environment of this pytest process (argv as the process received it); the git
+    facts are those of the repository holding pytest's rootdir."""
     commit, branch = git_head(config.rootpath)
+    dirty = git_dirty(config.rootpath) if commit is not None else None
     return Environment(
         python_version=platform.python_version(),
         pytest_version=pytest.__version__,
         platform=_platform(),
         git_commit=commit,
         git_branch=branch,
+        git_dirty=dirty,
         command_line=tuple(safe_str(a) for a in sys.argv),
         host=host_name(),
         pid=os.getpid(),

@@ -12,7 +12,9 @@ itself reports (``pytest -rA`` and ``--junitxml``):
 1. setup ``failed`` -> ``error``;
 2. any phase ``skipped`` before the call ran (setup skip, ``skip`` marker) -> ``skipped``, or
    ``xfailed`` when that phase is ``xfailed`` (an ``xfail(run=False)`` marker);
-3. call ``failed`` -> ``failed`` (a strict xpass is reported by pytest as a failed call);
+3. call ``failed``, or any subtest ``failed`` or ``error`` -> ``failed`` (a strict xpass is
+   reported by pytest as a failed call; an item with a failing unittest ``subTest`` or
+   pytest ``subtests`` subtest is failed, as pytest's summary line counts it);
 4. teardown ``failed`` -> ``error`` (the passing call is still stored in its phase row);
 5. call ``xfailed`` / ``xpassed`` / ``skipped`` -> that outcome;
 6. otherwise ``passed``.
@@ -30,7 +32,7 @@ are every outcome except ``skipped`` and ``xfailed``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import NewType, Protocol, TypeAlias, runtime_checkable
@@ -48,6 +50,7 @@ from runstore.services.errors import (
 from runstore.services.pagination import Page
 
 __all__ = [
+    "CLASSIFICATION_TABLE",
     "DEFAULT_HISTORY_WINDOW",
     "FAILING_OUTCOMES",
     "MAX_CAPTURE_CHARS",
@@ -64,6 +67,8 @@ __all__ = [
     "DataStoreError",
     "Environment",
     "ErrorInfo",
+    "Evidence",
+    "EvidenceRule",
     "FailureRecord",
     "FileCoverage",
     "FlakyTest",
@@ -78,6 +83,7 @@ __all__ = [
     "RunStart",
     "RunStatus",
     "RunSummary",
+    "Selection",
     "StackFrame",
     "SubtestResult",
     "TestClassification",
@@ -140,27 +146,56 @@ class Phase(StrEnum):
 
 
 class Classification(StrEnum):
-    """How a test's outcome in a run relates to its history window.
+    """How a test's outcome in a run relates to its history window: the verdict of
+    :meth:`DataReader.classify`, always with its ``Evidence`` (the "because").
 
-    Judged by *flips*: the number of adjacent changes between a failing and a passing
-    outcome in the window ``w = (now, prev1, prev2, ...)``, newest first (executed outcomes
-    only, ``now`` included).
+    The *window* of an item of run ``r`` is its outcome in ``r`` when it executed, then its
+    previous entries: the newest ``DEFAULT_HISTORY_WINDOW - 1`` history entries of runs with
+    a lower id than ``r`` (or whose run was pruned), newest first; ``DEFAULT_HISTORY_WINDOW``
+    executed outcomes at most. So a finished run and a running one are judged alike, and a
+    later run never changes an earlier run's verdict beyond what history trimming removed.
 
-    - ``new_failure``: failing now; no failing outcome among the previous entries.
-    - ``persistent_failure``: failing now, an earlier entry failed too, and ``flips <= 1``
-      (newest first ``F F P P``: broken once and still broken).
-    - ``flaky``: failing now with ``flips >= 2`` (``F P F``), or passing now with
-      ``flips >= 2`` (``P F P``).
-    - ``recovered``: passing now, ``flips == 1`` and ``prev1`` failed (``P F F``).
-    - ``stable``: passing now with ``flips == 0``, or ``flips == 1`` with ``prev1`` passing
-      (``P P F``: it recovered in an earlier run); also any item that did not execute
-      (skipped, xfailed).
+    *Flaky* means evidence that the outcome changed while the code did not. The rules, in
+    this order of precedence (the first that matches wins; evidence anywhere in the window
+    counts):
 
-    The window of an item of run ``r``: its outcome in ``r`` when it executed, then its
-    *previous entries*, the newest ``DEFAULT_HISTORY_WINDOW - 1`` history entries of runs
-    with a lower id than ``r`` (or whose run was pruned), newest first. So a finished run
-    and a running one are judged alike, and later runs never change an earlier run's
-    classification beyond what history trimming removed.
+    1. ``flaky`` because ``passed_on_rerun``: an entry passed (or xpassed) after failed
+       rerun attempts inside its run (Develocity's and Trunk's pass-on-retry rule);
+    2. ``flaky`` because ``same_commit``: the window holds a failing and a passing entry of
+       runs on one git commit, each with a clean tree (``git_dirty`` False; BuildPulse's
+       same-tree rule). Runs without a commit, or with a dirty or unknown tree, never count;
+    3. ``flaky`` because ``oscillation``: at least two separate failing streaks in the window
+       (``F..P..F``; Allure's history rule);
+    4. failing now, no earlier failure in the window: ``new_failure`` (``first_failure``);
+    5. failing now, one failing streak reaching back from now: ``persistent_failure``
+       (``failing_streak``: since run X, N runs in a row);
+    6. passing now and failing in the run before: ``recovered`` (``fixed``);
+    7. passing now otherwise: ``stable`` (``no_failure``);
+    8. not executed in this run (skipped, xfailed): ``stable`` (``not_executed``).
+
+    A clean break is ``new_failure`` then ``persistent_failure``; a clean fix is
+    ``recovered``; neither is flaky. The table (``CLASSIFICATION_TABLE`` holds it as
+    markdown), window newest first, ``F`` failing, ``P`` passing:
+
+    =====================================================  ==================  ===============
+    window (newest first)                                  verdict             because
+    =====================================================  ==================  ===============
+    ``F``                                                  new_failure         first_failure
+    ``F P P``                                              new_failure         first_failure
+    ``F F P``                                              persistent_failure  failing_streak
+    ``P F F``                                              recovered           fixed
+    ``P F P`` (one failing streak: broken, then fixed)     recovered           fixed
+    ``P P F`` (fixed in an earlier run)                    stable              no_failure
+    ``P F P F`` (two failing streaks)                      flaky               oscillation
+    ``F P F`` (two failing streaks)                        flaky               oscillation
+    ``P P F P F`` (older evidence still in the window)     flaky               oscillation
+    ``P`` after a failed rerun attempt in the same run     flaky               passed_on_rerun
+    ``P P``, the older ``P`` after a failed rerun attempt  flaky               passed_on_rerun
+    ``F`` and ``P`` on one commit with a clean tree        flaky               same_commit
+    ``F P`` on one commit with a dirty or unknown tree     new_failure         first_failure
+    ``P P P``                                              stable              no_failure
+    skipped or xfailed in this run                         stable              not_executed
+    =====================================================  ==================  ===============
     """
 
     NEW_FAILURE = "new_failure"
@@ -170,12 +205,75 @@ class Classification(StrEnum):
     STABLE = "stable"
 
 
+CLASSIFICATION_TABLE = """\
+| window (newest first) | verdict | because |
+| --- | --- | --- |
+| `F` | new_failure | first_failure |
+| `F P P` | new_failure | first_failure |
+| `F F P` | persistent_failure | failing_streak (since run X, 2 in a row) |
+| `P F F` | recovered | fixed |
+| `P F P` | recovered | fixed (one failing streak: a clean break and fix, not flaky) |
+| `P P F` | stable | no_failure (fixed in an earlier run) |
+| `P F P F` | flaky | oscillation (two failing streaks) |
+| `F P F` | flaky | oscillation (two failing streaks) |
+| `P P F P F` | flaky | oscillation (evidence anywhere in the window counts) |
+| `P` after a failed rerun attempt in the same run | flaky | passed_on_rerun |
+| `P P`, the older `P` after a failed rerun attempt | flaky | passed_on_rerun |
+| `F` and `P` on one commit with a clean tree | flaky | same_commit |
+| `F P` on one commit with a dirty or unknown tree | new_failure | first_failure |
+| `P P P` | stable | no_failure |
+| skipped or xfailed in this run | stable | not_executed |
+
+Precedence: passed_on_rerun, then same_commit, then oscillation, then the verdicts that are
+not flaky. The window is the newest 10 executed outcomes (`DEFAULT_HISTORY_WINDOW`), the
+run's own first, then runs with a lower id.
+"""
+"""The rules of ``Classification`` as a markdown table (window newest first)."""
+
+
+class EvidenceRule(StrEnum):
+    """Which rule decided a verdict (the "because" of a ``Classification``).
+
+    Flaky rules, in order of precedence: ``passed_on_rerun`` (failed, then passed on a rerun
+    inside one run: Develocity's and Trunk's pass-on-retry rule), ``same_commit`` (passed and
+    failed on one git commit with a clean tree: BuildPulse's rule), ``oscillation`` (two or
+    more separate failing streaks in the window, ``F..P..F``: Allure's history rule).
+    Non-flaky rules: ``first_failure`` (``new_failure``), ``failing_streak``
+    (``persistent_failure``), ``fixed`` (``recovered``), ``no_failure`` and ``not_executed``
+    (``stable``).
+    """
+
+    PASSED_ON_RERUN = "passed_on_rerun"
+    SAME_COMMIT = "same_commit"
+    OSCILLATION = "oscillation"
+    FIRST_FAILURE = "first_failure"
+    FAILING_STREAK = "failing_streak"
+    FIXED = "fixed"
+    NO_FAILURE = "no_failure"
+    NOT_EXECUTED = "not_executed"
+
+
+@attrs.frozen
+class Evidence:
+    """Why a verdict was reached: the ``rule`` that applied, the runs it rests on (ascending
+    ids; empty when the rule rests on no run, e.g. ``not_executed``) and one human line."""
+
+    rule: EvidenceRule
+    run_ids: tuple[RunId, ...] = ()
+    summary: str = ""
+
+
 # -- inputs -----------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class Environment:
-    """Where a run ran. Versions are as the tools print them; ``command_line`` is argv."""
+    """Where a run ran. Versions are as the tools print them; ``command_line`` is argv.
+
+    ``git_commit`` / ``git_branch`` name the checked-out commit and branch, ``git_dirty``
+    whether the work tree had uncommitted changes; each is None outside a git repository or
+    when git is unavailable.
+    """
 
     python_version: str = ""
     pytest_version: str = ""
@@ -185,6 +283,41 @@ class Environment:
     command_line: tuple[str, ...] = ()
     host: str = ""
     pid: int | None = None
+    git_dirty: bool | None = None
+
+
+@attrs.frozen
+class Selection:
+    """Which tests a run was asked to run, as given on pytest's command line.
+
+    ``args`` are the positional path / node-id arguments as given; ``keyword`` is ``-k``,
+    ``markexpr`` is ``-m``; ``last_failed`` / ``failed_first`` are ``--lf`` / ``--ff``;
+    ``maxfail`` is ``--maxfail`` (``-x`` is 1, 0 is no limit); ``deselected`` is pytest's
+    deselected count and ``collected`` the number of items collected (None when unknown).
+    """
+
+    args: tuple[str, ...] = ()
+    keyword: str | None = None
+    markexpr: str | None = None
+    last_failed: bool = False
+    failed_first: bool = False
+    maxfail: int = 0
+    deselected: int = 0
+    collected: int | None = None
+
+    @property
+    def is_partial(self) -> bool:
+        """Whether the run may have left tests out: any narrowing argument, ``-k``, ``-m``,
+        ``--lf``, a deselected item, or a ``maxfail`` limit (whether it stopped the run early
+        is not knowable from the selection, so any limit counts)."""
+        return bool(
+            self.args
+            or self.keyword
+            or self.markexpr
+            or self.last_failed
+            or self.deselected > 0
+            or self.maxfail > 0
+        )
 
 
 @attrs.frozen
@@ -192,13 +325,16 @@ class RunStart:
     """What ``begin_run`` needs: the project, the invocation it belongs to, when it started.
 
     ``started_at`` must be timezone-aware (a naive datetime is ``InvalidInput``).
-    ``invocation_id`` is shared by every project run of one invocation.
+    ``invocation_id`` is shared by every project run of one invocation. ``selection`` is
+    what the command line asked for, as far as it is known at the start (``record_selection``
+    replaces it once pytest has collected and deselected).
     """
 
     project: str
     invocation_id: str
     started_at: datetime
     environment: Environment = Environment()
+    selection: Selection = Selection()
 
 
 @attrs.frozen
@@ -259,7 +395,10 @@ class TestResult:
     ``nodeid`` is stored verbatim. ``module_path`` is the file path relative to the rootdir,
     ``name`` the item name without parameters (``TestX::test_y``), ``parametrize_id`` the
     text inside the brackets (``None`` when unparametrized), ``line`` 1-based. The outcome is
-    derived from ``phases`` by :func:`derive_outcome`. ``attempts`` are earlier rerun attempts
+    derived from ``phases`` and the subtests' outcomes by :func:`derive_outcome`; a failing
+    item without errors of its own is stored with the first failing subtest's error as its
+    error (its message and frames are what ``failures`` shows). ``attempts`` are earlier
+    rerun attempts
     of this item (oldest first, each itself a ``TestResult`` without attempts). Captured
     output is bounded by ``MAX_CAPTURE_CHARS`` per stream with a truncated flag.
     """
@@ -282,8 +421,8 @@ class TestResult:
 
     @property
     def outcome(self) -> Outcome:
-        """The item's outcome, by the module's documented precedence."""
-        return derive_outcome(self.phases)
+        """The item's outcome, by the module's documented precedence (subtests included)."""
+        return derive_outcome(self.phases, (s.outcome for s in self.subtests))
 
     @property
     def duration_ms(self) -> float:
@@ -354,7 +493,12 @@ class RunSummary:
     """One run with counts computed from its stored test rows (never taken from input).
 
     ``counts`` maps every ``Outcome`` value to a number of items; ``collection_errors`` counts
-    collectors that failed. ``finished_at_ms`` is None while running.
+    collectors that failed. ``finished_at_ms`` is None while running. ``selection`` is what
+    the run was asked to run (``RunStart.selection``, or the latest ``record_selection``).
+    ``subtests`` maps ``passed``, ``failed`` and ``skipped`` to the number of stored subtests
+    of the run's items, as pytest's summary line counts them (``passed`` and ``xpassed``
+    count as passed, ``failed`` and ``error`` as failed, ``skipped`` and ``xfailed`` as
+    skipped).
     """
 
     id: RunId
@@ -366,6 +510,10 @@ class RunSummary:
     counts: dict[str, int]
     collection_errors: int
     environment: Environment
+    selection: Selection = Selection()
+    subtests: dict[str, int] = attrs.Factory(
+        lambda: {"passed": 0, "failed": 0, "skipped": 0}
+    )
 
     @property
     def total(self) -> int:
@@ -405,7 +553,9 @@ class TestDetail:
     given (each with its frames and ``cause`` chain); captured output per stream with
     whether storage cut it (``MAX_CAPTURE_CHARS``); ``subtests`` in the order given, each
     with its error; ``attempts`` the earlier rerun attempts, oldest first, each a record of
-    the same item with that attempt's phases, outcome and duration (and ``attempts == 0``).
+    the same item with that attempt's phases, outcome and duration (and ``attempts == 0``);
+    ``attempt_errors`` the errors of each of those attempts, one tuple per attempt in the
+    same order (each error with its frames and ``cause`` chain).
     """
 
     __test__ = False
@@ -420,6 +570,7 @@ class TestDetail:
     log_truncated: bool
     subtests: tuple[SubtestResult, ...]
     attempts: tuple[TestRecord, ...]
+    attempt_errors: tuple[tuple[ErrorInfo, ...], ...] = ()
 
 
 @attrs.frozen
@@ -429,6 +580,19 @@ class FailureRecord:
     ``phase`` is the phase of the first error; ``message`` its (bounded) message;
     ``message_truncated`` / ``text_truncated`` say whether storage cut them. ``signature`` is
     the stable failure-signature hash of the first error (hex).
+
+    ``is_new``: no run of the project with a lower id than this run recorded the signature
+    (runs still running count; interrupted and aborted ones, which record no signatures, do
+    not). It is decided once, by run start order, and frozen when the run ends: later runs,
+    and earlier-started runs that end later, never change it. While the run is running it is
+    computed afresh on every call. A failure without an error is never new.
+
+    ``streak`` is how many runs in a row the test has failed, ending at this run (>= 1, runs
+    where it did not execute do not break it); ``failing_since`` the first run of the streak
+    (None once that run was pruned); ``streak_message`` the first error message of the
+    streak (empty when that failure had no error). Both come from the history rows of runs
+    with a lower id, which keep the failure message and the streak beyond the history window
+    and beyond pruning. A collection error has no history: its streak is 1.
     """
 
     nodeid: str
@@ -443,11 +607,15 @@ class FailureRecord:
     causes: tuple[ErrorInfo, ...]
     signature: str
     is_new: bool
+    streak: int = 1
+    failing_since: RunId | None = None
+    streak_message: str = ""
 
 
 @attrs.frozen
 class TestClassification:
-    """How one item of a run is classified, and the window it was judged on (newest first)."""
+    """How one item of a run is classified, the window it was judged on (newest first) and
+    the ``Evidence`` that decided it (see ``Classification``)."""
 
     __test__ = False
 
@@ -455,14 +623,17 @@ class TestClassification:
     outcome: Outcome
     classification: Classification
     window: tuple[Outcome, ...]
+    because: Evidence = Evidence(EvidenceRule.NO_FAILURE)
 
 
 @attrs.frozen
 class FlakyTest:
-    """A test whose history window mixes failing and passing outcomes.
+    """A test with flaky evidence in its newest history window (see ``Classification``).
 
-    ``flips`` counts adjacent changes between failing and passing in the window (newest
-    first); a test that broke or recovered once has ``flips == 1`` and is listed too.
+    ``window`` is the newest ``DEFAULT_HISTORY_WINDOW`` history entries, newest first;
+    ``flips`` counts adjacent changes between failing and passing in it; ``failures`` /
+    ``passes`` count its failing / passing entries; ``last_run_id`` is the run of the newest
+    entry (None once pruned); ``because`` the flaky rule that applied and its runs.
     """
 
     nodeid: str
@@ -471,16 +642,28 @@ class FlakyTest:
     passes: int
     window: tuple[Outcome, ...]
     last_run_id: RunId | None
+    because: Evidence = Evidence(EvidenceRule.OSCILLATION)
 
 
 @attrs.frozen
 class HistoryEntry:
-    """One executed outcome of one test. ``run_id`` is None once that run was pruned."""
+    """One executed outcome of one test. ``run_id`` is None once that run was pruned.
+
+    ``message`` is the first error message when the outcome is failing (None when passing
+    or when the failure had no error); ``git_commit`` / ``git_dirty`` are the run's
+    (``Environment``); ``rerun_failures`` counts the failing attempts before the final one
+    in that run (pytest-rerunfailures' reruns). All survive pruning of the run; entries
+    recorded before these fields existed have None and 0.
+    """
 
     run_id: RunId | None
     outcome: Outcome
     duration_ms: float
     recorded_at_ms: int
+    message: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    rerun_failures: int = 0
 
 
 @attrs.frozen
@@ -518,7 +701,7 @@ class CoverageTrendPoint:
 
 @attrs.frozen
 class RunComparison:
-    """How run ``b`` differs from run ``a``, as sorted node ids."""
+    """How run ``b`` differs from run ``a``, as sorted node ids (see ``DataReader.compare``)."""
 
     run_a: RunId
     run_b: RunId
@@ -526,6 +709,7 @@ class RunComparison:
     fixed: tuple[str, ...]
     added: tuple[str, ...]
     removed: tuple[str, ...]
+    not_run: tuple[str, ...] = ()
 
 
 DataStoreError: TypeAlias = NotFound | IllegalTransition | InvalidInput | Busy | StorageFailure
@@ -535,8 +719,11 @@ DataReaderError: TypeAlias = NotFound | InvalidInput | Busy | StorageFailure
 """Every failure a ``DataReader`` method returns."""
 
 
-def derive_outcome(phases: Sequence[PhaseResult]) -> Outcome:
-    """Derive an item's outcome from its phases by the precedence in the module docstring."""
+def derive_outcome(
+    phases: Sequence[PhaseResult], subtests: Iterable[Outcome] = ()
+) -> Outcome:
+    """Derive an item's outcome from its phases and its subtests' outcomes by the precedence
+    in the module docstring (a failing subtest makes an item ``failed``)."""
     by_phase = {p.phase: p.outcome for p in phases}
     setup = by_phase.get(Phase.SETUP)
     call = by_phase.get(Phase.CALL)
@@ -545,7 +732,9 @@ def derive_outcome(phases: Sequence[PhaseResult]) -> Outcome:
         return Outcome.ERROR
     if call is None and setup in (Outcome.SKIPPED, Outcome.XFAILED):
         return setup
-    if call in (Outcome.FAILED, Outcome.ERROR):
+    if call in (Outcome.FAILED, Outcome.ERROR) or any(
+        o in (Outcome.FAILED, Outcome.ERROR) for o in subtests
+    ):
         return Outcome.FAILED
     if teardown in (Outcome.FAILED, Outcome.ERROR):
         return Outcome.ERROR
@@ -565,8 +754,10 @@ class DataStore(Protocol):
         """Create a ``running`` run for ``start.project`` and return its id.
 
         Failures: ``InvalidInput`` for an empty project or invocation id, one holding NUL or
-        a lone surrogate, a naive ``started_at``, or text that cannot be stored (lone
-        surrogates are replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
+        a lone surrogate, a naive ``started_at``, an environment or selection field of the
+        wrong type (``git_dirty`` must be a ``bool`` or None; the selection is checked as
+        ``record_selection`` checks it), or text that cannot be stored (lone surrogates are
+        replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
         """
         ...
 
@@ -602,10 +793,29 @@ class DataStore(Protocol):
         """Move a ``running`` run to a final status and return its summary.
 
         ``passed``/``failed`` runs update the history window of every executed item (then
-        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement) and the
-        failure signatures; ``interrupted``/``aborted`` runs update neither.
+        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement; each
+        entry keeps the first error message, the run's commit and dirty flag, the failed
+        rerun attempts and, when failing, its streak) and the failure signatures;
+        ``interrupted``/``aborted`` runs update neither. Every final status freezes which
+        failure signatures are new in the run (``FailureRecord.is_new``).
         Failures: ``NotFound``; ``IllegalTransition(from, to)`` when the run is not
         ``running`` or ``status`` is ``running``; ``InvalidInput`` for a naive datetime;
+        ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def record_selection(
+        self, run_id: RunId, selection: Selection
+    ) -> Result[RunSummary, DataStoreError]:
+        """Replace the selection of a ``running`` run (pytest knows its deselected count only
+        after collection) and return the run's summary carrying it.
+
+        Text (``args``, ``keyword``, ``markexpr``) is free text: lone surrogates are
+        replaced, NUL is kept; each is cut at ``MAX_TEXT_CHARS``. Failures:
+        ``NotFound("run", id)``; ``IllegalTransition("run", id, status, "running")`` when
+        the run is no longer ``running``; ``InvalidInput`` (naming the field, e.g.
+        ``selection.maxfail``) for a value that is not a ``Selection``, a field of the wrong
+        type, a negative ``maxfail`` / ``deselected`` / ``collected`` (nothing is written);
         ``Busy``; ``StorageFailure``.
         """
         ...
@@ -616,7 +826,8 @@ class DataStore(Protocol):
         """Mark ``aborted`` every ``running`` run of ``project`` last written before ``older_than``.
 
         Returns the ids it aborted (ascending); an aborted run's ``finished_at_ms`` is its
-        last write. Failures: ``InvalidInput`` (naive datetime), ``Busy``, ``StorageFailure``.
+        last write, and its new failure signatures are frozen as ``finish_run`` freezes them.
+        Failures: ``InvalidInput`` (naive datetime), ``Busy``, ``StorageFailure``.
         """
         ...
 
@@ -706,25 +917,28 @@ class DataReader(Protocol):
         ...
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
-        """Failing items and collection errors of a run with errors, frames and signatures,
-        sorted by node id (a collection error first on a tie); ``NotFound`` when the run is
-        missing. ``causes`` are the first error's cause chain, nearest first, each without a
-        cause of its own; a failing item stored without an error has empty texts, the
-        failing phase and signature ``""``."""
+        """Failing items and collection errors of a run with errors, frames, signatures,
+        ``is_new`` and the failing streak (see ``FailureRecord``), sorted by node id (a
+        collection error first on a tie); ``NotFound`` when the run is missing. ``causes``
+        are the first error's cause chain, nearest first, each without a cause of its own; a
+        failing item stored without an error has empty texts, the failing phase and
+        signature ``""``."""
         ...
 
     def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """Classify every item of a run against its history window (see ``Classification``),
-        sorted by node id; ``NotFound`` when the run is missing."""
+        """Classify every item of a run against its history window, with the evidence of
+        each verdict (see ``Classification``), sorted by node id; ``NotFound`` when the run
+        is missing."""
         ...
 
     def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
-        """Tests of ``project`` whose history window mixes failing and passing outcomes,
-        most flips first, then by node id.
+        """Tests of ``project`` with flaky evidence in their newest history window, most
+        flips first, then by node id.
 
-        This is wider than ``Classification.FLAKY``: a test that broke once and stays
-        broken (``F F P``) or recovered once (``P F F``) mixes outcomes too and is listed,
-        with ``flips == 1``, below the tests that flip back and forth."""
+        The window is judged as ``Classification`` judges the newest entry: listed are the
+        tests it calls ``flaky`` (passed on a rerun in some run of the window, passed and
+        failed on one clean commit, or two separate failing streaks). A clean break
+        (``F F P``) or a clean fix (``P F F``, ``P F P``) is not listed."""
         ...
 
     def history(
@@ -765,6 +979,8 @@ class DataReader(Protocol):
         """What changed from ``run_a`` to ``run_b``; ``NotFound`` when either is missing.
 
         ``newly_failing``: in both, failing in ``b`` but not in ``a``; ``fixed``: in both,
-        failing in ``a`` and passed or xpassed in ``b``; ``added`` / ``removed``: only in
-        ``b`` / only in ``a``."""
+        failing in ``a`` and passed or xpassed in ``b``; ``added``: only in ``b``. Items
+        only in ``a`` are ``not_run`` when ``b`` may have left tests out (its selection
+        ``is_partial``, or ``b`` is ``running``, ``interrupted`` or ``aborted``) and
+        ``removed`` otherwise."""
         ...

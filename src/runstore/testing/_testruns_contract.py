@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -65,6 +66,7 @@ from runstore.services.testruns import (
     DataStore,
     Environment,
     ErrorInfo,
+    EvidenceRule,
     FileCoverage,
     Outcome,
     Phase,
@@ -74,10 +76,15 @@ from runstore.services.testruns import (
     RunRetentionPolicy,
     RunStart,
     RunStatus,
+    RunSummary,
+    Selection,
     StackFrame,
     SubtestResult,
+    TestClassification,
     TestDetail,
+    TestRecord,
     TestResult,
+    derive_outcome,
 )
 
 __all__ = [
@@ -92,12 +99,17 @@ __all__ = [
     "error_infos",
     "file_coverages",
     "free_text",
+    "git_states",
     "huge_text",
     "item_results",
     "make_item",
     "node_ids",
     "phases_for",
+    "reference_streak",
+    "reference_verdict",
+    "rerun_item",
     "run_records_state_machine",
+    "selections",
     "stack_frames",
     "utc",
 ]
@@ -106,6 +118,12 @@ T = TypeVar("T")
 
 LayerFactory = Callable[[], Layer]
 """Makes a layer providing ``DataStore`` and ``DataReader`` on a fresh, empty store."""
+
+_EVERYTHING = Selection()
+"""The selection of a run that narrowed nothing."""
+
+_NO_GIT = Environment()
+"""An environment without git information (nor anything else)."""
 
 T0_MS = 1_700_000_000_000
 """Where the contract's clock starts (epoch ms, 2023-11-14T22:13:20Z)."""
@@ -300,7 +318,7 @@ def item_results(
         st.builds(
             SubtestResult,
             description=_pieces(max_size=2),
-            outcome=st.sampled_from([Outcome.PASSED, Outcome.FAILED]),
+            outcome=st.sampled_from([Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED]),
             duration_ms=_durations(),
             error=st.none() | error_infos(Phase.CALL, max_causes=0),
         ),
@@ -385,7 +403,8 @@ def file_coverages(paths: Sequence[str] = ("src/app/a.py", "src/app/b.py", "src/
 
 @functools.cache
 def environments() -> st.SearchStrategy[Environment]:
-    """Environments, with and without git information."""
+    """Environments, with and without git information (a commit from a pool of two, so
+    runs share commits, and a clean, dirty or unknown tree)."""
     return st.builds(
         Environment,
         python_version=st.sampled_from(["3.11.9", "3.13.0", ""]),
@@ -396,6 +415,40 @@ def environments() -> st.SearchStrategy[Environment]:
         command_line=st.lists(_pieces(max_size=2), max_size=3).map(tuple),
         host=st.sampled_from(["", "ci-1"]),
         pid=st.none() | st.integers(1, 2**22),
+        git_dirty=st.sampled_from([None, False, False, True]),
+    )
+
+
+@functools.cache
+def git_states() -> st.SearchStrategy[Environment]:
+    """Small environments that only differ in git state: a commit from a pool of two (or
+    none) and a clean, dirty or unknown tree; whole runs use them so that the same-commit
+    rule has runs to compare."""
+    return st.builds(
+        Environment,
+        git_commit=st.sampled_from([None, "c0ffee", "c0ffee", "decade"]),
+        git_dirty=st.sampled_from([None, False, False, True]),
+    )
+
+
+@functools.cache
+def selections() -> st.SearchStrategy[Selection]:
+    """What a run was asked to run: mostly everything, sometimes narrowed (paths, ``-k``,
+    ``-m``, ``--lf``, ``-x``, deselected items), with odd free text."""
+    return st.one_of(
+        st.just(Selection()),
+        st.builds(
+            Selection,
+            args=st.lists(st.sampled_from(["tests", "tests/test_a.py::test_one", "x y"])
+                          | free_text(8), max_size=2).map(tuple),
+            keyword=st.none() | st.sampled_from(["slow", "not db"]) | free_text(6),
+            markexpr=st.none() | st.sampled_from(["smoke"]),
+            last_failed=st.booleans(),
+            failed_first=st.booleans(),
+            maxfail=st.sampled_from([0, 0, 1, 3]),
+            deselected=st.sampled_from([0, 0, 2]),
+            collected=st.none() | st.integers(0, 50),
+        ),
     )
 
 
@@ -492,6 +545,7 @@ class RunRecordsMachine(RuleBasedStateMachine):
         self.nodeids: list[str] = ["tests/test_a.py::test_one"]
         self.items = item_results(st.sampled_from(self.nodeids))
         self.max_sut_id = -1
+        self.frozen: dict[RunId, Result[Any, Any]] = {}  # model id -> failures() at its end
 
     def teardown(self) -> None:
         self._stack.close()
@@ -542,15 +596,22 @@ class RunRecordsMachine(RuleBasedStateMachine):
         invocation=st.sampled_from(INVOCATIONS),
         offset=st.sampled_from([0, 0, 1, -HOUR_MS, -2 * DAY_MS, -10 * DAY_MS]),
         environment=environments(),
+        selection=selections(),
     )
     def begin_run(
-        self, project: str, invocation: str, offset: int, environment: Environment
+        self,
+        project: str,
+        invocation: str,
+        offset: int,
+        environment: Environment,
+        selection: Selection = _EVERYTHING,
     ) -> None:
         start = RunStart(
             self._project(project),
             self._invocation(invocation),
             utc(self.clock.now + offset),
             environment,
+            selection,
         )
         sut = self.store.begin_run(start)
         model = self.model_store.begin_run(start)
@@ -614,6 +675,13 @@ class RunRecordsMachine(RuleBasedStateMachine):
         model = self.model_store.record_results(run, batch)
         self._same(f"record_results(run {run}, {len(batch)} items)", sut, model)
 
+    @rule(pick=st.integers(0, 1_000), selection=selections())
+    def record_selection(self, pick: int, selection: Selection) -> None:
+        run = self._pick(pick)
+        sut = self.store.record_selection(self._sut_id(run), selection)
+        model = self.model_store.record_selection(run, selection)
+        self._same(f"record_selection(run {run})", sut, model)
+
     @rule(pick=st.integers(0, 1_000), errors=st.lists(collection_errors(), max_size=2))
     def record_collection_errors(self, pick: int, errors: list[CollectionError]) -> None:
         run = self._pick(pick)
@@ -637,6 +705,17 @@ class RunRecordsMachine(RuleBasedStateMachine):
         sut = self.store.finish_run(self._sut_id(run), status, finished)
         model = self.model_store.finish_run(run, status, finished)
         self._same(f"finish_run(run {run}, {status})", sut, model)
+        if isinstance(model, Success):
+            self._freeze(run)
+
+    def _freeze(self, run: RunId) -> None:
+        """Remember what ``failures`` said of a run right after it ended: "new" must never
+        change afterwards (checked by :meth:`new_is_frozen`)."""
+        self.frozen[run] = self._same(
+            f"failures({run}) at its end",
+            self.reader.failures(self._sut_id(run)),
+            self.model_reader.failures(run),
+        )
 
     @rule(project=st.sampled_from(PROJECTS), offset=st.sampled_from([0, HOUR_MS, DAY_MS, -1]))
     def abort_stale_runs(self, project: str, offset: int) -> None:
@@ -645,6 +724,8 @@ class RunRecordsMachine(RuleBasedStateMachine):
         sut = self.store.abort_stale_runs(project, older_than=older_than)
         model = self.model_store.abort_stale_runs(project, older_than=older_than)
         self._same("abort_stale_runs", sut, model)
+        for run in model.value_or(()):
+            self._freeze(run)
 
     @rule(pick=st.integers(0, 1_000), files=file_coverages())
     def write_coverage(self, pick: int, files: tuple[FileCoverage, ...]) -> None:
@@ -678,6 +759,7 @@ class RunRecordsMachine(RuleBasedStateMachine):
                 "status": st.sampled_from(
                     [RunStatus.PASSED, RunStatus.FAILED, RunStatus.INTERRUPTED]
                 ),
+                "environment": git_states(),
             }
         )
 
@@ -688,10 +770,11 @@ class RunRecordsMachine(RuleBasedStateMachine):
         offset: int,
         batch: list[TestResult],
         status: RunStatus,
+        environment: Environment = _NO_GIT,
     ) -> None:
         """Begin a run, record one batch, finish it, comparing every step."""
         before = len(self.runs)
-        self.begin_run(project, invocation, offset, Environment())
+        self.begin_run(project, invocation, offset, environment)
         if len(self.runs) == before:
             return
         run = self.runs[-1]
@@ -701,11 +784,13 @@ class RunRecordsMachine(RuleBasedStateMachine):
             self.model_store.record_results(run, batch),
         )
         finished = utc(self.clock.now)
-        self._same(
+        model = self._same(
             f"finish_run(run {run}, {status})",
             self.store.finish_run(self._sut_id(run), status, finished),
             self.model_store.finish_run(run, status, finished),
         )
+        if isinstance(model, Success):
+            self._freeze(run)
         self.clock.advance(1_000)
 
     @rule(data=st.data())
@@ -752,16 +837,21 @@ class RunRecordsMachine(RuleBasedStateMachine):
                            r.find_tests(project, fragment), m.find_tests(project, fragment))
         for run in (*self.runs, UNKNOWN_RUN):
             s = self._sut_id(run)
-            self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
-            self._same(f"tests({run})", r.tests(s), m.tests(run))
+            summary = self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
+            tests = self._same(f"tests({run})", r.tests(s), m.tests(run))
             failing = frozenset({Outcome.FAILED, Outcome.ERROR})
             self._same(f"tests({run}, failing)", r.tests(s, outcomes=failing),
                        m.tests(run, outcomes=failing))
             self._same(f"failures({run})", r.failures(s), m.failures(run))
-            for nodeid in self.nodeids:
+            details = [
                 self._same(f"test_detail({run}, {nodeid!r})", r.test_detail(s, nodeid),
                            m.test_detail(run, nodeid))
-            self._same(f"classify({run})", r.classify(s), m.classify(run))
+                for nodeid in self.nodeids
+            ]
+            classified = self._same(f"classify({run})", r.classify(s), m.classify(run))
+            if isinstance(summary, Success):
+                _check_subtest_totals(run, summary.unwrap(), tests.unwrap(), details)
+                _check_rules(run, classified.unwrap())
             self._same(f"slowest({run}, 2)", r.slowest(s, limit=2), m.slowest(run, limit=2))
             self._same(f"coverage({run})", r.coverage(s), m.coverage(run))
         if len(self.runs) >= 2:
@@ -796,6 +886,23 @@ class RunRecordsMachine(RuleBasedStateMachine):
             )
 
     @invariant()
+    def new_is_frozen(self) -> None:
+        """What ``failures`` said of an ended run at its end still holds (``is_new``
+        included), unless the run was pruned since."""
+        for run, then in self.frozen.items():
+            now = self.reader.failures(self._sut_id(run))
+            if isinstance(now, Failure):
+                continue
+            translated = now if all(k == v for k, v in self.ids.items()) else _translate(
+                now, self.ids
+            )
+            was = {(f.nodeid, f.signature): f.is_new for f in then.unwrap()}
+            still = {(f.nodeid, f.signature): f.is_new for f in translated.unwrap()}
+            assert still == was, (
+                f"failures({run}) said is_new {was} when the run ended, now {still}"
+            )
+
+    @invariant()
     def history_is_bounded(self) -> None:
         for project in self.projects:
             for nodeid in self.nodeids:
@@ -806,6 +913,52 @@ class RunRecordsMachine(RuleBasedStateMachine):
                         f"history({project!r}, {nodeid!r}) has {n} entries, more than the "
                         f"window of {DEFAULT_HISTORY_WINDOW}"
                     )
+
+
+def _check_subtest_totals(
+    run: RunId,
+    summary: RunSummary,
+    tests: Sequence[TestRecord],
+    details: Sequence[Result[TestDetail, Any]],
+) -> None:
+    """A run's subtest totals are those of its stored subtests, and every item's outcome
+    is what its phases and subtests say (``derive_outcome``)."""
+    words = {Outcome.PASSED: "passed", Outcome.XPASSED: "passed", Outcome.FAILED: "failed",
+             Outcome.ERROR: "failed", Outcome.SKIPPED: "skipped", Outcome.XFAILED: "skipped"}
+    stored: Counter[str] = Counter()
+    found = {d.unwrap().test.nodeid: d.unwrap() for d in details if isinstance(d, Success)}
+    assert set(found) == {t.nodeid for t in tests}, (run, sorted(found))
+    for detail in found.values():
+        stored.update(words[t.outcome] for t in detail.subtests)
+        derived = derive_outcome(detail.test.phases, (t.outcome for t in detail.subtests))
+        assert detail.test.outcome == derived, (
+            f"{detail.test.nodeid} of run {run} is {detail.test.outcome}, its phases and "
+            f"subtests say {derived}"
+        )
+    assert summary.subtests == {w: stored[w] for w in ("passed", "failed", "skipped")}, (
+        f"subtests of run {run} {summary.subtests} differ from its stored rows {dict(stored)}"
+    )
+
+
+def _check_rules(run: RunId, classified: Sequence[TestClassification]) -> None:
+    """Every verdict rests on a rule of its kind and says why in words."""
+    for item in classified:
+        assert item.because.rule in _RULES_OF[item.classification], (
+            f"{item.nodeid} of run {run} is {item.classification} because {item.because.rule}"
+        )
+        assert item.because.summary, item
+
+
+_RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
+    Classification.FLAKY: frozenset(
+        {EvidenceRule.PASSED_ON_RERUN, EvidenceRule.SAME_COMMIT, EvidenceRule.OSCILLATION}
+    ),
+    Classification.NEW_FAILURE: frozenset({EvidenceRule.FIRST_FAILURE}),
+    Classification.PERSISTENT_FAILURE: frozenset({EvidenceRule.FAILING_STREAK}),
+    Classification.RECOVERED: frozenset({EvidenceRule.FIXED}),
+    Classification.STABLE: frozenset({EvidenceRule.NO_FAILURE, EvidenceRule.NOT_EXECUTED}),
+}
+"""The evidence rules each verdict may rest on."""
 
 
 def run_records_state_machine(
@@ -861,6 +1014,52 @@ def make_item(
     )
 
 
+def rerun_item(nodeid: str, *, failed_attempts: int = 1, final: Outcome = Outcome.PASSED) -> (
+    TestResult
+):
+    """An item that failed ``failed_attempts`` times, each with its error, and then ended
+    ``final`` on a rerun (pytest-rerunfailures)."""
+    failed = make_item(nodeid, Outcome.FAILED, message="flaky timeout")
+    return attrs.evolve(make_item(nodeid, final), attempts=(failed,) * failed_attempts)
+
+
+def reference_verdict(
+    window: str, reruns: str = "", commits: Sequence[str | None] = ()
+) -> tuple[Classification, EvidenceRule]:
+    """The verdict ``Classification`` documents, computed over letters, as a reference.
+
+    ``window`` is newest first: ``F`` failing, ``P`` passing; a leading ``S`` means the item
+    did not execute now (the rest is the earlier window). ``reruns`` has an ``r`` at each
+    entry that had failed rerun attempts; ``commits`` names each entry's commit when its
+    tree was clean (None otherwise). Written apart from the layers' rules on purpose.
+    """
+    if window.startswith("S"):
+        return Classification.STABLE, EvidenceRule.NOT_EXECUTED
+    marks = reruns.ljust(len(window), ".")
+    if any(letter == "P" and mark == "r" for letter, mark in zip(window, marks, strict=True)):
+        return Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN
+    clean = list(commits) + [None] * (len(window) - len(commits))
+    for commit in {c for c in clean if c is not None}:
+        if {window[i] for i, c in enumerate(clean) if c == commit} == {"F", "P"}:
+            return Classification.FLAKY, EvidenceRule.SAME_COMMIT
+    if len(re.findall("F+", window)) >= 2:
+        return Classification.FLAKY, EvidenceRule.OSCILLATION
+    if re.fullmatch("FP*", window):
+        return Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE
+    if window.startswith("F"):
+        return Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK
+    if window.startswith("PF"):
+        return Classification.RECOVERED, EvidenceRule.FIXED
+    return Classification.STABLE, EvidenceRule.NO_FAILURE
+
+
+def reference_streak(outcomes: str) -> int:
+    """How many runs in a row end failing in ``outcomes`` (oldest first, ``F``/``P``)."""
+    match = re.search("F*$", outcomes)
+    assert match is not None
+    return len(match.group())
+
+
 class _Contract:
     """Fixtures shared by the two contract classes."""
 
@@ -905,9 +1104,12 @@ class _Contract:
         project: str = "alpha",
         at_ms: int = T0_MS,
         invocation: str = "inv-1",
+        environment: Environment = _NO_GIT,
+        selection: Selection = _EVERYTHING,
     ) -> RunId:
         """Begin a run and return its id (fails the test on a Failure)."""
-        return _ok(store.begin_run(RunStart(project, invocation, utc(at_ms))))
+        start = RunStart(project, invocation, utc(at_ms), environment, selection)
+        return _ok(store.begin_run(start))
 
     @classmethod
     def whole_run(
@@ -919,9 +1121,11 @@ class _Contract:
         at_ms: int = T0_MS,
         status: RunStatus | None = None,
         invocation: str = "inv-1",
+        environment: Environment = _NO_GIT,
+        selection: Selection = _EVERYTHING,
     ) -> RunId:
         """Begin, record ``items`` and finish a run (``failed`` when any item fails)."""
-        run = cls.begin(store, project, at_ms, invocation)
+        run = cls.begin(store, project, at_ms, invocation, environment, selection)
         _ok(store.record_results(run, items))
         if status is None:
             failing = any(i.outcome in (Outcome.FAILED, Outcome.ERROR) for i in items)
@@ -988,10 +1192,15 @@ class DataStoreContract(_Contract):
     # begin_run -----------------------------------------------------------------------------------
 
     def test_begin_run_starts_a_running_run(self, store: DataStore, reader: DataReader) -> None:
-        env = Environment("3.12.1", "9.0.0", "linux", "abc", "main", ("pytest", "-x"), "h", 7)
+        env = Environment("3.12.1", "9.0.0", "linux", "abc", "main", ("pytest", "-x"), "h", 7,
+                          git_dirty=True)
+        chosen = Selection(args=("tests/test_a.py",), keyword="not slow", maxfail=1)
         start_ms = T0_MS + 123
-        run = _ok(store.begin_run(RunStart("alpha", "inv-1", utc(start_ms), env)))
+        run = _ok(store.begin_run(RunStart("alpha", "inv-1", utc(start_ms), env, chosen)))
         summary = _ok(reader.get_run(run))
+        assert summary.selection == chosen
+        assert summary.selection.is_partial
+        assert summary.subtests == {"passed": 0, "failed": 0, "skipped": 0}
         assert (summary.id, summary.project, summary.invocation_id) == (run, "alpha", "inv-1")
         assert summary.status == RunStatus.RUNNING
         assert (summary.started_at_ms, summary.finished_at_ms) == (start_ms, None)
@@ -1195,8 +1404,10 @@ class DataStoreContract(_Contract):
         (earlier,) = detail.attempts
         assert (earlier.nodeid, earlier.outcome, earlier.attempts) == ("t.py::x", Outcome.FAILED, 0)
         assert earlier.phases == first.phases
+        assert detail.attempt_errors == ((call_error,),)
         plain = _ok(reader.test_detail(run, "t.py::plain"))
         assert (plain.errors, plain.stdout, plain.subtests, plain.attempts) == ((), "", (), ())
+        assert plain.attempt_errors == ()
         missing = _err(reader.test_detail(run, "t.py::nope"), NotFound)
         assert missing == NotFound("test", "t.py::nope")
         _err(reader.test_detail(UNKNOWN_RUN, "t.py::x"), NotFound)
@@ -1214,6 +1425,229 @@ class DataStoreContract(_Contract):
         assert (failure.nodeid, failure.phase, failure.exception_type) == (
             "tests/test_broken.py", Phase.COLLECT, "ImportError"
         )
+
+    # subtests, reruns, selection --------------------------------------------------------------
+
+    def test_a_failing_subtest_fails_its_item(self, store: DataStore, reader: DataReader) -> None:
+        frames = (StackFrame("tests/t.py", 7, "test_x", True),)
+        sub_error = ErrorInfo(Phase.CALL, "AssertionError", "i=2: 3 != 4", "E   3 != 4", frames)
+        own_error = ErrorInfo(Phase.CALL, "ValueError", "own", "E own")
+        subtests = (
+            SubtestResult("i=1", Outcome.PASSED, 0.5),
+            SubtestResult("i=2", Outcome.FAILED, 0.5, sub_error),
+            SubtestResult("i=3", Outcome.SKIPPED, 0.0),
+        )
+        quiet = attrs.evolve(make_item("t.py::x"), subtests=subtests)
+        loud = attrs.evolve(make_item("t.py::y", Outcome.FAILED), errors=(own_error,),
+                            subtests=subtests[1:2])
+        assert quiet.outcome == Outcome.FAILED  # the call passed; a subtest did not
+        run = self.begin(store)
+        _ok(store.record_results(run, [quiet, loud, make_item("t.py::z")]))
+        summary = _ok(reader.get_run(run))
+        assert (summary.counts["failed"], summary.counts["passed"]) == (2, 1)
+        assert summary.subtests == {"passed": 1, "failed": 2, "skipped": 1}
+        x, y = _ok(reader.failures(run))
+        assert (x.nodeid, x.outcome, x.exception_type, x.message, x.frames) == (
+            "t.py::x", Outcome.FAILED, "AssertionError", "i=2: 3 != 4", frames
+        )
+        assert (y.nodeid, y.message) == ("t.py::y", "own")  # its own error comes first
+        assert [t.outcome for t in _ok(reader.tests(run))] == [
+            Outcome.FAILED, Outcome.FAILED, Outcome.PASSED
+        ]
+        # a rerun replaces the item and its subtests; the totals follow the stored rows
+        fixed = attrs.evolve(quiet, subtests=(SubtestResult("i=2", Outcome.PASSED, 0.5),))
+        _ok(store.record_results(run, [fixed]))
+        summary = _ok(reader.get_run(run))
+        assert summary.subtests == {"passed": 1, "failed": 1, "skipped": 0}
+        assert summary.counts["failed"] == 1
+        _ok(store.finish_run(run, RunStatus.FAILED, utc(T0_MS + 1_000)))
+        (entry,) = _ok(reader.history("alpha", "t.py::y"))
+        assert (entry.outcome, entry.message) == (Outcome.FAILED, "own")
+
+    def test_record_selection_replaces_the_selection_of_a_running_run(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        first = Selection(args=("tests/test_a.py",), keyword="slow")
+        run = self.begin(store, selection=first)
+        assert _ok(reader.get_run(run)).selection == first
+        later = Selection(args=("tests/test_a.py",), keyword="sl\ud800w\x00", deselected=3,
+                          collected=10)
+        summary = _ok(store.record_selection(run, later))
+        assert summary == _ok(reader.get_run(run))
+        assert summary.selection == attrs.evolve(later, keyword="sl\ufffdw\x00")
+        before = _snapshot(reader)
+        for bad, field in (
+            (Selection(maxfail=-1), "selection.maxfail"),
+            (Selection(deselected=-2), "selection.deselected"),
+            (Selection(last_failed="yes"), "selection.last_failed"),  # type: ignore[arg-type]
+            (Selection(args="tests"), "selection.args"),  # type: ignore[arg-type]
+            ("everything", "selection"),
+        ):
+            error = _err(store.record_selection(run, bad), InvalidInput)  # type: ignore[arg-type]
+            assert error.field == field
+        assert _snapshot(reader) == before
+        assert _ok(reader.get_run(run)).selection == summary.selection
+        _err(store.record_selection(UNKNOWN_RUN, Selection()), NotFound)
+        _ok(store.finish_run(run, RunStatus.PASSED, utc(T0_MS + 1)))
+        _err(store.record_selection(run, Selection()), IllegalTransition)
+        everything = self.begin(store)
+        assert not _ok(reader.get_run(everything)).selection.is_partial
+
+    def test_history_keeps_message_commit_and_reruns(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        clean = Environment(git_commit="c0ffee", git_dirty=False)
+        failing = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED, message="boom")],
+                                 environment=clean)
+        flaky = rerun_item("t.py::x", failed_attempts=2)
+        rerun = self.whole_run(store, [flaky], at_ms=T0_MS + 1,
+                               environment=Environment(git_commit="decade", git_dirty=True))
+        newest, oldest = _ok(reader.history("alpha", "t.py::x"))
+        assert (newest.run_id, newest.outcome, newest.message) == (rerun, Outcome.PASSED, None)
+        assert (newest.git_commit, newest.git_dirty, newest.rerun_failures) == ("decade", True, 2)
+        assert (oldest.run_id, oldest.message, oldest.rerun_failures) == (failing, "boom", 0)
+        assert (oldest.git_commit, oldest.git_dirty) == ("c0ffee", False)
+        _ok(store.prune_runs(RunRetentionPolicy(keep_runs=1)))
+        newest, oldest = _ok(reader.history("alpha", "t.py::x"))
+        assert (oldest.run_id, oldest.message, oldest.git_commit) == (None, "boom", "c0ffee")
+
+    def test_failures_carry_their_streak_beyond_the_window_and_pruning(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        self.whole_run(store, [make_item("t.py::x")])
+        runs = [
+            self.whole_run(store, [make_item("t.py::x", Outcome.FAILED, message=f"boom {i}"),
+                                   make_item("t.py::y", Outcome.FAILED)],
+                           at_ms=T0_MS + (i + 1) * HOUR_MS)
+            for i in range(DEFAULT_HISTORY_WINDOW + 2)
+        ]
+        x, y = _ok(reader.failures(runs[-1]))
+        assert (x.streak, x.failing_since, x.streak_message) == (
+            DEFAULT_HISTORY_WINDOW + 2, runs[0], "boom 0"
+        )
+        assert (y.streak, y.failing_since) == (DEFAULT_HISTORY_WINDOW + 2, runs[0])
+        (first,) = [f for f in _ok(reader.failures(runs[0])) if f.nodeid == "t.py::x"]
+        assert (first.streak, first.failing_since, first.streak_message) == (1, runs[0], "boom 0")
+        _ok(store.prune_runs(RunRetentionPolicy(keep_runs=3)))
+        x = _ok(reader.failures(runs[-1]))[0]
+        assert (x.streak, x.failing_since, x.streak_message) == (
+            DEFAULT_HISTORY_WINDOW + 2, None, "boom 0"
+        )
+        running = self.begin(store, at_ms=T0_MS + 99 * HOUR_MS)
+        _ok(store.record_results(running, [make_item("t.py::x", Outcome.FAILED, message="b")]))
+        assert _ok(reader.failures(running))[0].streak == DEFAULT_HISTORY_WINDOW + 3
+        _ok(store.finish_run(running, RunStatus.FAILED, utc(T0_MS + 99 * HOUR_MS)))
+        self.whole_run(store, [make_item("t.py::x")], at_ms=T0_MS + 100 * HOUR_MS)
+        again = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED, message="anew")],
+                               at_ms=T0_MS + 101 * HOUR_MS)
+        (x,) = _ok(reader.failures(again))
+        assert (x.streak, x.failing_since, x.streak_message) == (1, again, "anew")
+
+    def test_new_is_decided_by_start_order_and_frozen_at_the_end(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        """Eight concurrent runs of one project: "new" never changes after a run ends."""
+        runs = [self.begin(store, at_ms=T0_MS + i) for i in range(8)]
+        r1, r2, r3, r4, r5, r6, r7, r8 = runs
+        boom = [make_item("t.py::x", Outcome.FAILED, message="boom")]
+        told: dict[RunId, tuple[bool, ...]] = {}
+
+        def finish(run: RunId, items: Sequence[TestResult] = ()) -> None:
+            if items:
+                _ok(store.record_results(run, items))
+            _ok(store.finish_run(run, RunStatus.FAILED, utc(T0_MS + 10)))
+            told[run] = tuple(f.is_new for f in _ok(reader.failures(run)))
+
+        finish(r3, boom)  # nothing lower recorded it yet
+        _ok(store.record_results(r1, boom))  # r1 is still running
+        assert [f.is_new for f in _ok(reader.failures(r1))] == [True]
+        finish(r5, boom)  # r1 (running) and r3 (finished) have lower ids
+        finish(r2, boom)
+        finish(r1)  # the lowest id: new
+        _ok(store.record_results(r6, boom))
+        finish(r4, boom)
+        finish(r8, [make_item("t.py::x")])
+        finish(r7, [make_item("t.py::y", Outcome.FAILED, message="other", exception_type="E")])
+        finish(r6)
+        assert told == {r1: (True,), r2: (False,), r3: (True,), r4: (False,), r5: (False,),
+                        r6: (False,), r7: (True,), r8: ()}
+        for run in runs:
+            assert tuple(f.is_new for f in _ok(reader.failures(run))) == told[run], run
+        late = self.begin(store, at_ms=T0_MS + 20)
+        _ok(store.record_results(late, boom))
+        assert [f.is_new for f in _ok(reader.failures(late))] == [False]
+
+    @settings(
+        max_examples=20,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(
+        order=st.permutations([(run, step) for run in range(8) for step in ("record", "end")]),
+        kinds=st.lists(st.sampled_from(["AError", "BError", "CError"]), min_size=8,
+                       max_size=8),
+        statuses=st.lists(st.sampled_from([RunStatus.FAILED, RunStatus.FAILED,
+                                           RunStatus.INTERRUPTED]), min_size=8, max_size=8),
+    )
+    def test_new_never_changes_however_eight_runs_interleave(
+        self,
+        layer_factory: LayerFactory,
+        order: list[tuple[int, str]],
+        kinds: list[str],
+        statuses: list[RunStatus],
+    ) -> None:
+        """Eight runs of one project begin in order; their records and ends interleave in
+        any order. Each run's "new" answers, read right after it ends, are those of the
+        rule (no lower-id run, running or finished, recorded the signature at that time)
+        and are still the answers once every run has ended."""
+        with ExitStack() as stack:
+            c = _open(stack, layer_factory, FixedClock(T0_MS))
+            store: DataStore = c.get(DataStore)
+            reader: DataReader = c.get(DataReader)
+            runs = [self.begin(store, at_ms=T0_MS + i) for i in range(8)]
+            recorded: dict[int, str] = {}
+            ended: dict[int, RunStatus] = {}
+            told: dict[int, tuple[bool, ...]] = {}
+            for index, step in order:
+                run = runs[index]
+                if step == "record" and index not in ended:
+                    item = make_item("t.py::x", Outcome.FAILED, exception_type=kinds[index])
+                    _ok(store.record_results(run, [item]))
+                    recorded[index] = kinds[index]
+                    continue
+                if index in ended:
+                    continue
+                counted = {
+                    recorded[i] for i in range(index) if i in recorded
+                    and ended.get(i, RunStatus.RUNNING) in (
+                        RunStatus.RUNNING, RunStatus.PASSED, RunStatus.FAILED)
+                }
+                _ok(store.finish_run(run, statuses[index], utc(T0_MS + 100)))
+                ended[index] = statuses[index]
+                told[index] = tuple(f.is_new for f in _ok(reader.failures(run)))
+                expected = () if index not in recorded else (recorded[index] not in counted,)
+                assert told[index] == expected, (index, recorded, ended)
+            for index, answer in told.items():
+                assert tuple(f.is_new for f in _ok(reader.failures(runs[index]))) == answer
+
+    def test_aborted_runs_freeze_new_too(
+        self, store: DataStore, reader: DataReader, clock: FixedClock
+    ) -> None:
+        boom = [make_item("t.py::x", Outcome.FAILED, message="boom")]
+        low, high = self.begin(store), self.begin(store)
+        _ok(store.record_results(high, boom))
+        clock.advance(2 * HOUR_MS)
+        _ok(store.record_results(low, boom))
+        assert _ok(store.abort_stale_runs("alpha", older_than=utc(clock.now - HOUR_MS))) == (
+            high,
+        )
+        assert [f.is_new for f in _ok(reader.failures(high))] == [False]  # low runs, lower id
+        _ok(store.finish_run(low, RunStatus.FAILED, utc(clock.now)))
+        assert [f.is_new for f in _ok(reader.failures(low))] == [True]
+        assert [f.is_new for f in _ok(reader.failures(high))] == [False]
 
     # finish_run ----------------------------------------------------------------------------------
 
@@ -1531,49 +1965,144 @@ class DataReaderContract(_Contract):
         return run
 
     @pytest.mark.parametrize(
-        ("outcomes", "expected"),
+        ("window", "verdict", "rule"),
         [
-            # oldest first; the window is newest first (now, prev1, prev2, ...)
-            ("F", Classification.NEW_FAILURE),
-            ("PPF", Classification.NEW_FAILURE),
-            ("FF", Classification.PERSISTENT_FAILURE),
-            ("FFF", Classification.PERSISTENT_FAILURE),
-            ("PPFF", Classification.PERSISTENT_FAILURE),  # F F P P: one flip
-            ("PFF", Classification.PERSISTENT_FAILURE),
-            ("FPF", Classification.FLAKY),  # F P F: two flips
-            ("FPFF", Classification.FLAKY),
-            ("FP", Classification.RECOVERED),
-            ("FFP", Classification.RECOVERED),  # P F F
-            ("PPFP", Classification.FLAKY),  # P F P P: two flips
-            ("PFFP", Classification.FLAKY),
-            ("PFPF", Classification.FLAKY),
-            ("FPP", Classification.STABLE),  # P P F: recovered earlier
-            ("P", Classification.STABLE),
-            ("PPP", Classification.STABLE),
-            ("FPS", Classification.STABLE),
-            ("FFS", Classification.STABLE),
+            # newest first, as Classification's table reads
+            ("F", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+            ("FPP", Classification.NEW_FAILURE, EvidenceRule.FIRST_FAILURE),
+            ("FF", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+            ("FFP", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+            ("FFPP", Classification.PERSISTENT_FAILURE, EvidenceRule.FAILING_STREAK),
+            ("PFF", Classification.RECOVERED, EvidenceRule.FIXED),
+            ("PF", Classification.RECOVERED, EvidenceRule.FIXED),
+            ("PFP", Classification.RECOVERED, EvidenceRule.FIXED),  # a clean break and fix
+            ("PFFP", Classification.RECOVERED, EvidenceRule.FIXED),
+            ("PPF", Classification.STABLE, EvidenceRule.NO_FAILURE),
+            ("PPP", Classification.STABLE, EvidenceRule.NO_FAILURE),
+            ("P", Classification.STABLE, EvidenceRule.NO_FAILURE),
+            ("FPF", Classification.FLAKY, EvidenceRule.OSCILLATION),
+            ("PFPF", Classification.FLAKY, EvidenceRule.OSCILLATION),
+            ("FFPF", Classification.FLAKY, EvidenceRule.OSCILLATION),
+            ("PPFPF", Classification.FLAKY, EvidenceRule.OSCILLATION),
+            ("SPF", Classification.STABLE, EvidenceRule.NOT_EXECUTED),
+            ("SFF", Classification.STABLE, EvidenceRule.NOT_EXECUTED),
         ],
     )
     def test_classify(
-        self, store: DataStore, reader: DataReader, outcomes: str, expected: Classification
+        self,
+        store: DataStore,
+        reader: DataReader,
+        window: str,
+        verdict: Classification,
+        rule: EvidenceRule,
     ) -> None:
-        run = self._history_of(store, outcomes)
+        assert reference_verdict(window) == (verdict, rule)
+        run = self._history_of(store, window[::-1])
         (item,) = _ok(reader.classify(run))
-        assert (item.nodeid, item.classification) == ("t.py::x", expected)
+        assert (item.nodeid, item.classification, item.because.rule) == ("t.py::x", verdict, rule)
         assert item.outcome == _ok(reader.tests(run))[0].outcome
+        assert "".join(o.value[0].upper() for o in item.window) == window.lstrip("S")
+
+    def test_evidence_names_its_runs(self, store: DataStore, reader: DataReader) -> None:
+        p1 = self.whole_run(store, [make_item("t.py::x")])
+        f2 = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED)], at_ms=T0_MS + 1)
+        (new,) = _ok(reader.classify(f2))
+        assert (new.because.run_ids, new.because.summary) == (
+            (f2,), "first failure after 1 passing run"
+        )
+        f3 = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED)], at_ms=T0_MS + 2)
+        (broken,) = _ok(reader.classify(f3))
+        assert broken.because.run_ids == (f2, f3)
+        assert broken.because.summary == f"failing since run {f2}, 2 runs in a row"
+        p4 = self.whole_run(store, [make_item("t.py::x")], at_ms=T0_MS + 3)
+        (fixed,) = _ok(reader.classify(p4))
+        assert (fixed.classification, fixed.because.run_ids) == (
+            Classification.RECOVERED, (f2, f3, p4)
+        )
+        assert fixed.because.summary == f"passed after failing 2 runs in a row since run {f2}"
+        f5 = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED)], at_ms=T0_MS + 4)
+        (flaky,) = _ok(reader.classify(f5))
+        assert (flaky.classification, flaky.because.rule, flaky.because.run_ids) == (
+            Classification.FLAKY, EvidenceRule.OSCILLATION, (f2, f3, f5)
+        )
+        (earlier,) = _ok(reader.classify(p1))  # later runs do not change an earlier verdict
+        assert (earlier.classification, earlier.because.rule) == (
+            Classification.STABLE, EvidenceRule.NO_FAILURE
+        )
+        assert _ok(reader.classify(f2))[0] == new
+
+    def test_a_pass_on_a_rerun_is_flaky(self, store: DataStore, reader: DataReader) -> None:
+        self.whole_run(store, [make_item("t.py::x"), make_item("t.py::y")])
+        rerun = self.whole_run(
+            store,
+            [rerun_item("t.py::x"), rerun_item("t.py::y", final=Outcome.FAILED)],
+            at_ms=T0_MS + 1,
+        )
+        x, y = _ok(reader.classify(rerun))
+        assert (x.classification, x.because.rule, x.because.run_ids) == (
+            Classification.FLAKY, EvidenceRule.PASSED_ON_RERUN, (rerun,)
+        )
+        assert x.because.summary == f"passed on a rerun after 1 failed attempt (run {rerun})"
+        assert y.classification == Classification.NEW_FAILURE  # it never passed
+        (listed,) = _ok(reader.flaky_tests("alpha"))
+        assert (listed.nodeid, listed.because.rule, listed.failures) == (
+            "t.py::x", EvidenceRule.PASSED_ON_RERUN, 0
+        )
+        clean = self.whole_run(store, [make_item("t.py::x")], at_ms=T0_MS + 2)
+        (x,) = _ok(reader.classify(clean))  # the evidence stays while in the window
+        assert (x.classification, x.because.run_ids) == (Classification.FLAKY, (rerun,))
+
+    @pytest.mark.parametrize(
+        ("environments", "verdict"),
+        [
+            (((None, False), (None, False)), Classification.NEW_FAILURE),
+            ((("c0ffee", False), ("c0ffee", False)), Classification.FLAKY),
+            ((("c0ffee", False), ("c0ffee", True)), Classification.NEW_FAILURE),
+            ((("c0ffee", None), ("c0ffee", False)), Classification.NEW_FAILURE),
+            ((("c0ffee", False), ("decade", False)), Classification.NEW_FAILURE),
+        ],
+        ids=["no commit", "one clean commit", "dirty", "unknown tree", "two commits"],
+    )
+    def test_same_commit_needs_one_clean_commit(
+        self,
+        store: DataStore,
+        reader: DataReader,
+        environments: tuple[tuple[str | None, bool | None], ...],
+        verdict: Classification,
+    ) -> None:
+        (c1, d1), (c2, d2) = environments
+        passed = self.whole_run(store, [make_item("t.py::x")],
+                                environment=Environment(git_commit=c1, git_dirty=d1))
+        failed = self.whole_run(store, [make_item("t.py::x", Outcome.FAILED)], at_ms=T0_MS + 1,
+                                environment=Environment(git_commit=c2, git_dirty=d2))
+        (item,) = _ok(reader.classify(failed))
+        assert item.classification == verdict
+        flaky = _ok(reader.flaky_tests("alpha"))
+        if verdict == Classification.FLAKY:
+            assert (item.because.rule, item.because.run_ids) == (
+                EvidenceRule.SAME_COMMIT, (passed, failed)
+            )
+            assert [f.because for f in flaky] == [item.because]
+        else:
+            assert flaky == ()
 
     def test_classify_judges_only_the_newest_window(
         self, store: DataStore, reader: DataReader
     ) -> None:
         run = self._history_of(store, "F" + "P" * DEFAULT_HISTORY_WINDOW)
         (item,) = _ok(reader.classify(run))
-        assert item.classification == Classification.STABLE
+        assert (item.classification, item.because.rule) == (
+            Classification.STABLE, EvidenceRule.NO_FAILURE
+        )
         assert len(item.window) <= DEFAULT_HISTORY_WINDOW
         _err(reader.classify(UNKNOWN_RUN), NotFound)
 
-    def test_flaky_tests_count_flips(self, store: DataStore, reader: DataReader) -> None:
+    def test_flaky_tests_list_only_flaky_evidence(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
         pattern = [("t.py::a", "PFPF"), ("t.py::b", "FFPP"), ("t.py::c", "PPPP"),
-                   ("t.py::d", "FFFF"), ("t.py::e", "PFFF")]
+                   ("t.py::d", "FFFF"), ("t.py::e", "PFFF"), ("t.py::f", "FPFP"),
+                   ("t.py::g", "PPFP"), ("t.py::h", "FPPP")]  # oldest first
         last = UNKNOWN_RUN
         for i in range(4):
             items = [make_item(n, Outcome.PASSED if p[i] == "P" else Outcome.FAILED)
@@ -1581,11 +2110,81 @@ class DataReaderContract(_Contract):
             last = self.whole_run(store, items, at_ms=T0_MS + i * HOUR_MS)
         flaky = _ok(reader.flaky_tests("alpha"))
         assert [(f.nodeid, f.flips, f.failures, f.passes) for f in flaky] == [
-            ("t.py::a", 3, 2, 2), ("t.py::b", 1, 2, 2), ("t.py::e", 1, 3, 1)
+            ("t.py::a", 3, 2, 2), ("t.py::f", 3, 2, 2)
         ]
         assert flaky[0].window == (Outcome.FAILED, Outcome.PASSED, Outcome.FAILED, Outcome.PASSED)
         assert all(f.last_run_id == last for f in flaky)
+        assert all(f.because.rule == EvidenceRule.OSCILLATION for f in flaky)
+        classified = {c.nodeid: c for c in _ok(reader.classify(last))}
+        for f in flaky:
+            assert classified[f.nodeid].because == f.because
         assert _ok(reader.flaky_tests("beta")) == ()
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(
+        runs=st.lists(
+            st.tuples(
+                st.sampled_from("FFPPS"),
+                st.sampled_from([False, False, False, True]),
+                st.sampled_from([None, "c0ffee", "decade"]),
+                st.sampled_from([None, False, False, True]),
+            ),
+            min_size=1,
+            max_size=DEFAULT_HISTORY_WINDOW + 4,
+        )
+    )
+    def test_verdicts_and_streaks_match_the_reference(
+        self,
+        layer_factory: LayerFactory,
+        runs: list[tuple[str, bool, str | None, bool | None]],
+    ) -> None:
+        """Every run of a generated history is judged as :func:`reference_verdict` says,
+        failures count the streak :func:`reference_streak` counts, and ``flaky_tests``
+        lists the test exactly when the newest window is flaky."""
+        with ExitStack() as stack:
+            c = _open(stack, layer_factory, FixedClock(T0_MS))
+            store: DataStore = c.get(DataStore)
+            reader: DataReader = c.get(DataReader)
+            executed: list[tuple[str, str, str | None]] = []  # oldest first
+            for i, (letter, rerun, commit, dirty) in enumerate(runs):
+                outcome = {"F": Outcome.FAILED, "P": Outcome.PASSED, "S": Outcome.SKIPPED}[letter]
+                item = rerun_item("t.py::x", final=outcome) if rerun else make_item(
+                    "t.py::x", outcome
+                )
+                run = self.whole_run(store, [item], at_ms=T0_MS + i,
+                                     environment=Environment(git_commit=commit, git_dirty=dirty))
+                mark = "r" if rerun and letter != "S" else "."
+                clean = commit if dirty is False else None
+                if letter != "S":
+                    executed.append((letter, mark, clean))
+                recent = executed[::-1][:DEFAULT_HISTORY_WINDOW]
+                window = "".join(e[0] for e in recent)
+                if letter == "S":
+                    window = "S" + window[: DEFAULT_HISTORY_WINDOW - 1]
+                    recent = recent[: DEFAULT_HISTORY_WINDOW - 1]
+                expected = reference_verdict(
+                    window, "".join(e[1] for e in recent), [e[2] for e in recent]
+                )
+                (item_now,) = _ok(reader.classify(run))
+                assert (item_now.classification, item_now.because.rule) == expected, window
+                if letter == "F":
+                    (failure,) = _ok(reader.failures(run))
+                    streak = reference_streak("".join(e[0] for e in executed))
+                    assert failure.streak == streak, "".join(e[0] for e in executed)
+            newest = executed[::-1][:DEFAULT_HISTORY_WINDOW]
+            listed = _ok(reader.flaky_tests("alpha"))
+            flaky = bool(newest) and reference_verdict(
+                "".join(e[0] for e in newest), "".join(e[1] for e in newest),
+                [e[2] for e in newest],
+            )[0] == Classification.FLAKY
+            assert [f.nodeid for f in listed] == (["t.py::x"] if flaky else [])
 
     # coverage -------------------------------------------------------------------------------------
 
@@ -1637,6 +2236,37 @@ class DataReaderContract(_Contract):
         assert diff.newly_failing == ("t.py::breaks",)  # new_bad is added, not newly failing
         assert diff.fixed == ("t.py::fixed",)
         assert diff.added == ("t.py::new", "t.py::new_bad")
-        assert diff.removed == ("t.py::gone",)
+        assert (diff.removed, diff.not_run) == (("t.py::gone",), ())
         _err(reader.compare(a, UNKNOWN_RUN), NotFound)
         _err(reader.compare(UNKNOWN_RUN, b), NotFound)
+
+    @pytest.mark.parametrize(
+        "partial",
+        ["-k", "deselected", "--lf", "-x", "path", "interrupted", "aborted", "running",
+         "selection recorded"],
+    )
+    def test_compare_calls_unselected_tests_not_run(
+        self, store: DataStore, reader: DataReader, clock: FixedClock, partial: str
+    ) -> None:
+        a = self.whole_run(store, [make_item("t.py::kept"), make_item("t.py::other")])
+        chosen = {
+            "-k": Selection(keyword="kept"),
+            "deselected": Selection(deselected=1),
+            "--lf": Selection(last_failed=True),
+            "-x": Selection(maxfail=1),
+            "path": Selection(args=("t.py::kept",)),
+        }.get(partial, Selection())
+        b = self.begin(store, at_ms=T0_MS + 1, selection=chosen)
+        _ok(store.record_results(b, [make_item("t.py::kept"), make_item("t.py::new")]))
+        if partial == "selection recorded":
+            _ok(store.record_selection(b, Selection(deselected=1)))
+        if partial == "aborted":
+            clock.advance(DAY_MS)
+            _ok(store.abort_stale_runs("alpha", older_than=utc(clock.now)))
+        elif partial != "running":
+            status = RunStatus.INTERRUPTED if partial == "interrupted" else RunStatus.PASSED
+            _ok(store.finish_run(b, status, utc(clock.now)))
+        diff = _ok(reader.compare(a, b))
+        assert (diff.not_run, diff.removed, diff.added) == (("t.py::other",), (), ("t.py::new",))
+        whole = self.whole_run(store, [make_item("t.py::kept")], at_ms=T0_MS + 2)
+        assert _ok(reader.compare(a, whole)).removed == ("t.py::other",)

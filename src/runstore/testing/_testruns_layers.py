@@ -268,9 +268,12 @@ def with_failures(base: Layer | None = None) -> Layer:
 
 
 def flaky(base: Layer | None = None) -> Layer:
-    """Six finished runs of four tests: ``test_stable`` always passes, ``test_flaky``
-    alternates (passes in even runs, fails in odd ones), ``test_broken`` always fails, and
-    ``test_fixed`` fails in the first three runs and passes after."""
+    """Six finished runs of five tests: ``test_stable`` always passes, ``test_flaky``
+    alternates (passes in even runs, fails in odd ones: flaky by oscillation),
+    ``test_broken`` always fails (a persistent failure), ``test_fixed`` fails in the first
+    three runs and passes after (recovered, then stable: not flaky), and ``test_retried``
+    passes, except in the last run, where it passes only on a rerun after one failed attempt
+    (flaky because it passed on a rerun)."""
 
     def seed(store: DataStore) -> tuple[RunId, ...]:
         runs: list[RunId] = []
@@ -285,6 +288,13 @@ def flaky(base: Layer | None = None) -> Layer:
                 _failed("tests/test_suite.py::test_fixed", "expected 'ok' got 'err'")
                 if index < 3
                 else _passed("tests/test_suite.py::test_fixed"),
+                attrs.evolve(
+                    _passed("tests/test_suite.py::test_retried"),
+                    attempts=(_failed("tests/test_suite.py::test_retried", "connection reset",
+                                      "ConnectionError"),),
+                )
+                if index == 5
+                else _passed("tests/test_suite.py::test_retried"),
             ]
             runs.append(_run(store, index, items))
         return tuple(runs)
