@@ -29,7 +29,9 @@ import attrs
 import pytest
 from test_pytest_zoo import _env
 
-from runstore.services.testruns import CLASSIFICATION_TABLE
+from runstore.layers import build, sqlite
+from runstore.recorder._environment import GIT_BUDGET_SECONDS
+from runstore.services.testruns import CLASSIFICATION_TABLE, DataReader
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -241,6 +243,14 @@ def record_project(base: Path, name: str, cases: list[Case]) -> Project:
         output = done.stdout + done.stderr
         assert done.returncode in (0, 1), output
         assert "runstore: warning" not in output, output
+    if name in (CLEAN, DIRTY):
+        with build(sqlite(db)) as container:
+            page = container.get(DataReader).list_runs(name, limit=runs).unwrap()
+        assert {r.environment.git_dirty for r in page.items} == {name == DIRTY}, (
+            "git status gave no answer within the recorder's GIT_BUDGET_SECONDS "
+            f"({GIT_BUDGET_SECONDS} s), so the tree counts as unknown: "
+            f"{[r.environment for r in page.items]}"
+        )
     return Project(folder, db, tuple(cases), output)
 
 

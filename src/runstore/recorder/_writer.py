@@ -6,11 +6,14 @@ thread cannot write either: an apsw connection and the container holding it belo
 thread that built them. So one daemon thread builds the container, uses it for every
 write and read of the run, and closes it; the pytest hooks only hand it work:
 
-- :meth:`Writer.add` queues a finished record (a ``TestResult`` or ``CollectionError``)
-  without waiting. The thread buffers records and writes them as one batch (one unit of
-  work) when the oldest is :attr:`max_age` seconds old, when :attr:`max_items` are
-  buffered, or before any job, so a killed run keeps every result that finished more
-  than ``max_age`` plus one write before the kill.
+- :meth:`Writer.add` queues a finished record (a ``TestResult`` or ``CollectionError``).
+  The thread buffers records and writes them as one batch (one unit of work) when the
+  oldest is :attr:`max_age` seconds old, when :attr:`max_items` are buffered, or before
+  any job, so a killed run keeps every result that finished more than ``max_age`` plus
+  one write before the kill. When the thread falls more than :attr:`max_backlog` messages
+  behind (tests finishing faster than they are written), ``add`` waits for it to catch
+  up, at most :data:`BACKLOG_WAIT` seconds per call, so memory stays flat on a fast suite
+  while a database that stays busy still never stops the tests for long.
 - :meth:`Writer.call` runs a job ``fn(store, reader)`` on the thread after the buffered
   records are written and waits for its value (at most ``timeout`` seconds).
 - :meth:`Writer.submit` queues a job without waiting.
@@ -30,7 +33,10 @@ from typing import Any
 
 from runstore.services.testruns import CollectionError, DataReader, DataStore, TestResult
 
-__all__ = ["Job", "Writer", "WriterTimeout"]
+__all__ = ["BACKLOG_WAIT", "Job", "Writer", "WriterTimeout"]
+
+BACKLOG_WAIT = 0.05
+"""Longest wait (s) of one :meth:`Writer.add` for a writer that is behind."""
 
 _monotonic = time.monotonic  # bound at import: a test that fakes time.monotonic cannot reach it
 
@@ -71,6 +77,8 @@ class Writer:
     def __init__(self, opener: Opener, sink: Sink, *, max_age: float, max_items: int) -> None:
         self.max_age = max_age
         self.max_items = max_items
+        self.max_backlog = 2 * max_items
+        self._caught_up = threading.Event()
         self._opener = opener
         self._sink = sink
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -88,8 +96,12 @@ class Writer:
         self._thread.start()
 
     def add(self, record: TestResult | CollectionError) -> None:
-        """Queue a finished record for the next batch; never waits."""
+        """Queue a finished record for the next batch (waiting briefly when the thread is
+        behind, see the module docstring)."""
         self._queue.put(record)
+        if self._queue.qsize() > self.max_backlog and self._thread.is_alive():
+            self._caught_up.clear()
+            self._caught_up.wait(BACKLOG_WAIT)
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` after the records queued so far; never waits. Its exceptions are
@@ -154,6 +166,8 @@ class Writer:
                 self._results.append(message)
             if len(self._results) >= self.max_items:
                 self._flush()
+                if self._queue.qsize() <= self.max_items:
+                    self._caught_up.set()
 
     def _run(self, pending: _Call) -> None:
         try:
