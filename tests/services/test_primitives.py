@@ -157,6 +157,32 @@ def test_text_policy_parameters() -> None:
         assert refused_field(result) == "f"
 
 
+@given(st.text(max_size=30))
+def test_text_with_replaced_surrogates_keeps_every_other_character(text: str) -> None:
+    checked = check_text(text, "f", max_chars=None, allow_empty=True, replace_surrogates=True)
+    if "\x00" in text:
+        assert refused_field(checked) == "f"
+        return
+    kept = checked.unwrap()
+    assert len(kept) == len(text)
+    assert len(kept.encode("utf-8")) >= len(kept)  # storable as UTF-8
+    for before, after in zip(text, kept, strict=True):
+        assert after == ("\ufffd" if "\ud800" <= before <= "\udfff" else before)
+    problem = text_problem(text, "f", max_chars=None, allow_empty=True, replace_surrogates=True)
+    assert problem is None
+
+
+def test_replaced_surrogates_follow_the_rest_of_the_policy() -> None:
+    assert check_text("a\ud800b", "f", max_chars=3, replace_surrogates=True) == Success("a\ufffdb")
+    with_nul = check_text("\udfff\x00", "f", max_chars=4, allow_nul=True, replace_surrogates=True)
+    assert with_nul == Success("\ufffd\x00")
+    assert refused_field(check_text("a\ud800bc", "f", max_chars=3, replace_surrogates=True)) == "f"
+    assert refused_field(check_text("", "f", max_chars=3, replace_surrogates=True)) == "f"
+    plain = check_text(_Text("\ud800"), "f", max_chars=3, replace_surrogates=True).unwrap()
+    assert type(plain) is str
+    assert plain == "\ufffd"
+
+
 def test_text_returns_a_plain_str_for_a_subclass() -> None:
     checked = check_text(_Text("abc"), "f", max_chars=5).unwrap()
     assert type(checked) is str

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -160,6 +161,9 @@ def to_epoch_ms(
 # -- text -------------------------------------------------------------------------------------
 
 
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
 def _surrogate_at(text: str) -> int | None:
     """Index of the first lone surrogate in ``text`` (UTF-8 cannot store one), or None."""
     if text.isascii():
@@ -178,20 +182,30 @@ def check_text(
     max_chars: int | None,
     allow_empty: bool = False,
     allow_nul: bool = False,
+    replace_surrogates: bool = False,
 ) -> Result[str, InvalidInput]:
     """Return ``value`` as a plain ``str`` when it is text the policy accepts.
 
     The policy: at most ``max_chars`` characters (None: any length), non-empty unless
-    ``allow_empty``, no NUL (U+0000) unless ``allow_nul``. A lone surrogate is always refused
-    (UTF-8, and so SQLite, cannot store it). ``InvalidInput(field, ...)`` for a non-``str``
-    or text the policy refuses; a ``str`` subclass comes back as a plain ``str`` copy.
+    ``allow_empty``, no NUL (U+0000) unless ``allow_nul``. A lone surrogate (UTF-8, and so
+    SQLite, cannot store it) is refused, or with ``replace_surrogates`` replaced by U+FFFD,
+    one for one (for free text that is kept whatever it holds, such as a captured message).
+    ``InvalidInput(field, ...)`` for a non-``str`` or text the policy refuses; a ``str``
+    subclass comes back as a plain ``str`` copy.
     """
     problem = text_problem(
-        value, field, max_chars=max_chars, allow_empty=allow_empty, allow_nul=allow_nul
+        value,
+        field,
+        max_chars=max_chars,
+        allow_empty=allow_empty,
+        allow_nul=allow_nul,
+        replace_surrogates=replace_surrogates,
     )
     if problem is not None:
         return Failure(problem)
     text: str = value if type(value) is str else value[:]  # type: ignore[index]
+    if replace_surrogates and _surrogate_at(text) is not None:
+        text = _SURROGATES.sub("\ufffd", text)
     return Success(text)
 
 
@@ -202,6 +216,7 @@ def text_problem(
     max_chars: int | None,
     allow_empty: bool = False,
     allow_nul: bool = False,
+    replace_surrogates: bool = False,
 ) -> InvalidInput | None:
     """Why :func:`check_text` refuses ``value`` (the same policy), or None when it accepts it.
 
@@ -217,6 +232,8 @@ def text_problem(
         return InvalidInput(field, f"must be at most {max_chars} characters, got {len(value)}")
     if not allow_nul and "\x00" in value:
         return InvalidInput(field, "must not contain NUL characters")
+    if replace_surrogates:
+        return None
     at = _surrogate_at(value)
     if at is not None:
         return InvalidInput(field, f"contains a lone surrogate at index {at}")
