@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import apsw
 import pytest
@@ -333,6 +333,27 @@ def test_a_tag_registration_overrides_a_class_registration_of_the_same_service()
 def test_tag_of_refuses_what_is_not_a_class() -> None:
     with pytest.raises(TypeError, match="names a class"):
         Tag.of(int | str)
+
+
+def test_a_protocol_class_is_a_key_like_its_tag() -> None:
+    with build(Layer.value(Greeter, English())) as c:
+        assert c.get(Greeter) is c.get(GREETER)
+        assert c.get(Greeter).greet() == "hello"
+        assert Greeter in c
+    with build(Layer.value(GREETER, French())) as c:
+        assert c.get(Greeter).greet() == "bonjour"
+
+
+def test_a_key_that_is_neither_a_tag_nor_a_class_is_refused() -> None:
+    union: Any = int | str  # what a caller without a type checker might pass
+    with pytest.raises(TypeError, match="tag or a class"):
+        Layer.value(int | str, 1)
+    with pytest.raises(TypeError, match="tag or a class"):
+        Layer.service(Config, lambda _: Config("c"), requires=(union,))
+    with pytest.raises(TypeError, match="tag or a class"):
+        Layer.lazy(lambda: Layer(), provides=(union,))
+    with build(Layer.value(Config, Config("c"))) as c, pytest.raises(KeyError, match=r"int \| str"):
+        c.get(int | str)
 
 
 def test_every_service_tag_names_its_protocol() -> None:

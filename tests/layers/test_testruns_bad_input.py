@@ -89,7 +89,7 @@ LAYERS: dict[str, Callable[[], Layer]] = {
 
 @pytest.fixture(params=sorted(LAYERS))
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
-    layer = merge(LAYERS[request.param](), Layer.value(Clock, FixedClock(T0_MS)))  # type: ignore[type-abstract]
+    layer = merge(LAYERS[request.param](), Layer.value(Clock, FixedClock(T0_MS)))
     with build(layer) as c:
         store: DataStore = c.get(DataStore)
         reader: DataReader = c.get(DataReader)

@@ -207,8 +207,8 @@ def broken(kind: type[PassThrough]) -> LayerFactory:
 
         return merge(
             Layer.service(PassThrough, make, requires=(Clock,)),
-            Layer.service(DataStore, store, requires=(PassThrough,)),  # type: ignore[type-abstract]
-            Layer.service(DataReader, reader, requires=(PassThrough,)),  # type: ignore[type-abstract]
+            Layer.service(DataStore, store, requires=(PassThrough,)),
+            Layer.service(DataReader, reader, requires=(PassThrough,)),
         )
 
     return factory

@@ -96,8 +96,8 @@ def _two_connections(tmp_path: Path) -> LayerFactory:
 
         return merge(
             Layer.service(_Pair, pair, requires=(Clock,)),  # type: ignore[arg-type]
-            Layer.service(DataStore, lambda c: c.get(_Pair)[0], requires=(_Pair,)),  # type: ignore[type-abstract]
-            Layer.service(DataReader, lambda c: c.get(_Pair)[1], requires=(_Pair,)),  # type: ignore[type-abstract]
+            Layer.service(DataStore, lambda c: c.get(_Pair)[0], requires=(_Pair,)),
+            Layer.service(DataReader, lambda c: c.get(_Pair)[1], requires=(_Pair,)),
         )
 
     return factory

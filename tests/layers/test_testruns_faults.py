@@ -112,7 +112,7 @@ TABLES = (
 
 
 def _open(path: str) -> Iterator[World]:
-    clock_layer = Layer.value(Clock, FixedClock(T0_MS))  # type: ignore[type-abstract]
+    clock_layer = Layer.value(Clock, FixedClock(T0_MS))
     with build(merge(sqlite(path), clock_layer)) as live, build(
         merge(in_memory(), clock_layer)
     ) as model:

@@ -105,7 +105,7 @@ class World:
 
 
 def _world(layer: Layer, clock: FixedClock | None = None) -> Iterator[World]:
-    clocked = merge(layer, Layer.value(Clock, clock or FixedClock(1_704_110_400_000)))  # type: ignore[type-abstract]
+    clocked = merge(layer, Layer.value(Clock, clock or FixedClock(1_704_110_400_000)))
     with build(clocked) as container:
         yield World(container)
 
@@ -233,7 +233,7 @@ def test_a_rolled_back_savepoint_leaves_no_stale_file_id(world: World) -> None:
 
 def test_caches_are_dropped_when_another_connection_prunes(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
-    with build(merge(sqlite(path), Layer.value(Clock, FixedClock(1_704_110_400_000)))) as a_c:  # type: ignore[type-abstract]
+    with build(merge(sqlite(path), Layer.value(Clock, FixedClock(1_704_110_400_000)))) as a_c:
         a = World(a_c)
         a.whole([_item("t.py::a", Outcome.FAILED, frame="src/x.py")], hours=0)
         for b in _world(sqlite(path)):

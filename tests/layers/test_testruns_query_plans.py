@@ -84,7 +84,7 @@ def _running(store: DataStore) -> RunId:
 
 @pytest.fixture(scope="module", params=["as shipped", "after ANALYZE"])
 def populated(request: pytest.FixtureRequest) -> Iterator[Populated]:
-    clock_layer = Layer.value(Clock, FixedClock(T0_MS))  # type: ignore[type-abstract]
+    clock_layer = Layer.value(Clock, FixedClock(T0_MS))
     with build(merge(sqlite(":memory:"), clock_layer)) as c:
         runs = _populate(c.get(DataStore))
         running = _running(c.get(DataStore))

@@ -97,7 +97,7 @@ class Store:
 @pytest.fixture
 def s() -> Iterator[Store]:
     clock = FixedClock(T0_MS + 10 * DAY_MS)
-    clock_layer = Layer.value(Clock, clock)  # type: ignore[type-abstract]
+    clock_layer = Layer.value(Clock, clock)
     with build(merge(sqlite(":memory:"), clock_layer)) as live, build(
         merge(in_memory(), clock_layer)
     ) as model:

@@ -110,7 +110,7 @@ def test_old_runs_and_history_read_sensibly_after_the_upgrade(tmp_path: Path) ->
     finally:
         db.close()
 
-    clock = Layer.value(Clock, FixedClock(T0_MS + 60_000))  # type: ignore[type-abstract]
+    clock = Layer.value(Clock, FixedClock(T0_MS + 60_000))
     with build(merge(sqlite(path), clock)) as c:
         reader: DataReader = c.get(DataReader)
         store: DataStore = c.get(DataStore)

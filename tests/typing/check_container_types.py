@@ -33,6 +33,16 @@ def every_service_tag_gives_its_protocol(c: Container) -> None:
     assert_type(c.get(CLOCK), Clock)
 
 
+def every_service_protocol_gives_itself(c: Container) -> None:
+    assert_type(c.get(DataStore), DataStore)
+    assert_type(c.get(DataReader), DataReader)
+    assert_type(c.get(ExecutionStorage), ExecutionStorage)
+    assert_type(c.get(ActionRunStorage), ActionRunStorage)
+    assert_type(c.get(AgentStorage), AgentStorage)
+    assert_type(c.get(SessionRepository), SessionRepository)
+    assert_type(c.get(Clock), Clock)
+
+
 def a_concrete_class_gives_itself(c: Container) -> None:
     assert_type(c.get(layers.SqliteDatabase), layers.SqliteDatabase)
     assert_type(c.get(layers.InMemoryDatabase), layers.InMemoryDatabase)
@@ -45,7 +55,9 @@ def a_tag_of_a_protocol_class_is_typed_without_an_ignore() -> None:
 
 def registrations_take_what_the_key_promises() -> None:
     Layer.value(CLOCK, FixedClock(0))  # a subclass is a Clock
+    Layer.value(Clock, FixedClock(0))
     Layer.service(DATA_READER, lambda c: c.get(DATA_READER))
+    Layer.service(DataStore, lambda c: c.get(DataStore), requires=(DataStore, Clock))
 
     def scoped(_: Container) -> Iterator[Clock]:
         yield FixedClock(0)

@@ -1,18 +1,28 @@
 """Layers in Effect's vocabulary, and the small typed container they are built into.
 
 A :class:`Layer` provides services and declares the services it requires. A service is
-keyed by a :class:`Tag` (Effect's ``Context.Tag``: a typed key, the way to key a Protocol)
-or by a concrete class. ``merge`` puts layers side by side; ``provide`` feeds one layer's
-services into another's requirements. ``build(layer)`` checks that nothing required is
-missing (naming every missing key), makes every provided service in registration order (so
-opening failures surface at once; a :meth:`Layer.lazy` layer's services are made when first
-asked for), and on exit closes the scoped ones in reverse order. When two layers provide the
-same key, the later one wins: that is how a test swaps a layer.
+keyed by its class (a Protocol, an ABC or a concrete class) or by a :class:`Tag` (Effect's
+``Context.Tag``: a typed key that names the class without importing it). ``merge`` puts
+layers side by side; ``provide`` feeds one layer's services into another's requirements.
+``build(layer)`` checks that nothing required is missing (naming every missing key), makes
+every provided service in registration order (so opening failures surface at once; a
+:meth:`Layer.lazy` layer's services are made when first asked for), and on exit closes the
+scoped ones in reverse order. When two layers provide the same key, the later one wins: that
+is how a test swaps a layer.
 
 Keys are identified by name: a class by ``module.qualname``, a tag by the name it was made
 with, so ``Tag.of(DataStore)``, ``Tag("runstore.services.testruns.DataStore")`` and the class
 ``DataStore`` itself are one key. A tag can therefore name a service whose module has not
 been imported yet, which is what lets a lazy layer stay unimported until it is used.
+
+Both kinds of key are typed: ``container.get(DataStore)`` and ``container.get(DATA_STORE)``
+are a ``DataStore`` to mypy. A class key is annotated as a PEP 747 ``TypeForm`` rather than
+``type[S]``, because mypy refuses a Protocol where ``type[S]`` is expected (``type-abstract``);
+mypy 2.2 checks ``TypeForm`` by default, 1.19 to 2.1 with
+``--enable-incomplete-feature=TypeForm`` (set in this project's configuration; code that only
+calls runstore needs no flag). A ``TypeForm`` also admits forms that are not classes (a union,
+``Any``): they type-check but name no registration, so registering one is a ``TypeError``
+and asking for one a ``KeyError``.
 """
 
 from __future__ import annotations
@@ -42,11 +52,13 @@ class Tag(Generic[T]):
     """A typed key for the service ``T``, in the manner of Effect's ``Context.Tag``.
 
     ``container.get(DATA_STORE)`` is a ``DataStore`` to a type checker, and
-    ``Layer.service(DATA_STORE, factory)`` checks that ``factory`` makes one. A Protocol
-    class cannot itself be a registration key that type-checks (mypy refuses an abstract class
-    where ``type[T]`` is expected: ``type-abstract``), a tag can. Make one with
-    :meth:`Tag.of` from the class, or from the class's full name when the class must not be
-    imported yet, annotated: ``CLOCK: Final[Tag[Clock]] = Tag("runstore.services.clock.Clock")``.
+    ``Layer.service(DATA_STORE, factory)`` checks that ``factory`` makes one. The class itself
+    is a key as well typed (``container.get(DataStore)``); a tag is what names a service
+    without importing its module, and it checks a :meth:`Layer.value` exactly (with a class
+    key mypy may widen the service type to a common base of the key and the value). Make one
+    with :meth:`Tag.of` from the class, or from the class's full name when the class must not
+    be imported yet, annotated:
+    ``CLOCK: Final[Tag[Clock]] = Tag("runstore.services.clock.Clock")``.
 
     Two tags are equal when their names are; a tag and the class it names are the same key.
     """
@@ -80,7 +92,7 @@ class Tag(Generic[T]):
 
 
 Key = Tag[S] | type[S]
-"""What a registration is keyed by: a tag, or a concrete class (a Protocol needs a tag)."""
+"""What a registration is keyed by: a tag, or a class (a Protocol, an ABC or a concrete one)."""
 
 Factory = Callable[["Container"], Any]
 """Makes one service from the container: returns it, or yields it and cleans up after."""
@@ -99,8 +111,19 @@ def _key(key: object) -> str:
     return repr(key)
 
 
+def _registered(key: object) -> str:
+    """The name of ``key`` as a registration or a requirement: a tag's or a class's.
+
+    Raises ``TypeError`` for anything else (a union, ``Any``, a string): a type checker
+    accepts those as a ``TypeForm``, but no ``get`` could name them back.
+    """
+    if not isinstance(key, Tag | type):
+        raise TypeError(f"a service is keyed by a tag or a class, not {key!r}")
+    return _key(key)
+
+
 def _keys(keys: tuple[Key[Any], ...]) -> frozenset[str]:
-    return frozenset(_key(k) for k in keys)
+    return frozenset(_registered(k) for k in keys)
 
 
 @attrs.frozen
@@ -147,37 +170,42 @@ class Layer:
     @overload
     @staticmethod
     def service(
-        key: type[S],
+        key: TypeForm[S],
         factory: Callable[[Container], S | Iterator[S]],
         *,
         requires: tuple[Key[Any], ...] = (),
     ) -> Layer: ...
     @staticmethod
     def service(
-        key: Key[Any],
+        key: object,
         factory: Callable[[Container], Any],
         *,
         requires: tuple[Key[Any], ...] = (),
     ) -> Layer:
-        """A layer providing ``key`` (a tag or a concrete class) from ``factory(container)``.
+        """A layer providing ``key`` (a tag or a class) from ``factory(container)``.
 
         ``requires`` lists the keys the factory reads from the container; ``build``
         checks them. A generator factory is a scoped resource: it yields the service once,
         and the code after its ``yield`` runs when the container closes, in the reverse
         order of opening (whether or not the ``with`` body raised).
+
+        Raises ``TypeError`` when ``key`` or a required key is neither a tag nor a class.
         """
-        return Layer((_Registration(_key(key), factory, _keys(requires)),))
+        return Layer((_Registration(_registered(key), factory, _keys(requires)),))
 
     @overload
     @staticmethod
     def value(key: Tag[S], value: S) -> Layer: ...
     @overload
     @staticmethod
-    def value(key: type[S], value: S) -> Layer: ...
+    def value(key: TypeForm[S], value: S) -> Layer: ...
     @staticmethod
-    def value(key: Key[Any], value: Any) -> Layer:
-        """A layer providing ``key`` as the ready object ``value`` (never closed by runstore)."""
-        return Layer((_Registration(_key(key), lambda _c: value, frozenset()),))
+    def value(key: object, value: Any) -> Layer:
+        """A layer providing ``key`` as the ready object ``value`` (never closed by runstore).
+
+        Raises ``TypeError`` when ``key`` is neither a tag nor a class.
+        """
+        return Layer((_Registration(_registered(key), lambda _c: value, frozenset()),))
 
     @staticmethod
     def lazy(
@@ -195,10 +223,11 @@ class Layer:
         a service of it is used: a tag names the keys without importing them. The layer is
         loaded once per ``Layer.lazy`` value, however many containers are built from it.
 
-        Raises ``RuntimeError`` on first use when the loaded layer does not provide exactly
-        the declared keys or needs a key that was not declared.
+        Raises ``TypeError`` when a declared key is neither a tag nor a class, and
+        ``RuntimeError`` on first use when the loaded layer does not provide exactly the
+        declared keys or needs a key that was not declared.
         """
-        declared = tuple(dict.fromkeys(_key(k) for k in provides))
+        declared = tuple(dict.fromkeys(_registered(k) for k in provides))
         needs = _keys(requires)
         loaded: list[dict[str, _Registration]] = []
 
@@ -273,17 +302,14 @@ class Container:
     @overload
     def get(self, key: Tag[S]) -> S: ...
     @overload
-    def get(self, key: type[S]) -> S: ...
-    @overload
-    def get(self, key: Any) -> Any: ...
+    def get(self, key: TypeForm[S]) -> S: ...
     def get(self, key: object) -> Any:
         """Return the service registered under ``key`` (the same object on every call).
 
-        ``key`` is a :class:`Tag` (``get(DATA_STORE)`` is a ``DataStore`` to mypy) or a
-        class. A concrete class is typed as itself; a Protocol class is accepted and finds
-        the same service as its tag, but mypy types the result ``Any`` (it refuses a Protocol
-        where ``type[T]`` is expected), so ask by tag. The first ``get`` of a lazy layer's
-        service makes it (importing the layer).
+        ``key`` is a :class:`Tag` or a class, and the result is typed as the service it
+        names: ``get(DATA_STORE)`` and ``get(DataStore)`` are both a ``DataStore`` to mypy,
+        and find the same service. The first ``get`` of a lazy layer's service makes it
+        (importing the layer).
 
         Raises ``KeyError`` (naming the key) when the built layer does not provide it,
         :class:`~runstore.exceptions.ContainerClosed` once the ``build`` block has exited,

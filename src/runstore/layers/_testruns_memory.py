@@ -1133,8 +1133,8 @@ def in_memory_test_runs() -> Layer:
             lambda c: TestRunsMemoryState(c.get(InMemoryDatabase)),
             requires=(InMemoryDatabase,),
         ),
-        Layer.service(DataStore, store, requires=(TestRunsMemoryState, Clock)),  # type: ignore[type-abstract]
-        Layer.service(DataReader, reader, requires=(TestRunsMemoryState,)),  # type: ignore[type-abstract]
+        Layer.service(DataStore, store, requires=(TestRunsMemoryState, Clock)),
+        Layer.service(DataReader, reader, requires=(TestRunsMemoryState,)),
     )
 
 

@@ -1763,8 +1763,8 @@ def sqlite_test_runs() -> Layer:
         return SqliteDataReader(c.get(SqliteDatabase))
 
     return merge(
-        Layer.service(DataStore, store, requires=(SqliteDatabase, Clock)),  # type: ignore[type-abstract]
-        Layer.service(DataReader, reader, requires=(SqliteDatabase,)),  # type: ignore[type-abstract]
+        Layer.service(DataStore, store, requires=(SqliteDatabase, Clock)),
+        Layer.service(DataReader, reader, requires=(SqliteDatabase,)),
     )
 
 

@@ -370,7 +370,7 @@ class Recorder:
     def _open(self) -> tuple[DataStore, DataReader, Callable[[], None]]:
         layer: Layer = merge(
             sqlite(self._settings.db_path, CONNECTION),
-            Layer.value(Clock, PinnedClock()),  # type: ignore[type-abstract]
+            Layer.value(Clock, PinnedClock()),
         )
         try:
             container = self._stack.enter_context(build(layer))

@@ -504,7 +504,7 @@ UNKNOWN_RUN = RunId(987_654_321)
 
 
 def _open(stack: ExitStack, factory: LayerFactory, clock: FixedClock) -> Container:
-    clock_layer = Layer.value(Clock, clock)  # type: ignore[type-abstract]
+    clock_layer = Layer.value(Clock, clock)
     return stack.enter_context(build(merge(factory(), clock_layer)))
 
 
