@@ -16,12 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import apsw.bestpractice
 import pytest
 from returns.result import Failure, Result, Success
 
 from runstore.exceptions import ConnectionUsedAfterFork, TransactionMisuse
-from runstore.layers import ConnectionSettings, SqliteDatabase, TxDict, connect, open_database
+from runstore.layers import (
+    ConnectionSettings,
+    SqliteDatabase,
+    TxDict,
+    _sqlite_database,
+    connect,
+    open_database,
+)
 from runstore.services import Busy, NotFound, StorageFailure, StorageFailureKind
 
 FAST = ConnectionSettings(busy_timeout_ms=50, busy_budget_ms=300)
@@ -130,7 +136,7 @@ def test_double_quoted_string_literals_are_refused(file_db: SqliteDatabase) -> N
 
 
 def test_foreign_keys_are_asserted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(apsw.bestpractice, "connection_enable_foreign_keys", lambda c: None)
+    monkeypatch.setattr(_sqlite_database, "_enable_foreign_keys", lambda c: None)
     before = open_connections()
 
     result = connect(tmp_path / "nofk.db")
