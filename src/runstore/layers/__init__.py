@@ -53,14 +53,14 @@ from runstore.layers._unit_of_work import TxDict, UnitOfWork
 if TYPE_CHECKING:
     from runstore.layers._action_runs_memory import (
         InMemoryActionRunStorage,
-        in_memory_execution_ledger,
+        in_memory_ledger,
     )
     from runstore.layers._action_runs_sqlite import (
         SqliteActionRunStorage,
-        sqlite_execution_ledger,
+        sqlite_ledger,
     )
-    from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agent_storage
-    from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agent_storage
+    from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agents
+    from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agents
     from runstore.layers._executions_memory import InMemoryExecutionStorage
     from runstore.layers._executions_sqlite import SqliteExecutionStorage
     from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
@@ -113,9 +113,9 @@ __all__ = [
     "database_path_problem",
     "find_project_database",
     "in_memory",
-    "in_memory_agent_storage",
+    "in_memory_agents",
     "in_memory_database",
-    "in_memory_execution_ledger",
+    "in_memory_ledger",
     "in_memory_sessions",
     "in_memory_test_runs",
     "make_database_folder",
@@ -123,9 +123,9 @@ __all__ = [
     "open_database",
     "provide",
     "sqlite",
-    "sqlite_agent_storage",
+    "sqlite_agents",
     "sqlite_database",
-    "sqlite_execution_ledger",
+    "sqlite_ledger",
     "sqlite_sessions",
     "sqlite_test_runs",
     "system_clock",
@@ -133,10 +133,10 @@ __all__ = [
 
 # Where each domain name of ``__all__`` lives; read on first access (PEP 562).
 _DOMAIN_NAMES = {
-    "_action_runs_memory": ("InMemoryActionRunStorage", "in_memory_execution_ledger"),
-    "_action_runs_sqlite": ("SqliteActionRunStorage", "sqlite_execution_ledger"),
-    "_agents_memory": ("InMemoryAgentStorage", "in_memory_agent_storage"),
-    "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agent_storage"),
+    "_action_runs_memory": ("InMemoryActionRunStorage", "in_memory_ledger"),
+    "_action_runs_sqlite": ("SqliteActionRunStorage", "sqlite_ledger"),
+    "_agents_memory": ("InMemoryAgentStorage", "in_memory_agents"),
+    "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agents"),
     "_executions_memory": ("InMemoryExecutionStorage",),
     "_executions_sqlite": ("SqliteExecutionStorage",),
     "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
@@ -229,13 +229,13 @@ def sqlite(
         system_clock(),
         _domain(
             "_action_runs_sqlite",
-            "sqlite_execution_ledger",
+            "sqlite_ledger",
             provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
             requires=on_db,
         ),
         _domain(
             "_agents_sqlite",
-            "sqlite_agent_storage",
+            "sqlite_agents",
             provides=(AGENT_STORAGE,),
             requires=(*on_db, EXECUTION_STORAGE),
         ),
@@ -263,13 +263,13 @@ def in_memory() -> Layer:
         system_clock(),
         _domain(
             "_action_runs_memory",
-            "in_memory_execution_ledger",
+            "in_memory_ledger",
             provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
             requires=in_db,
         ),
         _domain(
             "_agents_memory",
-            "in_memory_agent_storage",
+            "in_memory_agents",
             provides=(AGENT_STORAGE,),
             requires=(*in_db, EXECUTION_STORAGE),
         ),

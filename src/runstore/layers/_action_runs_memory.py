@@ -39,7 +39,7 @@ from runstore.services.errors import NotFound
 from runstore.services.executions import ExecutionStorage
 from runstore.services.pagination import Page
 
-__all__ = ["InMemoryActionRunStorage", "in_memory_action_run_storage", "in_memory_execution_ledger"]
+__all__ = ["InMemoryActionRunStorage", "in_memory_action_run_storage", "in_memory_ledger"]
 
 _RUNNING = ActionRunStatus.RUNNING.value
 _FINISHED = ActionRunPhase.FINISHED.value
@@ -151,7 +151,7 @@ def in_memory_action_run_storage() -> Layer:
     )
 
 
-def in_memory_execution_ledger() -> Layer:
+def in_memory_ledger() -> Layer:
     """The in-memory execution ledger: :class:`ExecutionStorage` and :class:`ActionRunStorage`
     on the container's :class:`InMemoryDatabase` (requires it and a :class:`Clock`)."""
     return merge(in_memory_execution_storage(), in_memory_action_run_storage())

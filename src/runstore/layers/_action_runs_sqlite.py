@@ -43,7 +43,7 @@ from runstore.services.errors import NotFound
 from runstore.services.executions import ExecutionStorage
 from runstore.services.pagination import Page
 
-__all__ = ["SqliteActionRunStorage", "sqlite_action_run_storage", "sqlite_execution_ledger"]
+__all__ = ["SqliteActionRunStorage", "sqlite_action_run_storage", "sqlite_ledger"]
 
 COLUMNS = ", ".join(ACTION_RUN_COLUMNS)
 
@@ -202,7 +202,7 @@ def sqlite_action_run_storage() -> Layer:
     )
 
 
-def sqlite_execution_ledger() -> Layer:
+def sqlite_ledger() -> Layer:
     """The live execution ledger: :class:`ExecutionStorage` and :class:`ActionRunStorage` on
     the container's :class:`SqliteDatabase` (requires it and a :class:`Clock`)."""
     return merge(sqlite_execution_storage(), sqlite_action_run_storage())

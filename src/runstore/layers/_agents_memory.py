@@ -44,7 +44,7 @@ __all__ = [
     "InMemoryCheckpointStore",
     "InMemoryMessageStore",
     "InMemoryThreadStore",
-    "in_memory_agent_storage",
+    "in_memory_agents",
 ]
 
 
@@ -465,7 +465,7 @@ def _typed(db: InMemoryDatabase, clock: Clock, executions: ExecutionStorage) -> 
     return InMemoryAgentStorage(db, clock, executions)
 
 
-def in_memory_agent_storage() -> Layer:
+def in_memory_agents() -> Layer:
     """A layer providing :class:`~runstore.services.agents.AgentStorage` in memory; requires
     the container's :class:`InMemoryDatabase`, a ``Clock`` and an ``ExecutionStorage``."""
 

@@ -50,7 +50,7 @@ __all__ = [
     "SqliteCheckpointStore",
     "SqliteMessageStore",
     "SqliteThreadStore",
-    "sqlite_agent_storage",
+    "sqlite_agents",
 ]
 
 Row = tuple[Any, ...]
@@ -641,7 +641,7 @@ def _typed(db: SqliteDatabase, clock: Clock, executions: ExecutionStorage) -> Ag
     return SqliteAgentStorage(db, clock, executions)
 
 
-def sqlite_agent_storage() -> Layer:
+def sqlite_agents() -> Layer:
     """A layer providing :class:`~runstore.services.agents.AgentStorage` on the container's
     :class:`SqliteDatabase`; requires it, a ``Clock`` and the ``ExecutionStorage`` of the same
     database (runs are checked against it inside their own unit of work)."""

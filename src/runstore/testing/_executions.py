@@ -47,7 +47,7 @@ from runstore.layers import (
     InMemoryDatabase,
     Layer,
     build,
-    in_memory_execution_ledger,
+    in_memory_ledger,
     merge,
 )
 from runstore.services.action_runs import (
@@ -190,7 +190,7 @@ def phase_outcomes(phase: ActionRunPhase) -> st.SearchStrategy[PhaseOutcome]:
 def model_layer() -> Layer:
     """The reference implementation: the in-memory ledger alone."""
     return merge(
-        Layer.service(InMemoryDatabase, lambda _c: InMemoryDatabase()), in_memory_execution_ledger()
+        Layer.service(InMemoryDatabase, lambda _c: InMemoryDatabase()), in_memory_ledger()
     )
 
 
