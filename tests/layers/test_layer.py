@@ -362,7 +362,7 @@ def test_every_service_tag_names_its_protocol() -> None:
 
     exported = {name for name in layers.__all__ if isinstance(getattr(layers, name), Tag)}
     assert exported == set(_tags.__all__)
-    assert len(exported) == 7
+    assert len(exported) == 8
     for name in exported:
         tag = getattr(layers, name)
         module, _, qualname = tag.key.rpartition(".")

@@ -33,6 +33,7 @@ from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._open import (
     DEFAULT_DB_PATH,
     GITIGNORE,
+    Access,
     database_path_problem,
     find_project_database,
     make_database_folder,
@@ -45,6 +46,7 @@ from runstore.layers._tags import (
     CLOCK,
     DATA_READER,
     DATA_STORE,
+    DATABASE_HEALTH,
     EXECUTION_STORAGE,
     SESSION_REPOSITORY,
 )
@@ -63,6 +65,8 @@ if TYPE_CHECKING:
     from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agents
     from runstore.layers._executions_memory import InMemoryExecutionStorage
     from runstore.layers._executions_sqlite import SqliteExecutionStorage
+    from runstore.layers._health_memory import InMemoryDatabaseHealth, in_memory_health
+    from runstore.layers._health_sqlite import SqliteDatabaseHealth, sqlite_health
     from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
     from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
     from runstore.layers._testruns_memory import (
@@ -81,12 +85,14 @@ __all__ = [
     "ACTION_RUN_STORAGE",
     "AGENT_STORAGE",
     "CLOCK",
+    "DATABASE_HEALTH",
     "DATA_READER",
     "DATA_STORE",
     "DEFAULT_DB_PATH",
     "EXECUTION_STORAGE",
     "GITIGNORE",
     "SESSION_REPOSITORY",
+    "Access",
     "ConnectionSettings",
     "Container",
     "InMemoryActionRunStorage",
@@ -94,6 +100,7 @@ __all__ = [
     "InMemoryDataReader",
     "InMemoryDataStore",
     "InMemoryDatabase",
+    "InMemoryDatabaseHealth",
     "InMemoryExecutionStorage",
     "InMemorySessionRepository",
     "Key",
@@ -103,6 +110,7 @@ __all__ = [
     "SqliteDataReader",
     "SqliteDataStore",
     "SqliteDatabase",
+    "SqliteDatabaseHealth",
     "SqliteExecutionStorage",
     "SqliteSessionRepository",
     "Tag",
@@ -115,6 +123,7 @@ __all__ = [
     "in_memory",
     "in_memory_agents",
     "in_memory_database",
+    "in_memory_health",
     "in_memory_ledger",
     "in_memory_sessions",
     "in_memory_test_runs",
@@ -125,6 +134,7 @@ __all__ = [
     "sqlite",
     "sqlite_agents",
     "sqlite_database",
+    "sqlite_health",
     "sqlite_ledger",
     "sqlite_sessions",
     "sqlite_test_runs",
@@ -139,6 +149,8 @@ _DOMAIN_NAMES = {
     "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agents"),
     "_executions_memory": ("InMemoryExecutionStorage",),
     "_executions_sqlite": ("SqliteExecutionStorage",),
+    "_health_memory": ("InMemoryDatabaseHealth", "in_memory_health"),
+    "_health_sqlite": ("SqliteDatabaseHealth", "sqlite_health"),
     "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
     "_sessions_sqlite": ("SqliteSessionRepository", "sqlite_sessions"),
     "_testruns_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
@@ -177,16 +189,20 @@ _TEST_RUNS_MEMORY_STATE: Tag[object] = Tag(f"{__name__}._testruns_memory.TestRun
 
 
 def sqlite_database(
-    path: str | os.PathLike[str], settings: ConnectionSettings | None = None
+    path: str | os.PathLike[str],
+    settings: ConnectionSettings | None = None,
+    *,
+    access: Access = "create",
 ) -> Layer:
-    """A layer providing one migrated :class:`SqliteDatabase`, closed with the container.
+    """A layer providing one :class:`SqliteDatabase`, opened as ``access`` says (migrated
+    unless ``"read"``; see :func:`open_database`), closed with the container.
 
     Building it raises :class:`~runstore.exceptions.DatabaseOpenError` carrying the typed
     reason (see :func:`open_database`) when the database cannot be opened or migrated.
     """
 
     def factory(_: Container) -> Iterator[SqliteDatabase]:
-        opened = open_database(path, settings)
+        opened = open_database(path, settings, access=access)
         if isinstance(opened, Failure):
             raise DatabaseOpenError(opened.failure())
         db = opened.unwrap()
@@ -215,18 +231,27 @@ def system_clock() -> Layer:
 
 
 def sqlite(
-    path: str | os.PathLike[str] = DEFAULT_DB_PATH, settings: ConnectionSettings | None = None
+    path: str | os.PathLike[str] = DEFAULT_DB_PATH,
+    settings: ConnectionSettings | None = None,
+    *,
+    access: Access = "create",
 ) -> Layer:
     """The live layer: every runstore service on one SQLite database at ``path``.
 
-    ``path`` is a file (created with its folder) or ``:memory:``. Requires nothing. The
-    database is opened (and migrated) when the container is built; each domain's services
-    are made, and their module imported, when one of them is first asked for.
+    ``path`` is a file or ``:memory:``. ``access`` is ``"create"`` (the file is created
+    with its folder when missing), ``"write"`` (it must already be a runstore database) or
+    ``"read"`` (opened read-only, never migrated: ask ``DATABASE_HEALTH`` for its
+    ``readiness()`` before reading; writes fail as ``read_only``); see
+    :func:`open_database`. Requires nothing. The database is opened (and, unless read,
+    migrated) when the container is built; each domain's services are made, and their
+    module imported, when one of them is first asked for.
     """
     on_db = (SqliteDatabase, CLOCK)
     return merge(
-        sqlite_database(path, settings),
+        sqlite_database(path, settings, access=access),
         system_clock(),
+        _domain("_health_sqlite", "sqlite_health", provides=(DATABASE_HEALTH,),
+                requires=(SqliteDatabase,)),
         _domain(
             "_action_runs_sqlite",
             "sqlite_ledger",
@@ -261,6 +286,7 @@ def in_memory() -> Layer:
     return merge(
         in_memory_database(),
         system_clock(),
+        _domain("_health_memory", "in_memory_health", provides=(DATABASE_HEALTH,), requires=()),
         _domain(
             "_action_runs_memory",
             "in_memory_ledger",

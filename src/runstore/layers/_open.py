@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from pathlib import Path
+from typing import Literal, TypeAlias
 
 import apsw
 from returns.result import Failure, Result, Success
@@ -17,12 +16,13 @@ from runstore.layers._sqlite_database import (
     _prepare_file,
 )
 from runstore.layers._sqlite_errors import from_apsw
-from runstore.migrations import apply_migrations, migration_status
-from runstore.services.errors import OpenError
+from runstore.migrations import JOURNAL_TABLE, apply_migrations, migration_status
+from runstore.services.errors import NotARunstoreDatabase, OpenError
 
 __all__ = [
     "DEFAULT_DB_PATH",
     "GITIGNORE",
+    "Access",
     "database_path_problem",
     "find_project_database",
     "make_database_folder",
@@ -37,6 +37,14 @@ GITIGNORE = "# Created by runstore automatically.\n*\n"
 for ``.pytest_cache``): the database is a local record, never something to commit."""
 
 _OWN_FOLDER = os.path.dirname(DEFAULT_DB_PATH)
+
+Access: TypeAlias = Literal["create", "write", "read"]
+"""How :func:`open_database` treats the file (a literal, so a type checker catches a typo):
+
+- ``"create"``: create the file (and its folder) when it is missing, migrate it;
+- ``"write"``: the file must already be a runstore database; migrate it;
+- ``"read"``: open an existing file read-only; nothing is created, migrated or changed.
+"""
 
 
 def find_project_database(start: str) -> str | None:
@@ -80,47 +88,79 @@ def make_database_folder(path: str | os.PathLike[str]) -> None:
     :data:`GITIGNORE`; a folder that exists already, or has another name, is left as it is.
     Never raises: when the folder cannot be made, opening the file reports why.
     """
-    folder = Path(os.fspath(path)).parent
-    if folder.exists():
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    if os.path.exists(folder):
         return
     try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir()
+        os.makedirs(os.path.dirname(folder), exist_ok=True)
+        os.mkdir(folder)
     except OSError:  # made by another process meanwhile, or not makeable: the open says
         return
-    if folder.name == _OWN_FOLDER:
-        with contextlib.suppress(OSError):
-            (folder / ".gitignore").write_text(GITIGNORE, encoding="utf-8")
+    if os.path.basename(folder) == _OWN_FOLDER:
+        try:
+            with open(os.path.join(folder, ".gitignore"), "w", encoding="utf-8") as handle:
+                handle.write(GITIGNORE)
+        except OSError:
+            pass
 
 
 def open_database(
-    path: str | os.PathLike[str], settings: ConnectionSettings | None = None
+    path: str | os.PathLike[str],
+    settings: ConnectionSettings | None = None,
+    *,
+    access: Access = "create",
 ) -> Result[SqliteDatabase, OpenError]:
-    """Open ``path`` (a file, created with its folder, or ``:memory:``) and migrate it.
+    """Open ``path`` (a file or ``:memory:``) as ``access`` says; migrate it unless reading.
 
-    A missing folder is made by :func:`make_database_folder` (a new ``.runstore`` folder
-    gets its ``.gitignore``).
+    - ``"create"`` (the default): a missing file is created, and a missing folder made by
+      :func:`make_database_folder` (a new ``.runstore`` folder gets its ``.gitignore``).
+    - ``"write"``: ``path`` must already be a runstore database: a missing file, or one
+      without the migration journal (empty, or written by another program), is refused
+      with ``NotARunstoreDatabase`` and left exactly as it was.
+    - ``"read"``: ``path`` is opened for reading only (``PRAGMA query_only``): nothing is
+      created, migrated or written (the journal mode is left as the file has it; as the
+      last connection to close it removes the WAL files, as any connection that may
+      write does, rather than leave them beside the file). A missing file is
+      ``NotARunstoreDatabase``; whether the file can be read by this code is for
+      :meth:`runstore.services.DatabaseHealth.readiness` to say. A write through the
+      database fails with a ``StorageFailure`` of kind ``read_only``.
+    ``:memory:`` holds nothing to protect: it is a fresh, migrated database whatever
+    ``access`` says.
 
-    Steps: connect with the per-connection settings; read the migration journal and refuse
-    a database this code cannot use; only then set the file up (``auto_vacuum`` when
-    fresh, the WAL journal, which rewrites the file header) and apply the pending
-    migrations, each in its own ``BEGIN IMMEDIATE`` unit.
+    Steps when writing: connect with the per-connection settings; read the migration
+    journal and refuse a database this code cannot use; only then set the file up
+    (``auto_vacuum`` when fresh, the WAL journal, which rewrites the file header) and apply
+    the pending migrations, each in its own ``BEGIN IMMEDIATE`` unit.
 
     Returns the open database, or why it cannot be used: ``StorageFailure`` or ``Busy``
     from opening or migrating (e.g. ``not_a_database``, ``cant_open``), ``UnknownMigration``,
-    ``MigrationDrift`` or ``HalfAppliedMigration`` from the check. On a refusal the file's
-    bytes are exactly as they were found. On every failure, and when an exception escapes
-    (a programmer error, re-raised), the connection is closed again.
+    ``MigrationDrift`` or ``HalfAppliedMigration`` from the check, ``NotARunstoreDatabase``
+    as above. On a refusal the file's bytes are exactly as they were found. On every
+    failure, and when an exception escapes (a programmer error, re-raised), the connection
+    is closed again.
     """
     settings = settings or ConnectionSettings()
-    if not _is_memory(path):
+    memory = _is_memory(path)
+    if not memory and access != "create" and not os.path.isfile(path):
+        return Failure(NotARunstoreDatabase(os.fspath(path), "there is no such file"))
+    if memory or access != "read":
+        return _open_for_writing(path, settings, create=memory or access == "create")
+    return _connect(path, settings, open_as="query_only", prepare=False).map(
+        lambda connection: SqliteDatabase(connection, settings, path=os.fspath(path))
+    )
+
+
+def _open_for_writing(
+    path: str | os.PathLike[str], settings: ConnectionSettings, *, create: bool
+) -> Result[SqliteDatabase, OpenError]:
+    if create and not _is_memory(path):
         make_database_folder(path)
-    connected = _connect(path, settings, read_only=False, prepare=False)
+    connected = _connect(path, settings, open_as="create" if create else "existing", prepare=False)
     if isinstance(connected, Failure):
         return connected
     db = SqliteDatabase(connected.unwrap(), settings, path=os.fspath(path))
     try:
-        opened = _check_and_migrate(db, settings)
+        opened = _check_and_migrate(db, settings, create=create)
     except BaseException:
         db.close()
         raise
@@ -131,11 +171,13 @@ def open_database(
 
 
 def _check_and_migrate(
-    db: SqliteDatabase, settings: ConnectionSettings
+    db: SqliteDatabase, settings: ConnectionSettings, *, create: bool
 ) -> Result[None, OpenError]:
     status = migration_status(db)
     if isinstance(status, Failure):
         return status
+    if not create and not status.unwrap().applied:
+        return Failure(NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal"))
     problems = status.unwrap().problems
     if problems:
         return Failure(problems[0])

@@ -12,8 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 import apsw
 import attrs
@@ -120,21 +119,34 @@ def connect(
     when another process holds it past the busy timeout. The connection is closed again in
     either case.
     """
-    return _connect(path, settings or ConnectionSettings(), read_only=read_only, prepare=True)
+    return _connect(
+        path,
+        settings or ConnectionSettings(),
+        open_as="read_only" if read_only else "create",
+        prepare=True,
+    )
+
+
+OpenAs: TypeAlias = Literal["create", "existing", "query_only", "read_only"]
+"""How :func:`_connect` opens a file: ``create`` it (and its folder) when missing; an
+``existing`` one for reading and writing; an existing one whose connection refuses every
+write (``query_only``: SQL cannot change the file, yet as the last connection to close it
+still removes the WAL files, as a writer's would); or ``read_only`` at the file level (the
+``-wal`` and ``-shm`` files it needs stay behind)."""
 
 
 def _connect(
     path: str | os.PathLike[str],
     settings: ConnectionSettings,
     *,
-    read_only: bool,
+    open_as: OpenAs,
     prepare: bool,
 ) -> Result[apsw.Connection, StorageFailure | Busy]:
     """Open and configure the connection; ``prepare`` also sets the file up (WAL, vacuum)."""
     target = ":memory:" if _is_memory(path) else os.fspath(path)
-    if target != ":memory:" and not read_only:
+    if target != ":memory:" and open_as == "create":
         try:
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
         except OSError as exc:
             return Failure(
                 StorageFailure(
@@ -144,18 +156,21 @@ def _connect(
                     message=f"cannot create folder for {target}: {exc}",
                 )
             )
-    flags = (
-        apsw.SQLITE_OPEN_READONLY
-        if read_only
-        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-    )
+    flags = {
+        "create": apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
+        "existing": apsw.SQLITE_OPEN_READWRITE,
+        "query_only": apsw.SQLITE_OPEN_READWRITE,
+        "read_only": apsw.SQLITE_OPEN_READONLY,
+    }[open_as]
     try:
         connection = apsw.Connection(target, flags=flags)
     except apsw.Error as exc:
         return Failure(from_apsw(exc, operation="open"))
     try:
         _configure_connection(connection, settings)
-        if prepare and not read_only:
+        if open_as == "query_only":
+            connection.pragma("query_only", "ON")
+        elif prepare and open_as != "read_only":
             _prepare_file(connection, settings)
     except apsw.Error as exc:
         connection.close()

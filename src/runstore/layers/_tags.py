@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from runstore.services.agents import AgentStorage
     from runstore.services.clock import Clock
     from runstore.services.executions import ExecutionStorage
+    from runstore.services.health import DatabaseHealth
     from runstore.services.sessions import SessionRepository
     from runstore.services.testruns import DataReader, DataStore
 
@@ -24,6 +25,7 @@ __all__ = [
     "ACTION_RUN_STORAGE",
     "AGENT_STORAGE",
     "CLOCK",
+    "DATABASE_HEALTH",
     "DATA_READER",
     "DATA_STORE",
     "EXECUTION_STORAGE",
@@ -56,3 +58,6 @@ SESSION_REPOSITORY: Final[Tag[SessionRepository]] = Tag(
     "runstore.services.sessions.SessionRepository"
 )
 """Tree-shaped agent sessions (:class:`~runstore.services.SessionRepository`)."""
+
+DATABASE_HEALTH: Final[Tag[DatabaseHealth]] = Tag("runstore.services.health.DatabaseHealth")
+"""The health of the database under the services (:class:`~runstore.services.DatabaseHealth`)."""

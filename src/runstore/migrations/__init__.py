@@ -15,11 +15,10 @@ half-applied migration is refused with a typed error and left as it is.
 from __future__ import annotations
 
 import functools
-import hashlib
+import os
 import re
 import time
 from collections.abc import Callable
-from importlib import resources
 from typing import TYPE_CHECKING
 
 import attrs
@@ -30,9 +29,12 @@ from runstore.services.errors import (
     HalfAppliedMigration,
     MigrationDrift,
     MigrationError,
+    NotARunstoreDatabase,
+    PendingMigrations,
     StorageFailure,
     UnknownMigration,
 )
+from runstore.services.health import AppliedMigration, MigrationStatus, ReadinessError
 
 if TYPE_CHECKING:  # the layers import this package; only the type is needed here
     from runstore.layers._sqlite_database import SqliteDatabase
@@ -44,10 +46,17 @@ __all__ = [
     "MigrationStatus",
     "apply_migrations",
     "migration_status",
+    "readiness",
+    "shipped_ids",
     "shipped_migrations",
 ]
 
 JOURNAL_TABLE = "runstore_migrations"
+
+_FOLDER = os.path.dirname(__file__)
+"""Where the migration files are: package data installed beside this module (the wheel and
+an editable install both keep the package as plain files, so they are listed and read with
+``os`` rather than ``importlib.resources``, whose import a reading command would pay)."""
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _CREATES = re.compile(
@@ -78,36 +87,6 @@ def _created_names(sql: str) -> tuple[str, ...]:
     return tuple(_CREATES.findall(sql))
 
 
-@attrs.frozen
-class AppliedMigration:
-    """One journal row: ``applied_at_ms`` is epoch ms UTC; ``finished`` is False only for a
-    migration that did not complete."""
-
-    id: int
-    name: str
-    checksum: str
-    applied_at_ms: int
-    finished: bool
-
-
-@attrs.frozen
-class MigrationStatus:
-    """What the journal of one database says against the shipped migrations.
-
-    ``applied`` are the journal rows in id order, ``pending`` the ids still to apply,
-    ``problems`` every reason the database would be refused (empty when it is healthy).
-    """
-
-    applied: tuple[AppliedMigration, ...]
-    pending: tuple[int, ...]
-    problems: tuple[MigrationError, ...]
-
-    @property
-    def healthy(self) -> bool:
-        """Whether nothing would be refused (pending migrations are not a problem)."""
-        return not self.problems
-
-
 def shipped_migrations() -> tuple[Migration, ...]:
     """Return every migration shipped in this package, in id order.
 
@@ -119,26 +98,53 @@ def shipped_migrations() -> tuple[Migration, ...]:
     return _read_shipped()
 
 
+def shipped_ids() -> tuple[int, ...]:
+    """Return the ids of the shipped migrations, in order, from their file names alone.
+
+    Cheaper than :func:`shipped_migrations`: no file is read, so code that only checks
+    whether a database is current (:func:`readiness`) pays for a folder listing only.
+
+    Raises ``ValueError`` like :func:`shipped_migrations`.
+    """
+    return tuple(_shipped_names())
+
+
 @functools.cache
-def _read_shipped() -> tuple[Migration, ...]:
-    found: dict[int, Migration] = {}
-    for entry in resources.files(__name__).iterdir():
-        if not entry.name.endswith(".sql"):
+def _shipped_names() -> dict[int, str]:
+    """Id -> file name of every shipped migration, in id order (the folder is listed once)."""
+    found: dict[int, str] = {}
+    for name in os.listdir(_FOLDER):
+        if not name.endswith(".sql"):
             continue
-        match = _FILE_NAME.match(entry.name)
+        match = _FILE_NAME.match(name)
         if match is None:
-            raise ValueError(f"migration file {entry.name!r} is not named NNNN_slug.sql")
+            raise ValueError(f"migration file {name!r} is not named NNNN_slug.sql")
         number = int(match.group(1))
         if number in found:
             raise ValueError(f"two migration files share id {number:04d}")
-        sql = entry.read_text(encoding="utf-8")
-        found[number] = Migration(
-            id=number,
-            name=match.group(2),
-            sql=sql,
-            checksum=hashlib.sha256(sql.encode("utf-8")).hexdigest(),
+        found[number] = name
+    return {number: found[number] for number in sorted(found)}
+
+
+@functools.cache
+def _read_shipped() -> tuple[Migration, ...]:
+    import hashlib  # only migrating and checking checksums reads the files
+
+    shipped: list[Migration] = []
+    for number, file_name in _shipped_names().items():
+        with open(os.path.join(_FOLDER, file_name), encoding="utf-8") as handle:
+            sql = handle.read()
+        match = _FILE_NAME.match(file_name)
+        assert match is not None  # _shipped_names matched it
+        shipped.append(
+            Migration(
+                id=number,
+                name=match.group(2),
+                sql=sql,
+                checksum=hashlib.sha256(sql.encode("utf-8")).hexdigest(),
+            )
         )
-    return tuple(found[number] for number in sorted(found))
+    return tuple(shipped)
 
 
 def _journal_exists(db: SqliteDatabase) -> bool:
@@ -162,6 +168,11 @@ def _read_journal(db: SqliteDatabase) -> tuple[AppliedMigration, ...]:
     )
 
 
+def _unfinished(row: AppliedMigration) -> HalfAppliedMigration:
+    """The problem of a journal row that was never marked finished."""
+    return HalfAppliedMigration(row.id, row.name, "journal row never marked finished")
+
+
 def _problems(
     db: SqliteDatabase,
     applied: tuple[AppliedMigration, ...],
@@ -177,11 +188,7 @@ def _problems(
         if migration is None:
             continue
         if not row.finished:
-            problems.append(
-                HalfAppliedMigration(
-                    id=row.id, name=row.name, detail="journal row never marked finished"
-                )
-            )
+            problems.append(_unfinished(row))
         elif row.checksum != migration.checksum:
             problems.append(
                 MigrationDrift(
@@ -227,6 +234,38 @@ def migration_status(db: SqliteDatabase) -> Result[MigrationStatus, StorageFailu
         )
 
     return db.read("migration status", read)
+
+
+def readiness(db: SqliteDatabase) -> Result[None, ReadinessError]:
+    """Whether this code can read ``db`` as it is, from its journal alone.
+
+    The failures and their order are those of
+    :meth:`runstore.services.DatabaseHealth.readiness`: ``NotARunstoreDatabase`` (no
+    journal), ``UnknownMigration``, ``HalfAppliedMigration`` (a journal row never marked
+    finished), ``PendingMigrations``, and ``Busy`` or ``StorageFailure`` when ``db`` cannot
+    be read. No migration file is read.
+    """
+
+    def read() -> Result[None, ReadinessError]:
+        if not _journal_exists(db):
+            return Failure(
+                NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal")
+            )
+        applied = _read_journal(db)
+        shipped = _shipped_names()
+        unknown = tuple(a.id for a in applied if a.id not in shipped)
+        if unknown:
+            return Failure(UnknownMigration(ids=unknown))
+        unfinished = [row for row in applied if not row.finished]
+        if unfinished:
+            return Failure(_unfinished(unfinished[0]))
+        done = {a.id for a in applied}
+        pending = tuple(number for number in shipped if number not in done)
+        if pending:
+            return Failure(PendingMigrations(ids=pending))
+        return Success(None)
+
+    return db.read("database readiness", read)
 
 
 def apply_migrations(

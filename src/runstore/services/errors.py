@@ -22,8 +22,10 @@ __all__ = [
     "InvalidInput",
     "MigrationDrift",
     "MigrationError",
+    "NotARunstoreDatabase",
     "NotFound",
     "OpenError",
+    "PendingMigrations",
     "StorageFailure",
     "StorageFailureKind",
     "UnknownMigration",
@@ -194,8 +196,38 @@ class HalfAppliedMigration:
         return f"migration {self.id:04d} {self.name} is half-applied: {self.detail}"
 
 
+@attrs.frozen
+class NotARunstoreDatabase:
+    """The file at ``path`` is not a runstore database, so it was neither read nor changed.
+
+    ``detail`` says why: the file does not exist, or it holds no migration journal (an empty
+    file, or SQLite that another program wrote).
+    """
+
+    path: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.path} is not a runstore database: {self.detail}"
+
+
+@attrs.frozen
+class PendingMigrations:
+    """The database lacks the shipped migrations ``ids`` (written by an older runstore).
+
+    Code that only reads refuses it rather than read an older schema; opening it for
+    writing applies them.
+    """
+
+    ids: tuple[int, ...]
+
+    def __str__(self) -> str:
+        listed = ", ".join(f"{i:04d}" for i in self.ids)
+        return f"database lacks migrations {listed} of this runstore (migrate it to read it)"
+
+
 MigrationError: TypeAlias = UnknownMigration | MigrationDrift | HalfAppliedMigration
 """Why a database was refused before any data was touched."""
 
-OpenError: TypeAlias = StorageFailure | Busy | MigrationError
+OpenError: TypeAlias = StorageFailure | Busy | MigrationError | NotARunstoreDatabase
 """Why a live layer could not open its database."""
