@@ -1,4 +1,5 @@
-"""Reading commands refuse a file that is not already a runstore database, untouched."""
+"""Reading commands refuse a file that is not already a runstore database, or whose schema is
+older than this code reads, untouched; reading a runstore database changes nothing."""
 
 from __future__ import annotations
 
@@ -73,3 +74,28 @@ def test_migrate_still_creates_the_database(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     listed = CliRunner().invoke(cli, ["--db", str(path), "sessions", "list"])
     assert listed.exit_code == 0, listed.output
+
+
+def test_a_read_command_does_not_migrate_an_older_database(tmp_path: Path) -> None:
+    fixture = Path(__file__).parents[1] / "migrations" / "fixtures"
+    path = tmp_path / "old.db"
+    path.write_bytes(next(fixture.glob("schema_0001_*.db")).read_bytes())
+    before = path.read_bytes()
+    for args in READ_COMMANDS[:4]:
+        result = CliRunner().invoke(cli, ["--db", str(path), *args])
+        assert result.exit_code == 1, result.output
+        assert "lacks migrations" in result.stderr
+        assert "runstore db migrate" in result.stderr
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]
+
+
+def test_reading_a_runstore_database_changes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    assert CliRunner().invoke(cli, ["--db", str(path), "db", "migrate"]).exit_code == 0
+    before = path.read_bytes()
+    for args in (["runs"], ["sessions", "list"], ["prune", "--keep-runs", "5", "--dry-run"]):
+        result = CliRunner().invoke(cli, ["--db", str(path), *args])
+        assert result.exit_code in (0, 1), result.output
+        assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"]

@@ -8,25 +8,20 @@ import click
 from click.core import ParameterSource
 from click.types import OptionHelpExtra
 
-from runstore.cli._db import db
 from runstore.cli._discover import choose_database
 from runstore.cli._group import JsonErrorsGroup, check_db_path
-from runstore.cli._sessions import sessions
 from runstore.cli._settings import FORMATS, Settings
-from runstore.cli._testruns import (
-    coverage,
-    diff,
-    failures,
-    flaky,
-    history,
-    prune,
-    runs,
-    show,
-    slowest,
-    trends,
-)
 
 __all__ = ["cli", "main"]
+
+_TEST_RUNS = ("runs", "show", "failures", "flaky", "history", "slowest", "coverage", "trends",
+              "diff", "prune")
+_COMMANDS = {
+    "db": "runstore.cli._db:db",
+    "sessions": "runstore.cli._sessions:sessions",
+    **{name: f"runstore.cli._testruns:{name}" for name in _TEST_RUNS},
+}
+"""Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""
 
 
 class _DatabaseOption(click.Option):
@@ -42,7 +37,11 @@ class _DatabaseOption(click.Option):
         return extra
 
 
-@click.group(cls=JsonErrorsGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=JsonErrorsGroup,
+    lazy_commands=_COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.option(
     "--db",
     "db_path",
@@ -77,20 +76,6 @@ def cli(ctx: click.Context, db_path: str | None, output_format: str) -> None:
     ctx.obj = Settings(
         db_path=choice.path, output_format=output_format, db_source=choice.source
     )
-
-
-cli.add_command(db)
-cli.add_command(runs)
-cli.add_command(show)
-cli.add_command(failures)
-cli.add_command(flaky)
-cli.add_command(history)
-cli.add_command(slowest)
-cli.add_command(coverage)
-cli.add_command(trends)
-cli.add_command(diff)
-cli.add_command(prune)
-cli.add_command(sessions)
 
 
 def main() -> None:

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import apsw
-import attrs
 import click
-from returns.result import Failure, Result, Success
+from returns.result import Failure
 
 from runstore.cli._discover import DatabaseChoice
 from runstore.cli._guard import cannot_open_reason
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
-from runstore.layers import SqliteDatabase, open_database
-from runstore.migrations import MigrationStatus, migration_status, shipped_migrations
-from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
-from runstore.services.sessions import iso_from_ms
+from runstore.exceptions import DatabaseOpenError
+from runstore.layers import DATABASE_HEALTH, Access, build, sqlite
+from runstore.migrations import shipped_ids
+from runstore.services._primitives import iso_from_ms
+from runstore.services.errors import NotARunstoreDatabase
+from runstore.services.health import DatabaseHealth, MigrationStatus
 
 __all__ = ["db"]
 
@@ -50,7 +51,7 @@ def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
                 for a in status.applied
             ],
             "pending": list(status.pending),
-            "shipped": [m.id for m in shipped_migrations()],
+            "shipped": list(shipped_ids()),
             "problems": [str(p) for p in status.problems],
         },
     }
@@ -73,21 +74,41 @@ def _render_status(document: dict[str, Any]) -> None:
         say(f"  problem: {problem}")
 
 
-def _open_read_only(path: str, output_format: str) -> SqliteDatabase:
-    if path != ":memory:" and not os.path.exists(path):
-        fail(
-            f"no database at {path} (create it with: runstore db migrate)",
-            output_format=output_format,
-            document={**_database_fields(path), "exists": False, "healthy": False},
-        )
-    opened = SqliteDatabase.open_read_only(path)
-    if isinstance(opened, Failure):
-        fail(
-            cannot_open_reason(path, opened.failure()),
-            output_format=output_format,
-            document={**_database_fields(path), "exists": True, "healthy": False},
-        )
-    return opened.unwrap()
+@contextmanager
+def _health(access: Access) -> Iterator[DatabaseHealth]:
+    """The health service of the command's database, opened once as ``access`` says.
+
+    A database that cannot be opened ends the command with the reason (exit 1), in JSON
+    mode with the status document's fields: a missing file is named as such when reading
+    (nothing is created).
+    """
+    cfg = settings()
+    path = cfg.db_path
+    fields = _database_fields(path)
+    try:
+        with build(sqlite(path, access=access)) as container:
+            yield container.get(DATABASE_HEALTH)
+    except DatabaseOpenError as exc:
+        if access != "read":
+            fail(f"cannot migrate {path}: {exc.error}", output_format=cfg.output_format,
+                 document={**fields, "healthy": False})
+        if isinstance(exc.error, NotARunstoreDatabase):
+            fail(f"no database at {path} (create it with: runstore db migrate)",
+                 output_format=cfg.output_format,
+                 document={**fields, "exists": False, "healthy": False})
+        fail(cannot_open_reason(path, exc.error), output_format=cfg.output_format,
+             document={**fields, "exists": True, "healthy": False})
+
+
+def _answer(document: dict[str, Any], problems: list[str]) -> None:
+    """Print ``document`` (JSON) or its text with ``healthy``; exit 1 naming ``problems``."""
+    cfg = settings()
+    if problems:
+        fail("; ".join(problems), output_format=cfg.output_format, document=document)
+    if cfg.output_format == "json":
+        emit_json(document)
+    else:
+        say("healthy")
 
 
 @db.command()
@@ -104,26 +125,14 @@ def migrate() -> None:
       runstore --db /tmp/runs.db db migrate
     """
     cfg = settings()
-    opened = open_database(cfg.db_path)
-    if isinstance(opened, Failure):
-        fail(
-            f"cannot migrate {cfg.db_path}: {opened.failure()}",
-            output_format=cfg.output_format,
-            document={**_database_fields(cfg.db_path), "healthy": False},
-        )
-    database = opened.unwrap()
-    try:
-        status = migration_status(database)
-    finally:
-        database.close()
+    with _health("create") as health:
+        status = health.status()
     if isinstance(status, Failure):
         fail(str(status.failure()), output_format=cfg.output_format)
     document = _status_document(cfg.db_path, status.unwrap())
-    if cfg.output_format == "json":
-        emit_json(document)
-    else:
+    if cfg.output_format == "text":
         _render_status(document)
-        say("healthy")
+    _answer(document, [])
 
 
 @db.command()
@@ -141,13 +150,8 @@ def status() -> None:
       runstore db status --format json
     """
     cfg = settings()
-    database = _open_read_only(cfg.db_path, cfg.output_format)
-    try:
-        result = database.read("db status", lambda: _quick_check(database)).bind(
-            lambda _: migration_status(database)
-        )
-    finally:
-        database.close()
+    with _health("read") as health:
+        result = health.quick_check().bind(lambda _: health.status())
     if isinstance(result, Failure):
         fail(
             f"cannot read {cfg.db_path}: {result.failure()}",
@@ -155,52 +159,9 @@ def status() -> None:
             document={**_database_fields(cfg.db_path), "exists": True, "healthy": False},
         )
     document = _status_document(cfg.db_path, result.unwrap())
-    problems: list[str] = document["migrations"]["problems"]
-    if problems:
-        if cfg.output_format == "text":
-            _render_status(document)
-        fail("; ".join(problems), output_format=cfg.output_format, document=document)
-    if cfg.output_format == "json":
-        emit_json(document)
-    else:
+    if cfg.output_format == "text":
         _render_status(document)
-        say("healthy")
-
-
-def _quick_check(database: SqliteDatabase) -> Result[None, StorageFailure]:
-    """SQLite's ``quick_check`` stopping at the first problem: a corrupt file is a Failure."""
-    found = [str(row[0]) for row in database.execute("PRAGMA quick_check(1)")]
-    if found == ["ok"]:
-        return Success(None)
-    return Failure(
-        StorageFailure(
-            operation="quick_check",
-            kind=StorageFailureKind.CORRUPT,
-            code=apsw.SQLITE_CORRUPT,
-            message=found[0] if found else "no answer",
-        )
-    )
-
-
-@attrs.frozen
-class _Checks:
-    integrity: list[str]
-    foreign_key_violations: list[dict[str, Any]]
-    status: MigrationStatus
-
-
-def _run_checks(database: SqliteDatabase) -> Result[_Checks, Busy | StorageFailure]:
-    def checks() -> Result[_Checks, Busy | StorageFailure]:
-        integrity = [str(row[0]) for row in database.execute("PRAGMA integrity_check")]
-        violations = [
-            {"table": r[0], "rowid": r[1], "parent": r[2], "fkid": r[3]}
-            for r in database.execute("PRAGMA foreign_key_check")
-        ]
-        return migration_status(database).map(
-            lambda status: _Checks(integrity, violations, status)
-        )
-
-    return database.read("db check", checks)
+    _answer(document, document["migrations"]["problems"])
 
 
 @db.command()
@@ -217,11 +178,8 @@ def check() -> None:
       runstore db check
     """
     cfg = settings()
-    database = _open_read_only(cfg.db_path, cfg.output_format)
-    try:
-        result = _run_checks(database)
-    finally:
-        database.close()
+    with _health("read") as health:
+        result = health.check()
     if isinstance(result, Failure):
         fail(
             f"cannot check {cfg.db_path}: {result.failure()}",
@@ -230,15 +188,12 @@ def check() -> None:
         )
     found = result.unwrap()
     document = _status_document(cfg.db_path, found.status)
-    document["integrity"] = found.integrity
-    document["foreign_key_violations"] = found.foreign_key_violations
-    reasons: list[str] = []
-    if found.integrity != ["ok"]:
-        reasons.append(f"integrity_check: {found.integrity[0] if found.integrity else 'no answer'}")
-    if found.foreign_key_violations:
-        reasons.append(f"{len(found.foreign_key_violations)} foreign key violations")
-    reasons.extend(document["migrations"]["problems"])
-    document["healthy"] = not reasons
+    document["integrity"] = list(found.integrity)
+    document["foreign_key_violations"] = [
+        {"table": v.table, "rowid": v.rowid, "parent": v.parent, "fkid": v.fkid}
+        for v in found.foreign_key_violations
+    ]
+    document["healthy"] = found.healthy
     if cfg.output_format == "text":
         say(f"database: {DatabaseChoice(cfg.db_path, cfg.db_source).describe()}")
         say(f"integrity_check: {', '.join(found.integrity[:5])}")
@@ -247,9 +202,4 @@ def check() -> None:
             f"migrations: {len(document['migrations']['applied'])} applied, "
             f"{len(document['migrations']['pending'])} pending"
         )
-    if reasons:
-        fail("; ".join(reasons), output_format=cfg.output_format, document=document)
-    if cfg.output_format == "json":
-        emit_json(document)
-    else:
-        say("healthy")
+    _answer(document, list(found.problems))

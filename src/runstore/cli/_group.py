@@ -1,8 +1,10 @@
-"""The root group's class: usage errors also answer in JSON when JSON output was asked for."""
+"""The root group's class: commands imported when they run, and usage errors that also
+answer in JSON when JSON output was asked for."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -29,14 +31,39 @@ def _format_in(args: Sequence[str]) -> str | None:
 
 
 class JsonErrorsGroup(click.Group):
-    """A group that, on a usage error in JSON mode, also writes ``{"error": ...}`` on stdout.
+    """A group that, on a usage error in JSON mode, also writes ``{"error": ...}`` on stdout,
+    and imports each of its ``lazy_commands`` only when it is asked for.
 
     Click still prints its usage text on standard error and exits 2; JSON mode is the
     global or the command's ``--format json`` (read from the arguments, since the error may
     come before the option was processed).
+
+    ``lazy_commands`` maps a command name to ``"module:attribute"``: running one command
+    imports its module alone (``runstore show`` never imports the sessions commands, nor
+    what they import); listing them all (``--help``) imports every one.
     """
 
     _args: tuple[str, ...] = ()
+
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None or cmd_name not in self._lazy:
+            return found
+        module, _, attribute = self._lazy[cmd_name].partition(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):  # pragma: no cover - a wiring bug
+            raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
+        self.add_command(command, cmd_name)
+        return command
 
     def make_context(
         self,

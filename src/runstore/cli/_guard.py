@@ -1,22 +1,35 @@
-"""The check every reading command makes before it opens the database for real.
+"""How every command opens the database: once, and only as much as the command needs.
 
-Opening through the layers migrates the file, so a command that only reads must first make
-sure the file already is a runstore database: it exists, is not empty and holds the
-migration journal. The check opens the file read-only and changes nothing about it.
+A reading command opens the file read-only (``access="read"``): nothing is created, migrated
+or written, and before it reads it asks the database's ``DatabaseHealth`` whether this code
+can read the file as it is (a runstore database, every shipped migration applied). A writing
+command that must not create a database (``prune``) opens it with ``access="write"``, which
+refuses a file that is not already a runstore database; ``db migrate`` and ``sessions import``
+create it. Every refusal ends the command with one line (exit 1) and leaves the file as it
+was found.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from returns.result import Failure, Success
+from returns.result import Failure
 
 from runstore.cli._output import fail
-from runstore.layers import SqliteDatabase
-from runstore.migrations import JOURNAL_TABLE
-from runstore.services.errors import StorageFailure, StorageFailureKind
+from runstore.cli._settings import settings
+from runstore.exceptions import DatabaseOpenError
+from runstore.layers import DATABASE_HEALTH, Access, Container, build, sqlite
+from runstore.services.errors import (
+    NotARunstoreDatabase,
+    PendingMigrations,
+    StorageFailure,
+    StorageFailureKind,
+)
 
-__all__ = ["cannot_open_reason", "require_runstore_database"]
+__all__ = ["cannot_open_reason", "opened"]
 
 
 def cannot_open_reason(path: str, failure: object) -> str:
@@ -35,42 +48,35 @@ def cannot_open_reason(path: str, failure: object) -> str:
     return reason
 
 
-def _no_database(path: str, output_format: str) -> None:
-    fail(
-        f"no runstore database at {path} (record a run with `pytest --runstore` "
-        "or run `runstore db migrate`)",
-        output_format=output_format,
-    )
-
-
-def require_runstore_database(path: str, output_format: str) -> None:
-    """End the command (exit 1) unless ``path`` is an existing runstore database.
-
-    Refused, with the file left untouched (bytes and mode): a missing or empty file, a
-    file that cannot be read as SQLite, and a SQLite file without the ``runstore_migrations``
-    journal. ``:memory:`` passes (there is nothing to protect).
-    """
-    if path == ":memory:":
-        return
-    if not os.path.isfile(path) or os.path.getsize(path) == 0:
-        _no_database(path, output_format)
-    opened = SqliteDatabase.open_read_only(path)
-    if isinstance(opened, Failure):
-        fail(cannot_open_reason(path, opened.failure()), output_format=output_format)
-    database = opened.unwrap()
-    try:
-        found = database.read(
-            "find the migration journal",
-            lambda: Success(
-                database.scalar(
-                    "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?",
-                    (JOURNAL_TABLE,),
-                )
-            ),
+def _refusal(path: str, error: object) -> str:
+    """The one line a command ends with when ``path`` cannot be used for it."""
+    if isinstance(error, NotARunstoreDatabase):
+        return (
+            f"no runstore database at {path} (record a run with `pytest --runstore` "
+            "or run `runstore db migrate`)"
         )
-    finally:
-        database.close()
-    if isinstance(found, Failure):
-        fail(f"cannot open {path}: {found.failure()}", output_format=output_format)
-    if not found.unwrap():
-        _no_database(path, output_format)
+    if isinstance(error, PendingMigrations):
+        return f"{path}: {error}: run `runstore db migrate` (or record a run) first"
+    return cannot_open_reason(path, error)
+
+
+@contextmanager
+def opened(access: Access, *, document: dict[str, Any] | None = None) -> Iterator[Container]:
+    """The services on the command's database, opened once as ``access`` says.
+
+    With ``"read"`` the database must also be ready to read
+    (``DatabaseHealth.readiness``). A refusal ends the command (exit 1) with one line on
+    standard error and, in JSON mode, ``document`` with the ``error`` on standard output.
+    """
+    cfg = settings()
+    path = cfg.db_path
+    try:
+        with build(sqlite(path, access=access)) as container:
+            if access == "read":
+                ready = container.get(DATABASE_HEALTH).readiness()
+                if isinstance(ready, Failure):
+                    fail(_refusal(path, ready.failure()), output_format=cfg.output_format,
+                         document=document)
+            yield container
+    except DatabaseOpenError as exc:
+        fail(_refusal(path, exc.error), output_format=cfg.output_format, document=document)

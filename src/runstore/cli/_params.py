@@ -11,9 +11,7 @@ from typing import Any
 
 import click
 
-from runstore.services.sessions import MAX_ID_CHARS
-
-__all__ = ["MAX_ID", "SESSION_ID", "TEXT", "check_text"]
+__all__ = ["MAX_ID", "TEXT", "Text", "check_text"]
 
 MAX_ID = 2**63 - 1
 """The largest id any store holds: SQLite's largest integer (a signed 64-bit value)."""
@@ -38,7 +36,7 @@ def check_text(value: str, max_chars: int | None = None) -> str | None:
     return None
 
 
-class _Text(click.ParamType[str]):
+class Text(click.ParamType[str]):
     """A name or id: non-blank UTF-8 text without NUL of at most ``max_chars`` characters
     (see :func:`check_text`)."""
 
@@ -56,6 +54,4 @@ class _Text(click.ParamType[str]):
         return text
 
 
-TEXT = _Text()
-SESSION_ID = _Text(MAX_ID_CHARS)
-"""A session or entry id: as :data:`TEXT`, at most ``MAX_ID_CHARS`` characters."""
+TEXT = Text()

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import click
 from returns.result import Failure, Result
 
-from runstore.cli._guard import require_runstore_database
+from runstore.cli._guard import opened
 from runstore.cli._output import console, emit_json, fail, plain_table
-from runstore.cli._params import SESSION_ID, TEXT
+from runstore.cli._params import TEXT, Text
 from runstore.cli._settings import format_option, settings
-from runstore.exceptions import DatabaseOpenError
-from runstore.layers import build, sqlite
+from runstore.layers import SESSION_REPOSITORY
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.sessions import (
+    MAX_ID_CHARS,
     ContextMessage,
     Entry,
     ModelRef,
@@ -43,6 +43,10 @@ if TYPE_CHECKING:
 __all__ = ["sessions"]
 
 T = TypeVar("T")
+
+SESSION_ID = Text(MAX_ID_CHARS)
+"""A session or entry id: as :data:`~runstore.cli._params.TEXT`, at most ``MAX_ID_CHARS``
+characters."""
 
 PROGRESS_FROM_BYTES = 1 << 20
 """Files from this size on (bytes) get a progress bar when standard error is a terminal."""
@@ -75,14 +79,9 @@ def _get(result: Result[T, Any]) -> T:
 
 @contextmanager
 def _repository(*, create: bool = False) -> Iterator[SessionRepository]:
-    path = settings().db_path
-    if not create:
-        require_runstore_database(path, settings().output_format)
-    try:
-        with build(sqlite(path)) as container:
-            yield container.get(SessionRepository)
-    except DatabaseOpenError as exc:
-        _fail(f"cannot open {path}: {exc}")
+    """The sessions on the command's database: read-only, or created when ``create``."""
+    with opened("create" if create else "read") as container:
+        yield container.get(SESSION_REPOSITORY)
 
 
 def _json_mode() -> bool:

@@ -26,12 +26,11 @@ import attrs
 import click
 from returns.result import Failure, Result
 
-from runstore.cli._guard import require_runstore_database
+from runstore.cli._guard import opened
 from runstore.cli._output import console, emit_json, fail, plain_table, status_on_terminal
 from runstore.cli._params import MAX_ID, TEXT
 from runstore.cli._settings import format_option, settings
-from runstore.exceptions import DatabaseOpenError
-from runstore.layers import SqliteDatabase, build, sqlite
+from runstore.layers import DATA_READER, DATA_STORE, Access
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.testruns import (
@@ -86,7 +85,6 @@ _PIPE_WIDTH = 10_000  # columns when output is not a terminal: long lines are no
 class _Services:
     store: DataStore
     reader: DataReader
-    database: SqliteDatabase
     output_format: str
     db_path: str
 
@@ -101,21 +99,16 @@ class _Services:
 
 
 @contextmanager
-def _services() -> Iterator[_Services]:
+def _services(access: Access = "read") -> Iterator[_Services]:
+    """The test-run services on the command's database (read-only unless ``access`` says)."""
     cfg = settings()
-    path = cfg.db_path
-    require_runstore_database(path, cfg.output_format)
-    try:
-        with build(sqlite(path)) as container:
-            yield _Services(
-                store=container.get(DataStore),
-                reader=container.get(DataReader),
-                database=container.get(SqliteDatabase),
-                output_format=cfg.output_format,
-                db_path=path,
-            )
-    except DatabaseOpenError as exc:
-        fail(f"cannot open {path}: {exc}", output_format=cfg.output_format)
+    with opened(access) as container:
+        yield _Services(
+            store=container.get(DATA_STORE),
+            reader=container.get(DATA_READER),
+            output_format=cfg.output_format,
+            db_path=cfg.db_path,
+        )
 
 
 def _project(services: _Services, explicit: str | None) -> str:
@@ -1066,7 +1059,7 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
       runstore prune --keep-runs 50 --max-age-days 30 --dry-run
     """
     policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
-    with _services() as services:
+    with _services("read" if dry_run else "write") as services:
         doing = "planning the prune" if dry_run else "pruning runs"
         with status_on_terminal(f"{doing}..."):
             if dry_run:

@@ -37,6 +37,7 @@ __all__ = [
     "decode_json",
     "encode_json",
     "first_failure",
+    "iso_from_ms",
     "text_problem",
     "to_epoch_ms",
     "within",
@@ -156,6 +157,12 @@ def to_epoch_ms(
     if ms < minimum or ms > maximum:
         return Failure(InvalidInput(field, f"epoch ms {ms} is outside {minimum}..{maximum}"))
     return Success(ms)
+
+
+def iso_from_ms(ms: int) -> str:
+    """Format epoch ms as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds kept)."""
+    moment = _EPOCH + timedelta(milliseconds=ms)
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 # -- text -------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from runstore.services._primitives import (
     check_text,
     decode_json,
     encode_json,
+    iso_from_ms,
     to_epoch_ms,
 )
 from runstore.services.errors import Conflict, InvalidInput, NotFound
@@ -155,12 +156,6 @@ def ms_from_iso(text: str) -> int | None:
     # The arithmetic of ``to_epoch_ms`` without its Result: this runs once per imported line.
     ms = (parsed - _EPOCH) // _ONE_MS
     return ms if 0 <= ms <= MAX_EPOCH_MS else None
-
-
-def iso_from_ms(ms: int) -> str:
-    """Format epoch ms as the format writes timestamps: ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC)."""
-    moment = _EPOCH + timedelta(milliseconds=ms)
-    return f"{moment:%Y-%m-%dT%H:%M:%S}.{moment.microsecond // 1000:03d}Z"
 
 
 # -- JSON and text -------------------------------------------------------------------------------
