@@ -10,22 +10,22 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from runstore.layers import Layer, in_memory, sqlite
-from runstore.testing import AgentStorageContract, agent_state_machine, broken_sequence_layer
+from runstore.testing import AgentsContract, agents_broken_sequence_layer, agents_state_machine
 
 _counter = itertools.count()
 
 
-class TestInMemoryAgents(AgentStorageContract):
+class TestInMemoryAgents(AgentsContract):
     def make_layer(self) -> Layer:
         return in_memory()
 
 
-class TestSqliteMemoryAgents(AgentStorageContract):
+class TestSqliteMemoryAgents(AgentsContract):
     def make_layer(self) -> Layer:
         return sqlite(":memory:")
 
 
-class TestSqliteFileAgents(AgentStorageContract):
+class TestSqliteFileAgents(AgentsContract):
     @pytest.fixture
     def layer_factory(self, tmp_path: Path) -> object:
         return lambda: sqlite(tmp_path / f"agents-{next(_counter)}.db")
@@ -34,12 +34,12 @@ class TestSqliteFileAgents(AgentStorageContract):
 def test_state_machine_in_memory() -> None:
     """The model against itself: the machine and the in-memory layer are deterministic."""
     run_state_machine_as_test(
-        agent_state_machine(in_memory), settings=settings(max_examples=10, deadline=None)
+        agents_state_machine(in_memory), settings=settings(max_examples=10, deadline=None)
     )
 
 
 def test_state_machine_sqlite_memory() -> None:
-    run_state_machine_as_test(agent_state_machine(lambda: sqlite(":memory:")))
+    run_state_machine_as_test(agents_state_machine(lambda: sqlite(":memory:")))
 
 
 def test_state_machine_sqlite_file(tmp_path: Path) -> None:
@@ -47,12 +47,12 @@ def test_state_machine_sqlite_file(tmp_path: Path) -> None:
         return sqlite(tmp_path / f"machine-{next(_counter)}.db")
 
     run_state_machine_as_test(
-        agent_state_machine(factory), settings=settings(max_examples=10, deadline=None)
+        agents_state_machine(factory), settings=settings(max_examples=10, deadline=None)
     )
 
 
 def test_contract_fails_a_layer_that_reuses_sequence_numbers() -> None:
-    machine = agent_state_machine(broken_sequence_layer)
+    machine = agents_state_machine(agents_broken_sequence_layer)
     with pytest.raises(AssertionError, match="seq"):
         run_state_machine_as_test(
             machine,
@@ -68,8 +68,8 @@ def test_contract_fails_a_layer_that_reuses_sequence_numbers() -> None:
 
 def test_the_retry_turn_script_catches_sequence_reuse() -> None:
     """The same scenario the machine finds, scripted: one turn, then retry it."""
-    for factory, broken in ((in_memory, False), (broken_sequence_layer, True)):
-        machine = agent_state_machine(factory)()
+    for factory, broken in ((in_memory, False), (agents_broken_sequence_layer, True)):
+        machine = agents_state_machine(factory)()
         try:
             machine.first_threads(["p1", "p1"])
             machine.turn("t1", 2, None)

@@ -31,7 +31,7 @@ from runstore.services import (
     ExecutionStorage,
     NotFound,
 )
-from runstore.testing import ContractViolation, ledger_state_machine
+from runstore.testing import LedgerContractViolation, ledger_state_machine
 
 FIND_IT = settings(
     max_examples=300,
@@ -131,12 +131,12 @@ def _runs_on_broken_ledger() -> Layer:
 )
 def test_the_contract_fails_a_broken_layer(factory: object) -> None:
     machine = ledger_state_machine(factory)  # type: ignore[arg-type]
-    with pytest.raises(ContractViolation):
+    with pytest.raises(LedgerContractViolation):
         run_state_machine_as_test(machine, settings=FIND_IT)
 
 
 def test_the_invariant_alone_catches_a_finished_execution_that_changes() -> None:
     """Even when the model is broken the same way, the immutability invariant fails."""
     machine = ledger_state_machine(_mutable_finished, model_factory=_mutable_finished)
-    with pytest.raises(ContractViolation, match="finished execution"):
+    with pytest.raises(LedgerContractViolation, match="finished execution"):
         run_state_machine_as_test(machine, settings=FIND_IT)

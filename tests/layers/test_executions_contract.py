@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 
 from runstore.layers import Layer, in_memory, sqlite
-from runstore.testing import ExecutionLedgerContract, LedgerFactory
+from runstore.testing import LayerFactory, LedgerContract
 
 
-class TestInMemoryLedger(ExecutionLedgerContract):
+class TestInMemoryLedger(LedgerContract):
     def make_layer(self) -> Layer:
         return in_memory()
 
 
-class TestSqliteMemoryLedger(ExecutionLedgerContract):
+class TestSqliteMemoryLedger(LedgerContract):
     def make_layer(self) -> Layer:
         return sqlite(":memory:")
 
 
-class TestSqliteFileLedger(ExecutionLedgerContract):
+class TestSqliteFileLedger(LedgerContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LedgerFactory:
+    def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
         return lambda: sqlite(tmp_path / f"ledger-{next(numbers)}.db")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import settings
 
 from runstore.layers import Layer, in_memory, sqlite
-from runstore.testing import SessionFactory, SessionsContract
+from runstore.testing import LayerFactory, SessionsContract
 
 
 class TestInMemorySessions(SessionsContract):
@@ -30,6 +30,6 @@ class TestSqliteMemorySessions(SessionsContract):
 
 class TestSqliteFileSessions(SessionsContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> SessionFactory:
+    def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
         return lambda: sqlite(tmp_path / f"sessions-{next(numbers)}.db")

@@ -63,10 +63,10 @@ from runstore.services.testruns import (
 )
 from runstore.testing import (
     LayerFactory,
-    RunRecordsMachine,
+    TestRunsMachine,
     file_coverages,
     item_results,
-    run_records_state_machine,
+    test_runs_state_machine,
     utc,
 )
 
@@ -369,7 +369,7 @@ class NewNotFrozen(PassThrough):
 # -- the tests -------------------------------------------------------------------------------------
 
 
-def _biased(machine: type[RunRecordsMachine], **narrow: Any) -> type[RunRecordsMachine]:
+def _biased(machine: type[TestRunsMachine], **narrow: Any) -> type[TestRunsMachine]:
     """The bound machine with whole runs (begin, record, finish) far more likely and its pools
     narrowed by ``narrow`` (``projects``, ``invocations``, ``max_nodeids``), so deep histories
     and retention come within a short search."""
@@ -423,7 +423,7 @@ def _biased(machine: type[RunRecordsMachine], **narrow: Any) -> type[RunRecordsM
     return Biased
 
 
-def _deep_history(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
+def _deep_history(machine: type[TestRunsMachine]) -> type[TestRunsMachine]:
     """Whole runs that always add to history: executed items, passed or failed runs."""
 
     class DeepHistory(machine):  # type: ignore[valid-type,misc]
@@ -455,7 +455,7 @@ def _deep_history(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
     return DeepHistory
 
 
-def _overlapping_runs(machine: type[RunRecordsMachine]) -> type[RunRecordsMachine]:
+def _overlapping_runs(machine: type[TestRunsMachine]) -> type[TestRunsMachine]:
     """Runs that overlap: two begun, both given the same failure, the later one ended
     first, then the earlier one."""
 
@@ -517,7 +517,7 @@ SEARCH = settings(
 def test_the_contract_catches_a_broken_layer(
     kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
 ) -> None:
-    machine = _biased(run_records_state_machine(broken(kind)), **narrow)
+    machine = _biased(test_runs_state_machine(broken(kind)), **narrow)
     if kind in (UntrimmedHistory, CleanBreakIsFlaky):
         machine = _deep_history(machine)
     if kind is NewNotFrozen:
@@ -531,7 +531,7 @@ def test_the_contract_catches_a_broken_layer(
 def test_a_correct_wrapper_passes() -> None:
     """The delegating base itself, driven by the same biased machine, is correct: the
     failures above come from the breakage, not from the wrapping or the bias."""
-    machine = _deep_history(_biased(run_records_state_machine(broken(PassThrough))))
+    machine = _deep_history(_biased(test_runs_state_machine(broken(PassThrough))))
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=4, stateful_step_count=20, deadline=None, database=None),

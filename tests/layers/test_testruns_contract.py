@@ -15,7 +15,7 @@ from hypothesis import settings
 from runstore.layers import Container, Layer, build, in_memory, merge, sqlite
 from runstore.services.clock import Clock
 from runstore.services.testruns import DataReader, DataStore
-from runstore.testing import DataReaderContract, DataStoreContract, LayerFactory
+from runstore.testing import LayerFactory, TestRunsReaderContract, TestRunsStoreContract
 
 
 def _quick(examples: int) -> settings | None:
@@ -26,26 +26,26 @@ def _quick(examples: int) -> settings | None:
     return settings(max_examples=examples, stateful_step_count=25)
 
 
-class TestInMemoryDataStore(DataStoreContract):
+class TestInMemoryDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(10)
 
     def make_layer(self) -> Layer:
         return in_memory()
 
 
-class TestInMemoryDataReader(DataReaderContract):
+class TestInMemoryDataReader(TestRunsReaderContract):
     def make_layer(self) -> Layer:
         return in_memory()
 
 
-class TestSqliteMemoryDataStore(DataStoreContract):
+class TestSqliteMemoryDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(12)
 
     def make_layer(self) -> Layer:
         return sqlite(":memory:")
 
 
-class TestSqliteMemoryDataReader(DataReaderContract):
+class TestSqliteMemoryDataReader(TestRunsReaderContract):
     def make_layer(self) -> Layer:
         return sqlite(":memory:")
 
@@ -55,7 +55,7 @@ def _files(tmp_path: Path) -> LayerFactory:
     return lambda: sqlite(tmp_path / f"runs-{next(counter)}.db")
 
 
-class TestSqliteFileDataStore(DataStoreContract):
+class TestSqliteFileDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(5)
 
     @pytest.fixture
@@ -63,7 +63,7 @@ class TestSqliteFileDataStore(DataStoreContract):
         return _files(tmp_path)
 
 
-class TestSqliteFileDataReader(DataReaderContract):
+class TestSqliteFileDataReader(TestRunsReaderContract):
     @pytest.fixture
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
         return _files(tmp_path)
@@ -107,7 +107,7 @@ class _Pair(tuple):  # type: ignore[type-arg]
     """Container key of the two alternating services."""
 
 
-class TestSqliteTwoConnectionsDataStore(DataStoreContract):
+class TestSqliteTwoConnectionsDataStore(TestRunsStoreContract):
     """Every call goes to the other of two connections to the same file."""
 
     state_machine_settings = _quick(5)

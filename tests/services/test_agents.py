@@ -53,7 +53,7 @@ from runstore.services.agents import (
 )
 from runstore.services.clock import FixedClock
 from runstore.services.errors import Conflict, InvalidInput, NotFound
-from runstore.testing import json_values
+from runstore.testing import agents_json_values
 
 
 def test_every_public_name_exists_and_is_reexported() -> None:
@@ -65,7 +65,7 @@ def test_every_public_name_exists_and_is_reexported() -> None:
         assert getattr(services, name) is getattr(agents, name)
 
 
-@given(json_values(max_leaves=20))
+@given(agents_json_values(max_leaves=20))
 def test_json_round_trips_with_the_same_types(value: JsonValue) -> None:
     text = encode_content(value, "content").unwrap()
     back = decode_json(text)

@@ -1,18 +1,18 @@
 """The contract every ``AgentStorage`` layer must meet, shipped for third parties.
 
-- **The state machine** (:func:`agent_state_machine`): a hypothesis ``RuleBasedStateMachine``
+- **The state machine** (:func:`agents_state_machine`): a hypothesis ``RuleBasedStateMachine``
   driving the layer under test beside the in-memory layer (the model) with the same calls:
   threads created and deleted, runs started and finished, appends (single and batched)
   interleaved across threads and runs, deletes by run, checkpoint creates with fresh, stale
   and replayed expectations, and queries with valid and invalid arguments. The whole
   ``Result`` of every call is compared, and after every step each thread, its latest
   checkpoint and its whole transcript.
-- **The example contract** (:class:`AgentStorageContract`): pytest tests of the documented
+- **The example contract** (:class:`AgentsContract`): pytest tests of the documented
   semantics (payload round trips, the paging contract, single flight, sequence numbers after
   deletes, compare-and-swap, deletion). A test module subclasses it and says how to make the
   layer::
 
-      class TestSqliteAgents(AgentStorageContract):
+      class TestSqliteAgents(AgentsContract):
           @pytest.fixture
           def layer_factory(self, tmp_path):
               return lambda: sqlite(tmp_path / f"{uuid.uuid4().hex}.db")
@@ -20,7 +20,7 @@
   The factory is called once per test and per hypothesis example and must return a layer
   providing ``AgentStorage`` and ``ExecutionStorage`` (runs are checked against the ledger)
   on a fresh, empty store; the contract puts its own ``FixedClock`` on top.
-- **Broken layers** (:func:`broken_sequence_layer`): a layer that hands out a deleted
+- **Broken layers** (:func:`agents_broken_sequence_layer`): a layer that hands out a deleted
   sequence number again. The contract must fail on it; the suite's own tests check that.
 """
 
@@ -70,17 +70,16 @@ from runstore.services.executions import (
     ProjectMismatch,
 )
 from runstore.services.pagination import CursorCodec
+from runstore.testing._shared import LayerFactory
 
 __all__ = [
-    "AgentStorageContract",
-    "AgentStorageMachine",
-    "agent_state_machine",
-    "broken_sequence_layer",
-    "json_values",
+    "AgentsContract",
+    "AgentsMachine",
+    "agents_broken_sequence_layer",
+    "agents_json_values",
+    "agents_state_machine",
 ]
 
-AgentLayerFactory = Callable[[], Layer]
-"""Makes a fresh layer providing ``AgentStorage`` and ``ExecutionStorage``."""
 
 THREADS = ("t1", "t2", "t3")
 RUNS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8")
@@ -101,7 +100,7 @@ CURSORS = (
 """Cursors the machine passes: forward after 3, newest first before 6, and refused ones."""
 
 
-def json_values(max_leaves: int = 6) -> st.SearchStrategy[JsonValue]:
+def agents_json_values(max_leaves: int = 6) -> st.SearchStrategy[JsonValue]:
     """JSON values with awkward text (NUL, emoji, right-to-left), ints, finite floats, nesting."""
     text = st.text(
         alphabet=st.sampled_from('ab \x00\n"\\é😀שלום\u202e\u0000{}'), max_size=8
@@ -140,8 +139,8 @@ def _roles(valid: bool) -> st.SearchStrategy[str]:
 
 def _contents(valid: bool) -> st.SearchStrategy[JsonValue]:
     if valid:
-        return json_values()
-    return json_values() | st.just("\ud800 lone") | st.just({"k": float("nan")})
+        return agents_json_values()
+    return agents_json_values() | st.just("\ud800 lone") | st.just({"k": float("nan")})
 
 
 def _new_messages(valid: bool = True) -> st.SearchStrategy[NewMessage]:
@@ -164,12 +163,12 @@ def _failures() -> st.SearchStrategy[AgentRunFailure | None]:
     )
 
 
-class AgentStorageMachine(RuleBasedStateMachine):
+class AgentsMachine(RuleBasedStateMachine):
     """Drives the layer under test and the in-memory model with the same calls and compares
-    every whole ``Result``. Bind it to a layer with :func:`agent_state_machine`."""
+    every whole ``Result``. Bind it to a layer with :func:`agents_state_machine`."""
 
-    layer_factory: ClassVar[AgentLayerFactory]
-    model_factory: ClassVar[AgentLayerFactory]
+    layer_factory: ClassVar[LayerFactory]
+    model_factory: ClassVar[LayerFactory]
 
     def __init__(self) -> None:
         super().__init__()
@@ -181,7 +180,7 @@ class AgentStorageMachine(RuleBasedStateMachine):
         self.run_threads: dict[str, str] = {}
         self.used_runs: set[str] = set()
 
-    def _open(self, factory: AgentLayerFactory) -> AgentStorage:
+    def _open(self, factory: LayerFactory) -> AgentStorage:
         layer = merge(factory(), Layer.value(CLOCK, self.clock))
         container: Container = self._stack.enter_context(build(layer))
         self._seed_executions(container.get(ExecutionStorage))
@@ -229,7 +228,8 @@ class AgentStorageMachine(RuleBasedStateMachine):
         thread=st.sampled_from(THREADS),
         project=st.sampled_from(PROJECTS),
         title=st.sampled_from(["", "plan", "plan", "\x00 ☃ שלום", "\ud800"]),
-        metadata=st.none() | st.dictionaries(st.sampled_from("ab"), json_values(3), max_size=2),
+        metadata=st.none()
+        | st.dictionaries(st.sampled_from("ab"), agents_json_values(3), max_size=2),
     )
     def create_thread(
         self, thread: str, project: str, title: str, metadata: dict[str, JsonValue] | None
@@ -502,16 +502,16 @@ class AgentStorageMachine(RuleBasedStateMachine):
             assert info.last_message_at_ms == expected_last
 
 
-def agent_state_machine(
-    layer_factory: AgentLayerFactory, model_factory: AgentLayerFactory = in_memory
-) -> type[AgentStorageMachine]:
-    """Return an :class:`AgentStorageMachine` bound to ``layer_factory`` (the layer under test)
+def agents_state_machine(
+    layer_factory: LayerFactory, model_factory: LayerFactory = in_memory
+) -> type[AgentsMachine]:
+    """Return an :class:`AgentsMachine` bound to ``layer_factory`` (the layer under test)
     and ``model_factory`` (the reference: the in-memory layer by default).
 
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``.
     """
 
-    class BoundAgentMachine(AgentStorageMachine):
+    class BoundAgentMachine(AgentsMachine):
         pass
 
     BoundAgentMachine.layer_factory = staticmethod(layer_factory)
@@ -537,7 +537,7 @@ class _ReusingAgentStorage(InMemoryAgentStorage):
     message_store_class = _ReusingMessageStore
 
 
-def broken_sequence_layer() -> Layer:
+def agents_broken_sequence_layer() -> Layer:
     """The in-memory layer with one bug: sequence numbers of deleted newest messages are
     handed out again. The contract must fail on it."""
 
@@ -563,7 +563,7 @@ def broken_sequence_layer() -> Layer:
 EIGHT_MB = 8 * 1024 * 1024
 
 
-class AgentStorageContract:
+class AgentsContract:
     """Example tests of the documented agent semantics; subclass and provide ``layer_factory``
     (a fixture returning a factory of fresh layers) or override :meth:`make_layer`."""
 
@@ -572,7 +572,7 @@ class AgentStorageContract:
         raise NotImplementedError("override make_layer or the layer_factory fixture")
 
     @pytest.fixture
-    def layer_factory(self) -> AgentLayerFactory:
+    def layer_factory(self) -> LayerFactory:
         """The factory of fresh layers under test."""
         return self.make_layer
 
@@ -582,7 +582,7 @@ class AgentStorageContract:
         return FixedClock()
 
     @pytest.fixture
-    def container(self, layer_factory: AgentLayerFactory, clock: FixedClock) -> Iterator[Container]:
+    def container(self, layer_factory: LayerFactory, clock: FixedClock) -> Iterator[Container]:
         """A built container of the layer under test with the contract's clock."""
         with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as built:
             yield built

@@ -1,18 +1,18 @@
 """The contract every execution-ledger layer must meet, shipped for third parties.
 
-- **Strategies** (:func:`ledger_json_values`, :func:`identifiers`, :func:`execution_failures`,
-  :func:`action_run_failures`, :func:`phase_outcomes`, :func:`non_json_values`) for the
-  values the ledger stores, including any Unicode and deep nesting, and for the values it
-  must refuse.
-- **The state machine** (:class:`ExecutionLedgerMachine`, bound to a layer by
+- **Strategies** (:func:`ledger_json_values`, :func:`ledger_identifiers`,
+  :func:`execution_failures`, :func:`action_run_failures`, :func:`phase_outcomes`,
+  :func:`non_json_values`) for the values the ledger stores, including any Unicode and deep
+  nesting, and for the values it must refuse.
+- **The state machine** (:class:`LedgerMachine`, bound to a layer by
   :func:`ledger_state_machine`): a hypothesis ``RuleBasedStateMachine`` that makes the same
   calls on the layer under test and on the in-memory layer (the model) and compares the whole
   ``Result`` of every call. It also checks, whatever the model says, that fencing tokens only
   grow and that a finished execution never changes again.
-- **The contract class** (:class:`ExecutionLedgerContract`): pytest example tests of the
+- **The contract class** (:class:`LedgerContract`): pytest example tests of the
   documented semantics plus the state machine. Subclass it and say how to make the layer::
 
-      class TestSqliteLedger(ExecutionLedgerContract):
+      class TestSqliteLedger(LedgerContract):
           def make_layer(self) -> Layer:
               return sqlite(":memory:")
 
@@ -24,7 +24,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any, ClassVar
 
@@ -81,36 +81,35 @@ from runstore.services.executions import (
     StaleFencingToken,
 )
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
+from runstore.testing._shared import LayerFactory
 
 __all__ = [
-    "ContractViolation",
-    "ExecutionLedgerContract",
-    "ExecutionLedgerMachine",
-    "LedgerFactory",
+    "LedgerContract",
+    "LedgerContractViolation",
+    "LedgerMachine",
     "action_run_failures",
     "execution_failures",
-    "identifiers",
+    "ledger_identifiers",
     "ledger_json_values",
+    "ledger_model_layer",
     "ledger_state_machine",
     "non_json_values",
     "phase_outcomes",
 ]
 
-LedgerFactory = Callable[[], Layer]
-"""Makes a fresh layer providing ``ExecutionStorage`` and ``ActionRunStorage``."""
 
 T0_MS = 1_700_000_000_000
 """Where the contract's clock starts (epoch ms)."""
 
 
-class ContractViolation(AssertionError):
+class LedgerContractViolation(AssertionError):
     """The layer under test disagreed with the model or broke an invariant of the ledger."""
 
 
 # -- strategies --------------------------------------------------------------------------------
 
 
-def identifiers(*, max_size: int = 24) -> st.SearchStrategy[str]:
+def ledger_identifiers(*, max_size: int = 24) -> st.SearchStrategy[str]:
     """Non-empty text any ledger must accept as an id, project, name or key (any Unicode but
     surrogates and NUL)."""
     return st.text(
@@ -157,7 +156,7 @@ def execution_failures() -> st.SearchStrategy[ExecutionFailure]:
     """Structured execution failures with any Unicode and nested JSON details."""
     return st.builds(
         ExecutionFailure,
-        name=identifiers(max_size=16),
+        name=ledger_identifiers(max_size=16),
         message=st.text(max_size=40),
         details=ledger_json_values(max_leaves=6),
     )
@@ -169,7 +168,7 @@ def action_run_failures(
     """Structured action-run failures; ``phase`` defaults to None or any phase."""
     return st.builds(
         ActionRunFailure,
-        name=identifiers(max_size=16),
+        name=ledger_identifiers(max_size=16),
         message=st.text(max_size=40),
         phase=phase if phase is not None else st.none() | st.sampled_from(list(ActionRunPhase)),
         details=ledger_json_values(max_leaves=6),
@@ -187,7 +186,7 @@ def phase_outcomes(phase: ActionRunPhase) -> st.SearchStrategy[PhaseOutcome]:
 # -- the state machine -------------------------------------------------------------------------
 
 
-def model_layer() -> Layer:
+def ledger_model_layer() -> Layer:
     """The reference implementation: the in-memory ledger alone."""
     return merge(
         Layer.service(InMemoryDatabase, lambda _c: InMemoryDatabase()), in_memory_ledger()
@@ -210,14 +209,14 @@ def _services(container: Container) -> _Services:
     return _Services(container.get(ExecutionStorage), container.get(ActionRunStorage))
 
 
-class ExecutionLedgerMachine(RuleBasedStateMachine):
+class LedgerMachine(RuleBasedStateMachine):
     """Drives a layer under test beside the in-memory model; see the module docstring.
 
     Bind it to a layer with :func:`ledger_state_machine`.
     """
 
-    layer_factory: ClassVar[LedgerFactory]
-    model_factory: ClassVar[LedgerFactory] = model_layer
+    layer_factory: ClassVar[LayerFactory]
+    model_factory: ClassVar[LayerFactory] = ledger_model_layer
 
     def __init__(self) -> None:
         super().__init__()
@@ -248,7 +247,7 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
     ) -> Result[Any, Any]:
         """Require equal Results from the model and the subject; return the subject's."""
         if model != subject:
-            raise ContractViolation(f"{call}:\n  model:   {model!r}\n  subject: {subject!r}")
+            raise LedgerContractViolation(f"{call}:\n  model:   {model!r}\n  subject: {subject!r}")
         return subject
 
     def _note_execution(self, result: Result[Any, Any]) -> None:
@@ -373,7 +372,7 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
         if isinstance(got, Success) and got.unwrap() is not None:
             execution: Execution = got.unwrap()
             if execution.fencing_token <= self.highest_token:
-                raise ContractViolation(
+                raise LedgerContractViolation(
                     f"claim handed out token {execution.fencing_token} after {self.highest_token}"
                 )
             self.highest_token = execution.fencing_token
@@ -647,22 +646,22 @@ class ExecutionLedgerMachine(RuleBasedStateMachine):
         for execution_id, snapshot in self.finished.items():
             now = self.subject.executions.get(ExecutionId(execution_id))
             if now != Success(snapshot):
-                raise ContractViolation(
+                raise LedgerContractViolation(
                     f"finished execution {execution_id!r} changed:\n"
                     f"  was: {snapshot!r}\n  now: {now!r}"
                 )
 
 
 def ledger_state_machine(
-    layer_factory: LedgerFactory, model_factory: LedgerFactory = model_layer
-) -> type[ExecutionLedgerMachine]:
-    """Return an :class:`ExecutionLedgerMachine` subclass bound to ``layer_factory``.
+    layer_factory: LayerFactory, model_factory: LayerFactory = ledger_model_layer
+) -> type[LedgerMachine]:
+    """Return an :class:`LedgerMachine` subclass bound to ``layer_factory``.
 
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``; a
-    disagreement raises :class:`ContractViolation`.
+    disagreement raises :class:`LedgerContractViolation`.
     """
 
-    class BoundLedgerMachine(ExecutionLedgerMachine):
+    class BoundLedgerMachine(LedgerMachine):
         pass
 
     BoundLedgerMachine.layer_factory = staticmethod(layer_factory)
@@ -683,7 +682,7 @@ class Ledger:
     clock: FixedClock
 
 
-class ExecutionLedgerContract:
+class LedgerContract:
     """What every execution-ledger layer must do; subclass and define :meth:`make_layer`."""
 
     state_machine_settings: ClassVar[settings] = settings(
@@ -692,15 +691,15 @@ class ExecutionLedgerContract:
 
     def make_layer(self) -> Layer:
         """Return a fresh layer providing the two services (override this, or the fixture)."""
-        raise NotImplementedError("subclass ExecutionLedgerContract and define make_layer")
+        raise NotImplementedError("subclass LedgerContract and define make_layer")
 
     @pytest.fixture
-    def layer_factory(self) -> LedgerFactory:
+    def layer_factory(self) -> LayerFactory:
         """The factory under test (``make_layer`` unless a subclass overrides this fixture)."""
         return self.make_layer
 
     @pytest.fixture
-    def ledger(self, layer_factory: LedgerFactory) -> Iterator[Ledger]:
+    def ledger(self, layer_factory: LayerFactory) -> Iterator[Ledger]:
         """The built layer under test with the contract's clock (starting at ``T0_MS``)."""
         clock = FixedClock(T0_MS)
         with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as container:
@@ -709,7 +708,7 @@ class ExecutionLedgerContract:
 
     # -- the model -----------------------------------------------------------------------------
 
-    def test_state_machine_agrees_with_the_model(self, layer_factory: LedgerFactory) -> None:
+    def test_state_machine_agrees_with_the_model(self, layer_factory: LayerFactory) -> None:
         run_state_machine_as_test(
             ledger_state_machine(layer_factory), settings=self.state_machine_settings
         )
@@ -797,7 +796,7 @@ class ExecutionLedgerContract:
             HealthCheck.differing_executors,
         ],
     )
-    def test_non_json_values_are_refused(self, layer_factory: LedgerFactory, bad: Any) -> None:
+    def test_non_json_values_are_refused(self, layer_factory: LayerFactory, bad: Any) -> None:
         with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             executions = _services(container).executions
             assert isinstance(
@@ -823,7 +822,7 @@ class ExecutionLedgerContract:
     )
     def test_json_values_round_trip_exactly(
         self,
-        layer_factory: LedgerFactory,
+        layer_factory: LayerFactory,
         value: JsonValue,
         failure: ExecutionFailure,
         metadata: dict[str, JsonValue],
@@ -1177,7 +1176,7 @@ class ExecutionLedgerContract:
         ],
     )
     def test_failures_round_trip_exactly(
-        self, layer_factory: LedgerFactory, failure: ActionRunFailure, result: JsonValue
+        self, layer_factory: LayerFactory, failure: ActionRunFailure, result: JsonValue
     ) -> None:
         with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             services = _services(container)

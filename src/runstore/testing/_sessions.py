@@ -1,6 +1,6 @@
 """The contract every sessions layer must meet, shipped for third parties.
 
-- **Strategies** (:func:`session_json_values`, :func:`entry_payloads`) for the payloads of
+- **Strategies** (:func:`sessions_json_values`, :func:`entry_payloads`) for the payloads of
   every entry type of the pi session format, unknown types included.
 - **The state machine** (:class:`SessionsMachine`, bound to a layer by
   :func:`sessions_state_machine`): a hypothesis ``RuleBasedStateMachine`` that grows random
@@ -59,17 +59,17 @@ from runstore.services.sessions import (
     SessionRepository,
     SessionStorage,
 )
+from runstore.testing._shared import LayerFactory
 
 __all__ = [
     "ENTRY_TYPES",
     "T0_MS",
-    "SessionFactory",
     "SessionsContract",
     "SessionsContractViolation",
     "SessionsMachine",
     "entry_payloads",
-    "model_sessions_layer",
-    "session_json_values",
+    "sessions_json_values",
+    "sessions_model_layer",
     "sessions_state_machine",
 ]
 
@@ -78,8 +78,6 @@ T = TypeVar("T")
 T0_MS = 1_764_500_000_000
 """The contract clock's start (2025-11-30T10:53:20Z), epoch ms."""
 
-SessionFactory = Callable[[], Layer]
-"""Makes a fresh layer providing :class:`~runstore.services.SessionRepository`."""
 
 ENTRY_TYPES = (
     "message",
@@ -99,7 +97,7 @@ class SessionsContractViolation(AssertionError):
     """The layer under test and the model disagreed (or an invariant failed)."""
 
 
-def model_sessions_layer() -> Layer:
+def sessions_model_layer() -> Layer:
     """The model: the in-memory sessions layer on its own unit of work."""
     return merge(in_memory_database(), in_memory_sessions())
 
@@ -109,7 +107,7 @@ def model_sessions_layer() -> Layer:
 _texts = st.text(max_size=12)
 
 
-def session_json_values(max_leaves: int = 8) -> st.SearchStrategy[Any]:
+def sessions_json_values(max_leaves: int = 8) -> st.SearchStrategy[Any]:
     """JSON values as the format stores them: null, booleans, integers, finite floats, any
     Unicode text, lists and objects (string keys), nested."""
     scalars = (
@@ -213,11 +211,13 @@ def entry_payloads(
     if entry_type == "branch_summary":
         return st.builds(lambda s, f, u: {"summary": s, "fromId": f, **u}, text, target, usage)
     if entry_type == "custom":
-        return st.fixed_dictionaries({"customType": text}, optional={"data": session_json_values()})
+        return st.fixed_dictionaries(
+            {"customType": text}, optional={"data": sessions_json_values()}
+        )
     if entry_type == "custom_message":
         return st.fixed_dictionaries(
             {"customType": text, "content": text, "display": st.booleans()},
-            optional={"details": session_json_values()},
+            optional={"details": sessions_json_values()},
         )
     if entry_type == "label":
         return st.fixed_dictionaries({"targetId": target, "label": st.none() | st.just("") | text})
@@ -225,7 +225,7 @@ def entry_payloads(
         return st.fixed_dictionaries({}, optional={"name": st.none() | text})
     return st.dictionaries(
         st.text(max_size=6).filter(lambda k: k not in ("type", "id", "parentId", "timestamp")),
-        session_json_values(),
+        sessions_json_values(),
         max_size=3,
     )
 
@@ -263,7 +263,7 @@ class SessionsMachine(RuleBasedStateMachine):
     """Random session trees on the layer under test and on the model, compared call by call."""
 
     layer_factory: ClassVar[Callable[[], Layer]]
-    model_factory: ClassVar[Callable[[], Layer]] = staticmethod(model_sessions_layer)
+    model_factory: ClassVar[Callable[[], Layer]] = staticmethod(sessions_model_layer)
 
     SESSION_IDS: ClassVar[tuple[str, ...]] = ("s-a", "s-b", "s-c", "s-d", "s-e")
     CWDS: ClassVar[tuple[str, ...]] = ("/work", "/tmp/x", "")
@@ -415,7 +415,7 @@ class SessionsMachine(RuleBasedStateMachine):
     @rule(
         session_id=st.sampled_from(SESSION_IDS),
         cwd=st.sampled_from(CWDS),
-        metadata=st.dictionaries(st.text(max_size=4), session_json_values(4), max_size=2),
+        metadata=st.dictionaries(st.text(max_size=4), sessions_json_values(4), max_size=2),
         parent=st.none() | st.just("elsewhere.jsonl"),
     )
     def create(
@@ -591,7 +591,7 @@ def _tail(after: int) -> Callable[[SessionStorage], Result[Page[Entry], SessionE
 
 
 def sessions_state_machine(
-    layer_factory: SessionFactory, model_factory: SessionFactory = model_sessions_layer
+    layer_factory: LayerFactory, model_factory: LayerFactory = sessions_model_layer
 ) -> type[SessionsMachine]:
     """Return a :class:`SessionsMachine` subclass bound to ``layer_factory``.
 
@@ -664,12 +664,12 @@ class SessionsContract:
         raise NotImplementedError("subclass SessionsContract and define make_layer")
 
     @pytest.fixture
-    def layer_factory(self) -> SessionFactory:
+    def layer_factory(self) -> LayerFactory:
         """The factory under test (``make_layer`` unless a subclass overrides this fixture)."""
         return self.make_layer
 
     @pytest.fixture
-    def sessions(self, layer_factory: SessionFactory) -> Iterator[Sessions]:
+    def sessions(self, layer_factory: LayerFactory) -> Iterator[Sessions]:
         """The built layer under test with the contract's clock (starting at ``T0_MS``)."""
         clock = FixedClock(T0_MS)
         with build(merge(layer_factory(), Layer.value(CLOCK, clock))) as container:
@@ -677,7 +677,7 @@ class SessionsContract:
 
     # -- the model -------------------------------------------------------------------------------
 
-    def test_state_machine_agrees_with_the_model(self, layer_factory: SessionFactory) -> None:
+    def test_state_machine_agrees_with_the_model(self, layer_factory: LayerFactory) -> None:
         run_state_machine_as_test(
             sessions_state_machine(layer_factory), settings=self.state_machine_settings
         )

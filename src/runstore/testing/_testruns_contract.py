@@ -5,17 +5,17 @@ Three parts:
 - **Strategies** (``node_ids``, ``error_infos``, ``item_results``, ...) that generate the awkward
   inputs a real test runner produces: node ids with ``::``, brackets, spaces, any Unicode and
   NUL; messages with lone surrogates or far beyond ``MAX_MESSAGE_CHARS``; deep cause chains.
-- **The state machine** (:func:`run_records_state_machine`): a hypothesis ``RuleBasedStateMachine``
+- **The state machine** (:func:`test_runs_state_machine`): a hypothesis ``RuleBasedStateMachine``
   that drives the layer under test beside the in-memory layer (the model) with the same calls
   and compares the whole ``Result`` of every call, and after every step the whole result of
   every reader query. Run ids are opaque: the machine maps the layer's ids onto the model's
   (and checks they are never reused and grow with creation order) instead of demanding equal
   numbers.
-- **Contract base classes** (:class:`DataStoreContract`, :class:`DataReaderContract`): pytest
-  classes with example tests of the documented semantics, parametrized by a factory fixture.
+- **Contract base classes** (:class:`TestRunsStoreContract`, :class:`TestRunsReaderContract`):
+  pytest classes with example tests of the documented semantics, parametrized by a factory fixture.
   A test module subclasses them and says how to make the layer::
 
-      class TestSqliteDataStore(DataStoreContract):
+      class TestSqliteDataStore(TestRunsStoreContract):
           def make_layer(self) -> Layer:
               return sqlite(":memory:")
 
@@ -86,14 +86,14 @@ from runstore.services.testruns import (
     TestResult,
     derive_outcome,
 )
+from runstore.testing._shared import LayerFactory
 
 __all__ = [
     "DAY_MS",
     "T0_MS",
-    "DataReaderContract",
-    "DataStoreContract",
-    "LayerFactory",
-    "RunRecordsMachine",
+    "TestRunsMachine",
+    "TestRunsReaderContract",
+    "TestRunsStoreContract",
     "collection_errors",
     "environments",
     "error_infos",
@@ -108,16 +108,14 @@ __all__ = [
     "reference_streak",
     "reference_verdict",
     "rerun_item",
-    "run_records_state_machine",
     "selections",
     "stack_frames",
+    "test_runs_state_machine",
     "utc",
 ]
 
 T = TypeVar("T")
 
-LayerFactory = Callable[[], Layer]
-"""Makes a layer providing ``DataStore`` and ``DataReader`` on a fresh, empty store."""
 
 _EVERYTHING = Selection()
 """The selection of a run that narrowed nothing."""
@@ -508,10 +506,10 @@ def _open(stack: ExitStack, factory: LayerFactory, clock: FixedClock) -> Contain
     return stack.enter_context(build(merge(factory(), clock_layer)))
 
 
-class RunRecordsMachine(RuleBasedStateMachine):
+class TestRunsMachine(RuleBasedStateMachine):
     """Drives the layer under test beside the model with the same calls; see the module doc.
 
-    Use :func:`run_records_state_machine` to bind a layer factory; ``model_factory`` defaults to
+    Use :func:`test_runs_state_machine` to bind a layer factory; ``model_factory`` defaults to
     the in-memory layer.
     """
 
@@ -961,21 +959,26 @@ _RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
 """The evidence rules each verdict may rest on."""
 
 
-def run_records_state_machine(
-    layer_factory: LayerFactory, model_factory: LayerFactory = in_memory
-) -> type[RunRecordsMachine]:
-    """Return a :class:`RunRecordsMachine` subclass bound to ``layer_factory`` (the layer under
+def test_runs_state_machine(
+    layer_factory: LayerFactory,
+    model_factory: LayerFactory = in_memory,  # noqa: PT028 (not a test: see __test__ below)
+) -> type[TestRunsMachine]:
+    """Return a :class:`TestRunsMachine` subclass bound to ``layer_factory`` (the layer under
     test) and ``model_factory`` (the reference, the in-memory layer by default).
 
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``.
     """
 
-    class BoundMachine(RunRecordsMachine):
+    class BoundMachine(TestRunsMachine):
         pass
 
     BoundMachine.layer_factory = staticmethod(layer_factory)
     BoundMachine.model_factory = staticmethod(model_factory)
     return BoundMachine
+
+
+# pytest collects a function named ``test*`` that a test module imports; this one is not a test.
+vars(test_runs_state_machine)["__test__"] = False
 
 
 # -- example-based contract -----------------------------------------------------------------------
@@ -1061,7 +1064,19 @@ def reference_streak(outcomes: str) -> int:
 
 
 class _Contract:
-    """Fixtures shared by the two contract classes."""
+    """Fixtures shared by the two contract classes.
+
+    pytest collects a class named ``Test*``, and so a contract imported into a test module:
+    the contracts of this module are not collected (``__test__`` is false), a subclass
+    defined elsewhere is, unless it sets ``__test__`` itself.
+    """
+
+    __test__: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__test__" not in vars(cls):
+            cls.__test__ = cls.__module__ != __name__
 
     def make_layer(self) -> Layer:
         """Return a layer providing ``DataStore`` and ``DataReader`` on a fresh, empty store.
@@ -1176,7 +1191,7 @@ _BAD_ITEMS: dict[str, Callable[[TestResult], TestResult]] = {
 }
 
 
-class DataStoreContract(_Contract):
+class TestRunsStoreContract(_Contract):
     """What every ``DataStore`` layer must do; subclass and define ``make_layer``.
 
     Includes the state machine (:meth:`test_state_machine_agrees_with_the_model`), run with
@@ -1186,7 +1201,7 @@ class DataStoreContract(_Contract):
     state_machine_settings: ClassVar[settings | None] = None
 
     def test_state_machine_agrees_with_the_model(self, layer_factory: LayerFactory) -> None:
-        machine = run_records_state_machine(layer_factory)
+        machine = test_runs_state_machine(layer_factory)
         run_state_machine_as_test(machine, settings=self.state_machine_settings)
 
     # begin_run -----------------------------------------------------------------------------------
@@ -1814,7 +1829,7 @@ class DataStoreContract(_Contract):
         assert (moved.run_id, moved.source_run_id, moved.files) == (sibling, sibling, files)
 
 
-class DataReaderContract(_Contract):
+class TestRunsReaderContract(_Contract):
     """What every ``DataReader`` layer must answer; subclass and define ``make_layer``.
 
     The reader is exercised through the ``DataStore`` of the same layer.
