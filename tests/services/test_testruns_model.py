@@ -15,20 +15,21 @@ from hypothesis import given
 from hypothesis import strategies as st
 from returns.result import Failure, Success
 
-from runstore.layers._testruns_shared import (
+from runstore.services._testruns_rules import (
     MAX_CAUSES,
+    MAX_SAFE_INT,
+    RUNS_CURSOR,
     CaseHistory,
     PruneRun,
     Streak,
     WindowEntry,
     _case,
     _plain_case,
+    check_time,
     classify,
     compare_runs,
-    decode_cursor,
     decode_lines,
     decode_selection,
-    encode_cursor,
     encode_lines,
     encode_selection,
     failure_signature,
@@ -46,7 +47,6 @@ from runstore.layers._testruns_shared import (
     run_is_partial,
     streak_of,
     subtest_counts,
-    to_epoch_ms,
     valid_policy,
 )
 from runstore.services.errors import InvalidInput
@@ -321,9 +321,19 @@ def test_run_start_needs_aware_times_and_identifiers() -> None:
 
 
 def test_epoch_ms_accepts_ints_and_refuses_bools() -> None:
-    assert to_epoch_ms(1_700_000_000_000, "t") == Success(1_700_000_000_000)
-    assert isinstance(to_epoch_ms(True, "t"), Failure)
-    assert isinstance(to_epoch_ms("2024-01-01", "t"), Failure)
+    assert check_time(1_700_000_000_000, "t") == Success(1_700_000_000_000)
+    assert isinstance(check_time(True, "t"), Failure)
+    assert isinstance(check_time("2024-01-01", "t"), Failure)
+
+
+def test_times_range_over_every_datetime_and_safe_integers() -> None:
+    assert check_time(datetime(1, 1, 1, tzinfo=UTC), "t") == Success(-62_135_596_800_000)
+    assert check_time(-MAX_SAFE_INT, "t") == Success(-MAX_SAFE_INT)
+    assert check_time(MAX_SAFE_INT, "t") == Success(MAX_SAFE_INT)
+    for outside in (MAX_SAFE_INT + 1, -MAX_SAFE_INT - 1):
+        refused = check_time(outside, "start.started_at")
+        assert isinstance(refused, Failure)
+        assert refused.failure().field == "start.started_at"
 
 
 def test_coverage_validation_and_normalized_lines() -> None:
@@ -715,11 +725,18 @@ def test_policies_are_validated() -> None:
 
 @given(started=st.integers(-(2**52), 2**52), run_id=st.integers(0, 2**62))
 def test_cursors_round_trip(started: int, run_id: int) -> None:
-    assert decode_cursor(encode_cursor(started, run_id)) == Success((started, run_id))
+    assert RUNS_CURSOR.decode(RUNS_CURSOR.encode(started, run_id)) == Success((started, run_id))
 
 
-@pytest.mark.parametrize("cursor", ["", "garbage", "r1.1", "r1.x.2", "\x00", 7, "r1.1.2 "])
+_EDITED = RUNS_CURSOR.encode(5, 7).replace(".7.", ".8.")
+_OTHER_LISTING = "executions.1.5.7." + RUNS_CURSOR.encode(5, 7).rsplit(".", 1)[1]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["", "garbage", "r1.1", "r1.x.2", "\x00", 7, "r1.1.2 ", "r1.1.2", _EDITED, _OTHER_LISTING],
+)
 def test_foreign_cursors_are_invalid_input(cursor: object) -> None:
-    result = decode_cursor(cursor)
+    result = RUNS_CURSOR.decode(cursor)
     assert isinstance(result, Failure)
     assert result.failure().field == "cursor"

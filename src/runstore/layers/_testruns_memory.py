@@ -6,7 +6,7 @@ nothing, exactly like a rolled-back SQLite transaction. Values stored in the mir
 immutable and replaced whole, so undoing a write restores them exactly.
 
 The in-memory layer is the reference the contract suite compares the live layer with; it
-follows the same documented rules, through the same helpers (``_testruns_shared``):
+follows the same documented rules, through the same helpers (``runstore.services._testruns_rules``):
 
 - Run ids start at 1 and grow by 1 per created run; like SQLite's AUTOINCREMENT an id is
   never handed out again, even after its run was pruned (a ``begin_run`` that fails uses no
@@ -29,8 +29,10 @@ from returns.result import Failure, Result, Success
 
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._memory_database import InMemoryDatabase
-from runstore.layers._testruns_shared import (
+from runstore.layers._unit_of_work import TxDict
+from runstore.services._testruns_rules import (
     EXECUTED_OUTCOMES,
+    RUNS_CURSOR,
     CaseHistory,
     PreparedCase,
     PreparedCollectionError,
@@ -38,12 +40,12 @@ from runstore.layers._testruns_shared import (
     PruneRun,
     Streak,
     WindowEntry,
+    check_finish,
+    check_time,
     classify,
     compare_runs,
     counts_of,
     coverage_percent,
-    decode_cursor,
-    encode_cursor,
     failure_record,
     flaky_entry,
     new_signatures,
@@ -62,8 +64,6 @@ from runstore.layers._testruns_shared import (
     streak_of,
     subtest_counts,
     test_detail,
-    to_epoch_ms,
-    valid_finish,
     valid_fragment,
     valid_limit,
     valid_outcomes,
@@ -72,7 +72,6 @@ from runstore.layers._testruns_shared import (
     valid_run_id,
     valid_status,
 )
-from runstore.layers._unit_of_work import TxDict
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.pagination import Page
@@ -388,14 +387,10 @@ class InMemoryDataStore:
         self, run_id: RunId, status: RunStatus, finished_at: datetime
     ) -> Result[RunSummary, DataStoreError]:
         """See ``DataStore.finish_run``."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        arguments = valid_finish(status, finished_at)
+        arguments = check_finish(run_id, status, finished_at)
         if isinstance(arguments, Failure):
             return arguments
-        final, finished_ms = arguments.unwrap()
-        rid = checked.unwrap()
+        rid, final, finished_ms = arguments.unwrap()
         state = self._state
 
         def write() -> Result[RunSummary, DataStoreError]:
@@ -521,7 +516,7 @@ class InMemoryDataStore:
         checked = valid_project(project)
         if isinstance(checked, Failure):
             return checked
-        cutoff = to_epoch_ms(older_than, "older_than")
+        cutoff = check_time(older_than, "older_than")
         if isinstance(cutoff, Failure):
             return cutoff
         name, limit = checked.unwrap(), cutoff.unwrap()
@@ -744,7 +739,7 @@ class InMemoryDataReader:
         size = valid_limit(limit)
         if isinstance(size, Failure):
             return size
-        after = decode_cursor(cursor)
+        after = RUNS_CURSOR.decode(cursor)
         if isinstance(after, Failure):
             return after
         position, count = after.unwrap(), size.unwrap()
@@ -770,7 +765,7 @@ class InMemoryDataReader:
                 Page(
                     items,
                     more,
-                    None if last is None else encode_cursor(last.started_at_ms, last.id),
+                    None if last is None else RUNS_CURSOR.encode(last.started_at_ms, last.id),
                 )
             )
 

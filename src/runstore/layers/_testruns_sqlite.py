@@ -1,12 +1,12 @@
 """The live test-run layer: ``SqliteDataStore`` and ``SqliteDataReader`` (schema: migration 0002).
 
 Write path. Every ``DataStore`` method is one unit of work (``SqliteDatabase.transact``):
-input is validated and normalized first (``_testruns_shared``), so bad input writes nothing;
-then a handful of set-based statements and ``executemany`` batches run, with no per-row
-commit. Row ids of items and errors are assigned in Python from ``max(id) + 1`` read under
-the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit), so children can refer to
-their parents without a round trip per row; run ids come from ``AUTOINCREMENT`` and are never
-reused, even after pruning.
+input is validated and normalized first (``runstore.services._testruns_rules``), so bad
+input writes nothing; then a handful of set-based statements and ``executemany`` batches
+run, with no per-row commit. Row ids of items and errors are assigned in Python from
+``max(id) + 1`` read under the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit),
+so children can refer to their parents without a round trip per row; run ids come from
+``AUTOINCREMENT`` and are never reused, even after pruning.
 
 Id caches. ``files`` ids and module ids are cached in ``TxDict`` mirrors of the database
 (test ids are looked up per batch: one indexed probe each): an entry added by a unit that rolls back
@@ -37,8 +37,10 @@ from runstore.exceptions import TransactionMisuse
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
-from runstore.layers._testruns_shared import (
+from runstore.layers._unit_of_work import TxDict
+from runstore.services._testruns_rules import (
     OUTCOME_ORDER,
+    RUNS_CURSOR,
     SUBTEST_WORDS,
     CaseHistory,
     PreparedCase,
@@ -47,13 +49,13 @@ from runstore.layers._testruns_shared import (
     PruneRun,
     Streak,
     WindowEntry,
+    check_finish,
+    check_time,
     classify,
     compare_runs,
     coverage_percent,
-    decode_cursor,
     decode_lines,
     decode_selection,
-    encode_cursor,
     encode_lines,
     encode_selection,
     failure_record,
@@ -73,8 +75,6 @@ from runstore.layers._testruns_shared import (
     sort_flaky,
     streak_of,
     test_detail,
-    to_epoch_ms,
-    valid_finish,
     valid_fragment,
     valid_limit,
     valid_outcomes,
@@ -83,7 +83,6 @@ from runstore.layers._testruns_shared import (
     valid_run_id,
     valid_status,
 )
-from runstore.layers._unit_of_work import TxDict
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.pagination import Page
@@ -752,14 +751,10 @@ class SqliteDataStore:
         ``test_runs.new_signatures``; history gets one entry per executed item (a sequence
         number per finished run orders them; failing entries get their streak) and is
         trimmed in one statement."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        arguments = valid_finish(status, finished_at)
+        arguments = check_finish(run_id, status, finished_at)
         if isinstance(arguments, Failure):
             return arguments
-        final, finished_ms = arguments.unwrap()
-        rid = checked.unwrap()
+        rid, final, finished_ms = arguments.unwrap()
         db = self._db
 
         def write() -> Result[RunSummary, DataStoreError]:
@@ -905,7 +900,7 @@ class SqliteDataStore:
         checked = valid_project(project)
         if isinstance(checked, Failure):
             return checked
-        cutoff = to_epoch_ms(older_than, "older_than")
+        cutoff = check_time(older_than, "older_than")
         if isinstance(cutoff, Failure):
             return cutoff
         name, limit = checked.unwrap(), cutoff.unwrap()
@@ -1168,7 +1163,7 @@ class SqliteDataReader:
         size = valid_limit(limit)
         if isinstance(size, Failure):
             return size
-        after = decode_cursor(cursor)
+        after = RUNS_CURSOR.decode(cursor)
         if isinstance(after, Failure):
             return after
         position, count = after.unwrap(), size.unwrap()
@@ -1193,7 +1188,7 @@ class SqliteDataReader:
             more = len(rows) > count
             items = tuple(_summary(r) for r in rows[:count])
             last = items[-1] if more else None
-            after = None if last is None else encode_cursor(last.started_at_ms, last.id)
+            after = None if last is None else RUNS_CURSOR.encode(last.started_at_ms, last.id)
             return Success(Page(items, more, after))
 
         return self._read("list_runs", read)
