@@ -511,12 +511,12 @@ def agents_state_machine(
     Run it with ``hypothesis.stateful.run_state_machine_as_test(machine, settings=...)``.
     """
 
-    class BoundAgentMachine(AgentsMachine):
+    class BoundAgentsMachine(AgentsMachine):
         pass
 
-    BoundAgentMachine.layer_factory = staticmethod(layer_factory)
-    BoundAgentMachine.model_factory = staticmethod(model_factory)
-    return BoundAgentMachine
+    BoundAgentsMachine.layer_factory = staticmethod(layer_factory)
+    BoundAgentsMachine.model_factory = staticmethod(model_factory)
+    return BoundAgentsMachine
 
 
 # -- a deliberately broken layer ---------------------------------------------------------------
