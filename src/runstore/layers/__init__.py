@@ -3,7 +3,8 @@
 ``sqlite(path)`` is the live layer: one migrated SQLite database and every service on it.
 ``in_memory()`` provides the same services from memory, for tests and for hosts that keep
 nothing. ``build(layer)`` turns either into a container; a service is looked up by its
-:class:`Tag` (typed: ``container.get(DATA_READER)`` is a ``DataReader``) or by its class::
+class or its :class:`Tag`, both typed (``container.get(DataReader)`` and
+``container.get(DATA_READER)`` are a ``DataReader`` to mypy)::
 
     from runstore.layers import DATA_READER, build, sqlite
 
