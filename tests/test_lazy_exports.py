@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-LAZY = ["runstore.services"]
+LAZY = ["runstore.services", "runstore.testing"]
 
 
 def _type_checking_imports(package: str) -> dict[str, tuple[str, ...]]:

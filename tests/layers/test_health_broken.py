@@ -15,7 +15,7 @@ from runstore.layers import (
     sqlite,
 )
 from runstore.services import DatabaseCheck, HealthError, MigrationStatus
-from runstore.testing._health import HealthContract, HealthFactory
+from runstore.testing import HealthContract, LayerFactory
 
 
 class ForgetsTheLastMigration(SqliteDatabaseHealth):
@@ -37,7 +37,7 @@ class ChecksAnotherJournal(SqliteDatabaseHealth):
         )
 
 
-def _factory(cls: type[SqliteDatabaseHealth]) -> HealthFactory:
+def _factory(cls: type[SqliteDatabaseHealth]) -> LayerFactory:
     def make() -> Layer:
         return merge(
             sqlite(":memory:"),

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 
 from runstore.layers import Layer, in_memory, open_database, sqlite
-from runstore.testing._health import HealthContract, HealthFactory
+from runstore.testing import HealthContract, LayerFactory
 
 
 class TestInMemoryHealth(HealthContract):
@@ -25,7 +25,7 @@ class TestSqliteMemoryHealth(HealthContract):
 
 class TestSqliteFileHealth(HealthContract):
     @pytest.fixture
-    def health_factory(self, tmp_path: Path) -> HealthFactory:
+    def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
         return lambda: sqlite(tmp_path / f"health-{next(numbers)}.db")
 
@@ -36,7 +36,7 @@ class TestSqliteReadOnlyHealth(HealthContract):
     writable: ClassVar[bool] = False
 
     @pytest.fixture
-    def health_factory(self, tmp_path: Path) -> HealthFactory:
+    def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
 
         def factory() -> Layer:

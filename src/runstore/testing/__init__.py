@@ -1,74 +1,105 @@
 """What third parties and our own tests use to check a layer: contract suites, strategies and
-seeded test layers."""
+seeded test layers.
+
+It needs pytest and hypothesis, the ``testing`` extra (``pip install 'runstore[testing]'``);
+without them importing it raises one ``ImportError`` that says so.
+"""
 
 from __future__ import annotations
 
-from runstore.testing._agents import (
-    AgentsContract,
-    AgentsMachine,
-    agents_broken_sequence_layer,
-    agents_json_values,
-    agents_state_machine,
-)
-from runstore.testing._executions import (
-    LedgerContract,
-    LedgerContractViolation,
-    LedgerMachine,
-    action_run_failures,
-    execution_failures,
-    ledger_identifiers,
-    ledger_json_values,
-    ledger_model_layer,
-    ledger_state_machine,
-    non_json_values,
-    phase_outcomes,
-)
-from runstore.testing._sessions import (
-    ENTRY_TYPES,
-    SessionsContract,
-    SessionsContractViolation,
-    SessionsMachine,
-    entry_payloads,
-    sessions_json_values,
-    sessions_model_layer,
-    sessions_state_machine,
-)
-from runstore.testing._shared import LayerFactory
-from runstore.testing._testruns_contract import (
-    DAY_MS,
-    T0_MS,
-    TestRunsMachine,
-    TestRunsReaderContract,
-    TestRunsStoreContract,
-    collection_errors,
-    environments,
-    error_infos,
-    file_coverages,
-    free_text,
-    git_states,
-    huge_text,
-    item_results,
-    make_item,
-    node_ids,
-    phases_for,
-    reference_streak,
-    reference_verdict,
-    rerun_item,
-    selections,
-    stack_frames,
-    test_runs_state_machine,
-    utc,
-)
-from runstore.testing._testruns_layers import (
-    SEED_PROJECT,
-    SEED_START,
-    SeededRuns,
-    SeedError,
-    empty,
-    flaky,
-    single_passing_run,
-    with_failures,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+from runstore._lazy import lazy_exports
+
+
+def _require_the_testing_extra() -> None:
+    """Raise one ``ImportError`` naming the extra when pytest or hypothesis is missing."""
+    missing: list[str] = []
+    for name in ("pytest", "hypothesis"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(
+            f"runstore.testing needs {' and '.join(missing)}, which "
+            f"{'is' if len(missing) == 1 else 'are'} not installed: install the testing "
+            "extra with pip install 'runstore[testing]'",
+            name=missing[0],
+        )
+
+
+_require_the_testing_extra()
+
+if TYPE_CHECKING:
+    from runstore.testing._agents import (
+        AgentsContract,
+        AgentsMachine,
+        agents_broken_sequence_layer,
+        agents_json_values,
+        agents_state_machine,
+    )
+    from runstore.testing._executions import (
+        LedgerContract,
+        LedgerContractViolation,
+        LedgerMachine,
+        action_run_failures,
+        execution_failures,
+        ledger_identifiers,
+        ledger_json_values,
+        ledger_model_layer,
+        ledger_state_machine,
+        non_json_values,
+        phase_outcomes,
+    )
+    from runstore.testing._health import HealthContract
+    from runstore.testing._sessions import (
+        ENTRY_TYPES,
+        SessionsContract,
+        SessionsContractViolation,
+        SessionsMachine,
+        entry_payloads,
+        sessions_json_values,
+        sessions_model_layer,
+        sessions_state_machine,
+    )
+    from runstore.testing._shared import LayerFactory
+    from runstore.testing._testruns_contract import (
+        DAY_MS,
+        T0_MS,
+        TestRunsMachine,
+        TestRunsReaderContract,
+        TestRunsStoreContract,
+        collection_errors,
+        environments,
+        error_infos,
+        file_coverages,
+        free_text,
+        git_states,
+        huge_text,
+        item_results,
+        make_item,
+        node_ids,
+        phases_for,
+        reference_streak,
+        reference_verdict,
+        rerun_item,
+        selections,
+        stack_frames,
+        test_runs_state_machine,
+        utc,
+    )
+    from runstore.testing._testruns_layers import (
+        SEED_PROJECT,
+        SEED_START,
+        SeededRuns,
+        SeedError,
+        empty,
+        flaky,
+        single_passing_run,
+        with_failures,
+    )
 
 __all__: list[str] = [
     "DAY_MS",
@@ -78,6 +109,7 @@ __all__: list[str] = [
     "T0_MS",
     "AgentsContract",
     "AgentsMachine",
+    "HealthContract",
     "LayerFactory",
     "LedgerContract",
     "LedgerContractViolation",
@@ -128,3 +160,41 @@ __all__: list[str] = [
     "utc",
     "with_failures",
 ]
+
+# Where each name of ``__all__`` lives (module: names); read on first access.
+_NAMES_OF: dict[str, tuple[str, ...]] = {
+    "_agents": (
+        "AgentsContract", "AgentsMachine", "agents_broken_sequence_layer", "agents_json_values",
+        "agents_state_machine",
+    ),
+    "_executions": (
+        "LedgerContract", "LedgerContractViolation", "LedgerMachine", "action_run_failures",
+        "execution_failures", "ledger_identifiers", "ledger_json_values", "ledger_model_layer",
+        "ledger_state_machine", "non_json_values", "phase_outcomes",
+    ),
+    "_health": (
+        "HealthContract",
+    ),
+    "_sessions": (
+        "ENTRY_TYPES", "SessionsContract", "SessionsContractViolation", "SessionsMachine",
+        "entry_payloads", "sessions_json_values", "sessions_model_layer",
+        "sessions_state_machine",
+    ),
+    "_shared": (
+        "LayerFactory",
+    ),
+    "_testruns_contract": (
+        "DAY_MS", "T0_MS", "TestRunsMachine", "TestRunsReaderContract", "TestRunsStoreContract",
+        "collection_errors", "environments", "error_infos", "file_coverages", "free_text",
+        "git_states", "huge_text", "item_results", "make_item", "node_ids", "phases_for",
+        "reference_streak", "reference_verdict", "rerun_item", "selections", "stack_frames",
+        "test_runs_state_machine", "utc",
+    ),
+    "_testruns_layers": (
+        "SEED_PROJECT", "SEED_START", "SeededRuns", "SeedError", "empty", "flaky",
+        "single_passing_run", "with_failures",
+    ),
+}
+
+if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
+    __getattr__, __dir__ = lazy_exports(__name__, _NAMES_OF)

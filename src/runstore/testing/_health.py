@@ -8,7 +8,6 @@ business of each backend's own tests (the SQLite layer's are in ``tests/layers``
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -20,11 +19,9 @@ from returns.result import Success
 from runstore.layers import DATA_STORE, DATABASE_HEALTH, Container, Layer, build
 from runstore.services.health import DatabaseHealth
 from runstore.services.testruns import Outcome, Phase, PhaseResult, RunStart, RunStatus, TestResult
+from runstore.testing._shared import LayerFactory
 
-__all__ = ["HealthContract", "HealthFactory"]
-
-HealthFactory = Callable[[], Layer]
-"""Makes a fresh layer providing ``DATABASE_HEALTH`` (and, optionally, ``DATA_STORE``)."""
+__all__ = ["HealthContract"]
 
 _T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -64,7 +61,8 @@ def _record_runs(container: Container, outcomes: list[list[bool]]) -> None:
 
 class HealthContract:
     """What every layer's ``DatabaseHealth`` must answer; subclass and define
-    :meth:`make_layer` (or override the ``health_factory`` fixture).
+    :meth:`make_layer` (or override the ``layer_factory`` fixture). The layer provides
+    ``DATABASE_HEALTH`` and, optionally, ``DATA_STORE``.
 
     ``writable`` says whether the layer takes writes (a database opened read-only does
     not); when it does and provides ``DATA_STORE``, runs written through it must leave the
@@ -78,25 +76,25 @@ class HealthContract:
         raise NotImplementedError("subclass HealthContract and define make_layer")
 
     @pytest.fixture
-    def health_factory(self) -> HealthFactory:
+    def layer_factory(self) -> LayerFactory:
         """The factory under test (``make_layer`` unless a subclass overrides this fixture)."""
         return self.make_layer
 
     def test_a_fresh_database_is_ready_sound_and_current(
-        self, health_factory: HealthFactory
+        self, layer_factory: LayerFactory
     ) -> None:
-        with build(health_factory()) as container:
+        with build(layer_factory()) as container:
             _assert_healthy(container.get(DATABASE_HEALTH))
 
-    def test_asking_changes_no_answer(self, health_factory: HealthFactory) -> None:
-        with build(health_factory()) as container:
+    def test_asking_changes_no_answer(self, layer_factory: LayerFactory) -> None:
+        with build(layer_factory()) as container:
             health = container.get(DATABASE_HEALTH)
             first = (health.readiness(), health.quick_check(), health.status(), health.check())
             again = (health.readiness(), health.quick_check(), health.status(), health.check())
             assert again == first
 
     def test_writes_through_the_layer_keep_it_healthy(
-        self, health_factory: HealthFactory
+        self, layer_factory: LayerFactory
     ) -> None:
         if not self.writable:
             pytest.skip("the layer takes no writes")
@@ -104,7 +102,7 @@ class HealthContract:
         @settings(max_examples=10, deadline=None)
         @given(outcomes=st.lists(st.lists(st.booleans(), min_size=1, max_size=4), max_size=3))
         def writes_keep_it_healthy(outcomes: list[list[bool]]) -> None:
-            with build(health_factory()) as container:
+            with build(layer_factory()) as container:
                 if DATA_STORE not in container:
                     pytest.skip("the layer provides no DataStore to write through")
                 before = container.get(DATABASE_HEALTH).status().unwrap()
