@@ -101,22 +101,24 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "rich"),
     [
-        ["--format", "json", "show", "latest"],
-        ["--format", "json", "failures"],
-        ["--format", "json", "runs"],
-        ["failures"],
+        (["--format", "json", "show", "latest"], False),
+        (["--format", "json", "failures"], False),
+        (["--format", "json", "runs"], False),
+        (["failures"], False),  # lines of text, piped: written as they are
+        (["show", "latest"], True),  # a table
     ],
 )
-def test_a_test_run_command_imports_no_other_domain(recorded: str, args: list[str]) -> None:
+def test_a_test_run_command_imports_no_other_domain(
+    recorded: str, args: list[str], rich: bool
+) -> None:
     code, modules = _imported("--db", recorded, *args)
     assert code == 0
     ours = [m for m in modules if m.startswith("runstore")]
     assert "runstore.services.testruns" in ours
     assert [m for m in ours if any(domain in m for domain in OTHER_DOMAINS)] == []
-    if "json" in args:
-        assert "rich" not in modules
+    assert ("rich" in modules) is rich
 
 
 def test_a_read_reads_no_migration_file_and_a_migration_does(recorded: str) -> None:

@@ -327,3 +327,17 @@ def test_show_names_the_exception_type_once_and_its_json_has_the_traceback(
     assert first["causes"][0]["text"] == "Traceback ...\nKeyError: 'id'"
     listed = as_json(run(path, "failures", "--format", "json"))["failures"][0]
     assert listed["text"] == first["text"]
+
+
+def test_piped_text_keeps_a_message_as_it_is(tmp_path: Path) -> None:
+    """Tabs and ``:name:`` in a failure stay as recorded (rich would expand the tab and
+    draw ``:smile:`` as an emoji), so grep finds what the test printed."""
+    path = tmp_path / "runstore.db"
+    message = "assert 'a\tb' == ':smile:'"
+    with build(sqlite(path)) as container:
+        _record(container.get(DataStore), "shop", 1,
+                [_failing("tests/test_cart.py::test_total[:smile:]", message)])
+    result = run(path, "failures")
+    assert result.exit_code == 0, result.output
+    assert "FAILED tests/test_cart.py::test_total[:smile:]" in result.stdout
+    assert f"AssertionError: {message}" in result.stdout

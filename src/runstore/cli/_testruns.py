@@ -27,7 +27,14 @@ import click
 from returns.result import Failure, Result
 
 from runstore.cli._guard import opened
-from runstore.cli._output import console, emit_json, fail, plain_table, status_on_terminal
+from runstore.cli._output import (
+    console,
+    emit_json,
+    fail,
+    plain_table,
+    say,
+    status_on_terminal,
+)
 from runstore.cli._params import MAX_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.layers import DATA_READER, DATA_STORE, Access
@@ -56,6 +63,7 @@ from runstore.services.testruns import (
 )
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
 __all__ = [
@@ -381,9 +389,19 @@ def _row(table: Table, *cells: object) -> None:
 
 def _print(*renderables: object) -> None:
     """Print text (never read as markup) and tables: at the terminal's width on a terminal,
-    unwrapped when piped, so node ids stay whole for grep and friends."""
-    out = console() if sys.stdout.isatty() else console(width=_PIPE_WIDTH)
+    unwrapped when piped, so node ids stay whole for grep and friends.
+
+    Piped, a line of text is written as it is (tabs and ``:name:`` kept, as grep expects)
+    and rich is loaded only for a table.
+    """
+    piped = not sys.stdout.isatty()
+    out: Console | None = None
     for renderable in renderables:
+        if piped and isinstance(renderable, str):
+            say(renderable)
+            continue
+        if out is None:
+            out = console(width=_PIPE_WIDTH) if piped else console()
         if isinstance(renderable, str):
             out.print(renderable, markup=False)
         else:
