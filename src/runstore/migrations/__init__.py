@@ -59,11 +59,11 @@ an editable install both keep the package as plain files, so they are listed and
 ``os`` rather than ``importlib.resources``, whose import a reading command would pay)."""
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_CREATES = re.compile(
+_CREATES = (
     r"\bCREATE\s+(?:UNIQUE\s+|VIRTUAL\s+)?(?:TABLE|INDEX|TRIGGER|VIEW)\s+"
-    r"(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)",
-    re.IGNORECASE,
+    r"(?:IF\s+NOT\s+EXISTS\s+)?[\"`\[]?(\w+)"
 )
+"""What a migration creates (compiled on first use: a reader never scans a migration)."""
 
 
 @attrs.frozen
@@ -84,7 +84,7 @@ class Migration:
 @functools.lru_cache(maxsize=64)
 def _created_names(sql: str) -> tuple[str, ...]:
     """The names a migration script creates (scanned once per script and process)."""
-    return tuple(_CREATES.findall(sql))
+    return tuple(re.findall(_CREATES, sql, re.IGNORECASE))
 
 
 def shipped_migrations() -> tuple[Migration, ...]:
