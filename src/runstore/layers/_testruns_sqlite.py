@@ -1,12 +1,13 @@
 """The live test-run layer: ``SqliteDataStore`` and ``SqliteDataReader`` (schema: migration 0002).
 
 Write path. Every ``DataStore`` method is one unit of work (``SqliteDatabase.transact``):
-input is validated and normalized first (``runstore.services._testruns_rules``), so bad
-input writes nothing; then a handful of set-based statements and ``executemany`` batches
-run, with no per-row commit. Row ids of items and errors are assigned in Python from
-``max(id) + 1`` read under the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit),
-so children can refer to their parents without a round trip per row; run ids come from
-``AUTOINCREMENT`` and are never reused, even after pruning.
+input is validated and normalized first (``runstore.services._testruns_rules``, through the
+skeleton of ``_testruns_shared``), so bad input writes nothing;
+then a handful of set-based statements and ``executemany`` batches run, with no per-row
+commit. Row ids of items and errors are assigned in Python from ``max(id) + 1`` read under
+the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit), so children can refer to
+their parents without a round trip per row; run ids come from ``AUTOINCREMENT`` and are never
+reused, even after pruning.
 
 Id caches. ``files`` ids and module ids are cached in ``TxDict`` mirrors of the database
 (test ids are looked up per batch: one indexed probe each): an entry added by a unit that rolls back
@@ -25,9 +26,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import apsw
 import attrs
@@ -37,90 +37,55 @@ from runstore.exceptions import TransactionMisuse
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
+from runstore.layers._testruns_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
 from runstore.services._testruns_rules import (
     OUTCOME_ORDER,
-    RUNS_CURSOR,
     SUBTEST_WORDS,
-    CaseHistory,
+    FailingItem,
+    ItemNow,
     PreparedCase,
     PreparedCollectionError,
     PreparedError,
+    PreparedRun,
+    PrunePlan,
     PruneRun,
-    Streak,
+    RunFacts,
+    RunListing,
     WindowEntry,
-    check_finish,
-    check_time,
-    classify,
-    compare_runs,
-    coverage_percent,
     decode_lines,
     decode_selection,
     encode_lines,
     encode_selection,
-    failure_record,
-    flaky_entry,
-    new_signatures,
-    normalize_message,
-    plan_prune,
-    prepare_collection_errors,
-    prepare_coverage,
-    prepare_results,
-    prepare_run_start,
-    prepare_selection,
-    previous_window,
-    rank_matches,
-    run_is_partial,
-    sort_failures,
-    sort_flaky,
-    streak_of,
+    history_entry,
+    streak_at,
+    tally_signatures,
     test_detail,
-    valid_fragment,
-    valid_limit,
-    valid_outcomes,
-    valid_policy,
-    valid_project,
-    valid_run_id,
-    valid_status,
+    test_record,
 )
 from runstore.services.clock import Clock
-from runstore.services.errors import IllegalTransition, NotFound
-from runstore.services.pagination import Page
 from runstore.services.testruns import (
     DEFAULT_HISTORY_WINDOW,
-    CollectionError,
-    CoverageReport,
-    CoverageTrendPoint,
     DataReader,
-    DataReaderError,
     DataStore,
     DataStoreError,
     Environment,
-    FailureRecord,
     FileCoverage,
-    FlakyTest,
     HistoryEntry,
     Outcome,
     Phase,
     PhaseResult,
-    PruneRunsResult,
-    RunComparison,
     RunId,
-    RunRetentionPolicy,
-    RunStart,
     RunStatus,
     RunSummary,
     Selection,
     StackFrame,
-    TestClassification,
     TestDetail,
     TestRecord,
-    TestResult,
 )
 
 __all__ = ["SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"]
 
-T = TypeVar("T")
 Row = tuple[Any, ...]
 
 _OUTCOME = {o.value: o for o in Outcome}
@@ -210,30 +175,6 @@ def _newest_first(entries: list[tuple[int, WindowEntry]]) -> list[WindowEntry]:
     return [e for _, e in entries]
 
 
-def _run_new_signatures(db: SqliteDatabase, run_id: int, project: str) -> frozenset[str]:
-    """The failure signatures new in run ``run_id`` now (:func:`new_signatures` over the
-    rows: the project's signature table and the running runs with a lower id)."""
-    signatures = {r[0] for r in db.execute(_HEADS_OF_RUN, (run_id,))}
-    if not signatures:
-        return frozenset()
-    first_seen: dict[str, int | None] = {}
-    for signature in sorted(signatures):
-        row = db.one(
-            "SELECT first_seen_run_id FROM failure_signatures"
-            " WHERE project = ? AND signature = ?",
-            (project, signature),
-        )
-        if row is not None:
-            first_seen[signature] = row[0]
-    earlier_running: set[str] = set()
-    for (other,) in db.execute(
-        "SELECT id FROM test_runs WHERE project = ? AND status = 'running' AND id < ?",
-        (project, run_id),
-    ):
-        earlier_running.update(r[0] for r in db.execute(_HEADS_OF_RUN, (other,)))
-    return new_signatures(signatures, first_seen, earlier_running, run_id)
-
-
 def _phase_columns(phases: Sequence[PhaseResult]) -> list[Any]:
     """Nine columns: (outcome, ms, reason) for setup, call and teardown (NULL when absent)."""
     columns: list[Any] = [None] * 9
@@ -255,11 +196,64 @@ def _phases_of(columns: Sequence[Any]) -> tuple[PhaseResult, ...]:
     return tuple(phases)
 
 
-def _not_found_run(run_id: int) -> Failure[NotFound]:
-    return Failure(NotFound("run", str(run_id)))
+_RUN_FACTS = (
+    "SELECT id, project, invocation_id, status, selection, git_commit, git_dirty, new_signatures"
+    " FROM test_runs WHERE id = ?"
+)
 
 
-class SqliteDataStore:
+class _Facts(_TestRuns):
+    """The facts both SQLite services read."""
+
+    _db: SqliteDatabase
+
+    def _run(self, run_id: int) -> RunFacts | None:
+        row = self._db.one(_RUN_FACTS, (run_id,))
+        if row is None:
+            return None
+        frozen = row[7]
+        return RunFacts(
+            row[0],
+            row[1],
+            row[2],
+            _STATUS[row[3]],
+            decode_selection(row[4]),
+            row[5],
+            None if row[6] is None else bool(row[6]),
+            None if frozen is None else frozenset(json.loads(frozen)),
+        )
+
+    def _summary(self, run_id: int) -> RunSummary:
+        row = self._db.one(f"SELECT {_RUN_COLUMNS} FROM test_runs WHERE id = ?", (run_id,))
+        assert row is not None
+        return _summary(row)
+
+    def _run_signatures(self, run_id: int) -> set[str]:
+        return {r[0] for r in self._db.execute(_HEADS_OF_RUN, (run_id,))}
+
+    def _first_seen(self, project: str, signatures: set[str]) -> dict[str, int | None]:
+        first_seen: dict[str, int | None] = {}
+        for signature in sorted(signatures):
+            row = self._db.one(
+                "SELECT first_seen_run_id FROM failure_signatures"
+                " WHERE project = ? AND signature = ?",
+                (project, signature),
+            )
+            if row is not None:
+                first_seen[signature] = row[0]
+        return first_seen
+
+    def _running_before(self, project: str, run_id: int) -> Iterable[int]:
+        return [
+            r[0]
+            for r in self._db.execute(
+                "SELECT id FROM test_runs WHERE project = ? AND status = 'running' AND id < ?",
+                (project, run_id),
+            )
+        ]
+
+
+class SqliteDataStore(_Facts, DataStoreBase):
     """``DataStore`` on SQLite (see the module docstring for the write path and caches)."""
 
     def __init__(self, db: SqliteDatabase, clock: Clock) -> None:
@@ -373,15 +367,6 @@ class SqliteDataStore:
 
     # -- shared steps ----------------------------------------------------------------------------
 
-    def _running(self, run_id: int) -> Result[str, DataStoreError]:
-        """The project of a running run; ``NotFound`` or ``IllegalTransition`` otherwise."""
-        row = self._db.one("SELECT status, project FROM test_runs WHERE id = ?", (run_id,))
-        if row is None:
-            return _not_found_run(run_id)
-        if row[0] != RunStatus.RUNNING.value:
-            return Failure(IllegalTransition("run", str(run_id), row[0], RunStatus.RUNNING.value))
-        return Success(row[1])
-
     def _error_rows(
         self,
         owner: tuple[int | None, int | None],
@@ -452,73 +437,38 @@ class SqliteDataStore:
                 frames,
             )
 
-    def _read_summary(self, run_id: int) -> RunSummary:
-        row = self._db.one(f"SELECT {_RUN_COLUMNS} FROM test_runs WHERE id = ?", (run_id,))
-        assert row is not None
-        return _summary(row)
+    # -- hooks of DataStoreBase ------------------------------------------------------------------
 
-    # -- DataStore -------------------------------------------------------------------------------
-
-    def begin_run(self, start: RunStart) -> Result[RunId, DataStoreError]:
-        """See ``DataStore.begin_run``."""
-        prepared = prepare_run_start(start)
-        if isinstance(prepared, Failure):
-            return prepared
-        run = prepared.unwrap()
+    def _insert_run(self, run: PreparedRun, now_ms: int) -> int:
         env = run.environment
+        run_id: int = self._db.scalar(
+            "INSERT INTO test_runs (project, invocation_id, status, started_at_ms,"
+            " last_write_at_ms, python_version, pytest_version, platform, git_commit,"
+            " git_branch, command_line, host, pid, git_dirty, selection)"
+            " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                run.project,
+                run.invocation_id,
+                run.started_at_ms,
+                now_ms,
+                env.python_version,
+                env.pytest_version,
+                env.platform,
+                env.git_commit,
+                env.git_branch,
+                json.dumps(env.command_line, ensure_ascii=False),
+                env.host,
+                env.pid,
+                None if env.git_dirty is None else int(env.git_dirty),
+                encode_selection(run.selection),
+            ),
+        )
+        return run_id
 
-        def write() -> Result[RunId, DataStoreError]:
-            run_id = self._db.scalar(
-                "INSERT INTO test_runs (project, invocation_id, status, started_at_ms,"
-                " last_write_at_ms, python_version, pytest_version, platform, git_commit,"
-                " git_branch, command_line, host, pid, git_dirty, selection)"
-                " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (
-                    run.project,
-                    run.invocation_id,
-                    run.started_at_ms,
-                    self._clock.now_ms(),
-                    env.python_version,
-                    env.pytest_version,
-                    env.platform,
-                    env.git_commit,
-                    env.git_branch,
-                    json.dumps(env.command_line, ensure_ascii=False),
-                    env.host,
-                    env.pid,
-                    None if env.git_dirty is None else int(env.git_dirty),
-                    encode_selection(run.selection),
-                ),
-            )
-            return Success(RunId(run_id))
-
-        return self._db.transact("begin_run", write)
-
-    def record_results(
-        self, run_id: RunId, results: Sequence[TestResult]
-    ) -> Result[int, DataStoreError]:
-        """See ``DataStore.record_results``."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        prepared = prepare_results(results)
-        if isinstance(prepared, Failure):
-            return prepared
-        cases = prepared.unwrap()
-        rid = checked.unwrap()
-
-        def write() -> Result[int, DataStoreError]:
-            running = self._running(rid)
-            if isinstance(running, Failure):
-                return running
-            self._sync()
-            self._store_cases(rid, running.unwrap(), cases)
-            return Success(len(cases))
-
-        return self._db.transact("record_results", write)
-
-    def _store_cases(self, run_id: int, project: str, cases: Sequence[PreparedCase]) -> None:
+    def _store_cases(self, run: RunFacts, cases: Sequence[PreparedCase], now_ms: int) -> None:
+        self._sync()
         db = self._db
+        run_id, project = run.id, run.project
         modules = {c.module_path for c in cases}
         paths = set(modules)
         for case in cases:
@@ -564,16 +514,20 @@ class SqliteDataStore:
             if len(phases) == 3:
                 setup, call, teardown = phases
                 columns: Sequence[Any] = (
-                    setup.outcome,
-                    setup.duration_ms,
-                    setup.skip_reason,
-                    call.outcome,
-                    call.duration_ms,
-                    call.skip_reason,
-                    teardown.outcome,
-                    teardown.duration_ms,
-                    teardown.skip_reason,
-                ) if call.phase is Phase.CALL else _phase_columns(phases)
+                    (
+                        setup.outcome,
+                        setup.duration_ms,
+                        setup.skip_reason,
+                        call.outcome,
+                        call.duration_ms,
+                        call.skip_reason,
+                        teardown.outcome,
+                        teardown.duration_ms,
+                        teardown.skip_reason,
+                    )
+                    if call.phase is Phase.CALL
+                    else _phase_columns(phases)
+                )
             else:
                 columns = _phase_columns(phases)
             case_rows.append(
@@ -680,38 +634,17 @@ class SqliteDataStore:
             (
                 *(delta[o.value] for o in OUTCOME_ORDER),
                 *(delta[c] for c in _SUBTEST_COLUMNS.values()),
-                self._clock.now_ms(),
+                now_ms,
                 run_id,
             ),
         )
 
-    def record_collection_errors(
-        self, run_id: RunId, errors: Sequence[CollectionError]
-    ) -> Result[int, DataStoreError]:
-        """See ``DataStore.record_collection_errors``."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        prepared = prepare_collection_errors(errors)
-        if isinstance(prepared, Failure):
-            return prepared
-        items = prepared.unwrap()
-        rid = checked.unwrap()
-
-        def write() -> Result[int, DataStoreError]:
-            running = self._running(rid)
-            if isinstance(running, Failure):
-                return running
-            self._sync()
-            self._store_collection_errors(rid, items)
-            return Success(len(items))
-
-        return self._db.transact("record_collection_errors", write)
-
     def _store_collection_errors(
-        self, run_id: int, items: Sequence[PreparedCollectionError]
+        self, run: RunFacts, items: Sequence[PreparedCollectionError], now_ms: int
     ) -> None:
+        self._sync()
         db = self._db
+        run_id = run.id
         replaced = 0
         if items:
             file_ids = self._file_ids(path for item in items for path in item.paths())
@@ -741,49 +674,31 @@ class SqliteDataStore:
         db.execute(
             "UPDATE test_runs SET n_collection_errors = n_collection_errors + ?,"
             " last_write_at_ms = ? WHERE id = ?",
-            (len(items) - replaced, self._clock.now_ms(), run_id),
+            (len(items) - replaced, now_ms, run_id),
         )
 
-    def finish_run(
-        self, run_id: RunId, status: RunStatus, finished_at: datetime
-    ) -> Result[RunSummary, DataStoreError]:
-        """See ``DataStore.finish_run``: the run's new failure signatures are frozen into
-        ``test_runs.new_signatures``; history gets one entry per executed item (a sequence
-        number per finished run orders them; failing entries get their streak) and is
-        trimmed in one statement."""
-        arguments = check_finish(run_id, status, finished_at)
-        if isinstance(arguments, Failure):
-            return arguments
-        rid, final, finished_ms = arguments.unwrap()
+    def _store_selection(self, run_id: int, selection: Selection, now_ms: int) -> None:
+        self._db.execute(
+            "UPDATE test_runs SET selection = ?, last_write_at_ms = ? WHERE id = ?",
+            (encode_selection(selection), now_ms, run_id),
+        )
+
+    def _end_run(
+        self, run_id: int, status: RunStatus, finished_ms: int, now_ms: int, new: frozenset[str]
+    ) -> None:
+        self._db.execute(
+            "UPDATE test_runs SET status = ?, finished_at_ms = ?, last_write_at_ms = ?,"
+            " new_signatures = ? WHERE id = ?",
+            (status.value, finished_ms, now_ms, json.dumps(sorted(new)), run_id),
+        )
+
+    def _record_history(self, run: RunFacts, finished_ms: int) -> None:
         db = self._db
-
-        def write() -> Result[RunSummary, DataStoreError]:
-            row = db.one("SELECT status, project FROM test_runs WHERE id = ?", (rid,))
-            if row is None:
-                return _not_found_run(rid)
-            if row[0] != RunStatus.RUNNING.value or final == RunStatus.RUNNING:
-                return Failure(IllegalTransition("run", str(rid), row[0], final.value))
-            project = row[1]
-            frozen = sorted(_run_new_signatures(db, rid, project))
-            db.execute(
-                "UPDATE test_runs SET status = ?, finished_at_ms = ?, last_write_at_ms = ?,"
-                " new_signatures = ? WHERE id = ?",
-                (final.value, finished_ms, self._clock.now_ms(), json.dumps(frozen), rid),
-            )
-            if final in (RunStatus.PASSED, RunStatus.FAILED):
-                self._record_history(rid, finished_ms)
-                self._record_signatures(rid, project, finished_ms)
-            return Success(self._read_summary(rid))
-
-        return self._db.transact("finish_run", write)
-
-    def _record_history(self, run_id: int, finished_ms: int) -> None:
-        db = self._db
+        run_id = run.id
         if db.one("SELECT 1 FROM test_cases WHERE run_id = ? LIMIT 1", (run_id,)) is None:
             return
         seq = db.scalar(
-            "UPDATE test_run_sequences SET value = value + 1 WHERE name = 'history'"
-            " RETURNING value"
+            "UPDATE test_run_sequences SET value = value + 1 WHERE name = 'history' RETURNING value"
         )
         db.execute(
             "INSERT INTO test_history (test_id, seq, run_id, outcome, duration_ms,"
@@ -831,9 +746,7 @@ class SqliteDataStore:
                 previous.setdefault(row[0], []).append((row[1], _entry(row[2:])))
         updates = []
         for test_id, message in own.items():
-            entries = _newest_first(previous.get(test_id, []))
-            now = WindowEntry(run_id, Outcome.FAILED, message=message)
-            streak = streak_of(now, previous_window(entries, run_id))
+            streak = streak_at(run_id, message, _newest_first(previous.get(test_id, [])))
             updates.append((streak.length, streak.since, streak.message, test_id, seq))
         if updates:
             db.executemany(
@@ -842,18 +755,10 @@ class SqliteDataStore:
                 updates,
             )
 
-    def _record_signatures(self, run_id: int, project: str, finished_ms: int) -> None:
-        db = self._db
-        heads = db.execute(_HEADS_OF_RUN, (run_id,))
-        counted: dict[str, list[Any]] = {}
-        for signature, exception_type, message, frame in heads:
-            entry = counted.get(signature)
-            if entry is None:
-                counted[signature] = [exception_type, normalize_message(message), frame, 1]
-            else:
-                entry[3] += 1
-        if counted:
-            db.executemany(
+    def _record_signatures(self, run: RunFacts, finished_ms: int) -> None:
+        tally = tally_signatures(self._db.execute(_HEADS_OF_RUN, (run.id,)))
+        if tally:
+            self._db.executemany(
                 "INSERT INTO failure_signatures (project, signature, exception_type, message,"
                 " frame, count, first_seen_run_id, last_seen_run_id, first_seen_at_ms,"
                 " last_seen_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -862,211 +767,119 @@ class SqliteDataStore:
                 " last_seen_run_id = excluded.last_seen_run_id,"
                 " last_seen_at_ms = excluded.last_seen_at_ms",
                 [
-                    (project, sig, etype, msg, frame, n, run_id, run_id, finished_ms, finished_ms)
-                    for sig, (etype, msg, frame, n) in counted.items()
+                    (run.project, signature, *seen, run.id, run.id, finished_ms, finished_ms)
+                    for signature, seen in tally.items()
                 ],
             )
 
-    def record_selection(
-        self, run_id: RunId, selection: Selection
-    ) -> Result[RunSummary, DataStoreError]:
-        """See ``DataStore.record_selection``."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        prepared = prepare_selection(selection)
-        if isinstance(prepared, Failure):
-            return prepared
-        rid, chosen = checked.unwrap(), encode_selection(prepared.unwrap())
-
-        def write() -> Result[RunSummary, DataStoreError]:
-            running = self._running(rid)
-            if isinstance(running, Failure):
-                return running
-            self._db.execute(
-                "UPDATE test_runs SET selection = ?, last_write_at_ms = ? WHERE id = ?",
-                (chosen, self._clock.now_ms(), rid),
+    def _stale(self, project: str, cutoff_ms: int) -> Iterable[int]:
+        return [
+            row[0]
+            for row in self._db.execute(
+                "SELECT id FROM test_runs"
+                " WHERE project = ? AND status = 'running' AND last_write_at_ms < ?",
+                (project, cutoff_ms),
             )
-            return Success(self._read_summary(rid))
+        ]
 
-        return self._db.transact("record_selection", write)
+    def _abort(self, frozen: Sequence[tuple[int, frozenset[str]]]) -> None:
+        self._db.executemany(
+            "UPDATE test_runs SET status = 'aborted', finished_at_ms = last_write_at_ms,"
+            " new_signatures = ? WHERE id = ?",
+            [(json.dumps(sorted(new)), run_id) for run_id, new in frozen],
+        )
 
-    def abort_stale_runs(
-        self, project: str, *, older_than: datetime
-    ) -> Result[tuple[RunId, ...], DataStoreError]:
-        """See ``DataStore.abort_stale_runs``; an aborted run's ``finished_at_ms`` is its
-        last write (ms), and its new failure signatures are frozen as ``finish_run`` freezes
-        them (judged while every run of the batch is still running)."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        cutoff = check_time(older_than, "older_than")
-        if isinstance(cutoff, Failure):
-            return cutoff
-        name, limit = checked.unwrap(), cutoff.unwrap()
+    def _store_coverage(self, run_id: int, files: Sequence[FileCoverage], now_ms: int) -> None:
         db = self._db
-
-        def write() -> Result[tuple[RunId, ...], DataStoreError]:
-            ids = sorted(
-                row[0]
-                for row in db.execute(
-                    "SELECT id FROM test_runs"
-                    " WHERE project = ? AND status = 'running' AND last_write_at_ms < ?",
-                    (name, limit),
-                )
-            )
-            frozen = [(json.dumps(sorted(_run_new_signatures(db, i, name))), i) for i in ids]
+        self._sync()
+        file_ids = self._file_ids(f.path for f in files)
+        db.execute("DELETE FROM file_coverage WHERE run_id = ?", (run_id,))
+        if files:
             db.executemany(
-                "UPDATE test_runs SET status = 'aborted', finished_at_ms = last_write_at_ms,"
-                " new_signatures = ? WHERE id = ?",
-                frozen,
+                "INSERT INTO file_coverage (run_id, file_id, statements, missing_statements,"
+                " branches, partial_branches, missing_branches, missing_lines)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        run_id,
+                        file_ids[f.path],
+                        f.statements,
+                        f.missing_statements,
+                        f.branches,
+                        f.partial_branches,
+                        f.missing_branches,
+                        encode_lines(f.missing_lines),
+                    )
+                    for f in files
+                ],
             )
-            return Success(tuple(RunId(i) for i in ids))
+        db.execute("UPDATE test_runs SET last_write_at_ms = ? WHERE id = ?", (now_ms, run_id))
 
-        return self._db.transact("abort_stale_runs", write)
-
-    def write_coverage(
-        self, run_id: RunId, files: Sequence[FileCoverage]
-    ) -> Result[int, DataStoreError]:
-        """See ``DataStore.write_coverage``; ``missing_lines`` are stored sorted and unique."""
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        prepared = prepare_coverage(files)
-        if isinstance(prepared, Failure):
-            return prepared
-        rows = prepared.unwrap().files
-        rid = checked.unwrap()
+    def _prune_facts(self) -> tuple[Iterable[PruneRun], Iterable[int]]:
         db = self._db
-
-        def write() -> Result[int, DataStoreError]:
-            if db.one("SELECT 1 FROM test_runs WHERE id = ?", (rid,)) is None:
-                return _not_found_run(rid)
-            self._sync()
-            file_ids = self._file_ids(f.path for f in rows)
-            db.execute("DELETE FROM file_coverage WHERE run_id = ?", (rid,))
-            if rows:
-                db.executemany(
-                    "INSERT INTO file_coverage (run_id, file_id, statements, missing_statements,"
-                    " branches, partial_branches, missing_branches, missing_lines)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            rid,
-                            file_ids[f.path],
-                            f.statements,
-                            f.missing_statements,
-                            f.branches,
-                            f.partial_branches,
-                            f.missing_branches,
-                            encode_lines(f.missing_lines),
-                        )
-                        for f in rows
-                    ],
-                )
-            db.execute(
-                "UPDATE test_runs SET last_write_at_ms = ? WHERE id = ?",
-                (self._clock.now_ms(), rid),
+        runs = [
+            PruneRun(r[0], r[1], r[2], _STATUS[r[3]], r[4])
+            for r in db.execute(
+                "SELECT id, project, invocation_id, status, started_at_ms FROM test_runs"
             )
-            return Success(len(rows))
+        ]
+        covered = [
+            r[0]
+            for r in db.execute(
+                "SELECT r.id FROM test_runs r"
+                " WHERE EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id)"
+            )
+        ]
+        return runs, covered
 
-        return self._db.transact("write_coverage", write)
-
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
-        """See ``DataStore.prune_runs``; the rules are ``plan_prune``'s. In one unit: move
-        coverage, delete the doomed runs (the schema cascades the rest, history and
+    def _prune(self, plan: PrunePlan) -> int:
+        """Move coverage, delete the doomed runs (the schema cascades the rest, history and
         signatures keep a NULL run), then remove every ``files`` row (and ``tests`` row)
-        nothing refers to, on every call. Compacting the file is :meth:`compact`."""
-        checked = valid_policy(policy)
-        if isinstance(checked, Failure):
-            return checked
+        nothing refers to. Compacting the file is :meth:`compact`."""
         db = self._db
-
-        def write() -> Result[PruneRunsResult, DataStoreError]:
-            self._sync()
-            runs = [
-                PruneRun(r[0], r[1], r[2], _STATUS[r[3]], r[4])
-                for r in db.execute(
-                    "SELECT id, project, invocation_id, status, started_at_ms FROM test_runs"
-                )
-            ]
-            covered = [
-                r[0]
-                for r in db.execute(
-                    "SELECT r.id FROM test_runs r"
-                    " WHERE EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id)"
-                )
-            ]
-            plan = plan_prune(runs, covered, checked.unwrap(), self._clock.now_ms())
-            for source, target in plan.moves:
-                db.execute(
-                    "UPDATE file_coverage SET run_id = ? WHERE run_id = ?", (target, source)
-                )
-            if plan.doomed:
-                db.executemany("DELETE FROM test_runs WHERE id = ?", [(i,) for i in plan.doomed])
-            gone_files = {
-                r[0]
-                for r in db.execute(
-                    "DELETE FROM files"
-                    " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = files.id)"
-                    " AND NOT EXISTS (SELECT 1 FROM stack_frames s WHERE s.file_id = files.id)"
-                    " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = files.id)"
-                    " RETURNING id"
-                )
-            }
-            db.execute(
-                "DELETE FROM tests"
-                " WHERE NOT EXISTS (SELECT 1 FROM test_cases c WHERE c.test_id = tests.id)"
-                " AND NOT EXISTS (SELECT 1 FROM test_history h WHERE h.test_id = tests.id)"
+        self._sync()
+        for source, target in plan.moves:
+            db.execute("UPDATE file_coverage SET run_id = ? WHERE run_id = ?", (target, source))
+        if plan.doomed:
+            db.executemany("DELETE FROM test_runs WHERE id = ?", [(i,) for i in plan.doomed])
+        gone_files = {
+            r[0]
+            for r in db.execute(
+                "DELETE FROM files"
+                " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = files.id)"
+                " AND NOT EXISTS (SELECT 1 FROM stack_frames s WHERE s.file_id = files.id)"
+                " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = files.id)"
+                " RETURNING id"
             )
-            self._forget(set(plan.doomed), gone_files)
-            return Success(PruneRunsResult(len(plan.doomed), len(gone_files)))
+        }
+        db.execute(
+            "DELETE FROM tests"
+            " WHERE NOT EXISTS (SELECT 1 FROM test_cases c WHERE c.test_id = tests.id)"
+            " AND NOT EXISTS (SELECT 1 FROM test_history h WHERE h.test_id = tests.id)"
+        )
+        self._forget(set(plan.doomed), gone_files)
+        return len(gone_files)
 
-        return self._db.transact("prune_runs", write)
-
-    def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
-        """See ``DataStore.plan_prune``: ``plan_prune``'s decision, and a count of the
-        ``files`` rows no surviving module, frame or coverage row (coverage moved as
-        ``prune_runs`` moves it) would refer to. One consistent read, no write lock."""
-        checked = valid_policy(policy)
-        if isinstance(checked, Failure):
-            return checked
-        db = self._db
-
-        def read() -> Result[PruneRunsResult, DataStoreError]:
-            runs = [
-                PruneRun(r[0], r[1], r[2], _STATUS[r[3]], r[4])
-                for r in db.execute(
-                    "SELECT id, project, invocation_id, status, started_at_ms FROM test_runs"
-                )
-            ]
-            covered = [
-                r[0]
-                for r in db.execute(
-                    "SELECT r.id FROM test_runs r"
-                    " WHERE EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id)"
-                )
-            ]
-            plan = plan_prune(runs, covered, checked.unwrap(), self._clock.now_ms())
-            doomed = set(plan.doomed)
-            coverage_gone = doomed - {source for source, _ in plan.moves}
-            orphans = db.scalar(
-                "SELECT count(*) FROM files f"
-                " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = f.id"
-                "   AND m.run_id NOT IN (SELECT value FROM json_each(?1)))"
-                " AND NOT EXISTS (SELECT 1 FROM stack_frames s"
-                "   JOIN test_errors e ON e.id = s.error_id"
-                "   LEFT JOIN test_cases tc ON tc.id = e.case_id"
-                "   LEFT JOIN collection_errors ce ON ce.id = e.collection_error_id"
-                "   WHERE s.file_id = f.id"
-                "   AND coalesce(tc.run_id, ce.run_id) NOT IN (SELECT value FROM json_each(?1)))"
-                " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = f.id"
-                "   AND c.run_id NOT IN (SELECT value FROM json_each(?2)))",
-                (json.dumps(sorted(doomed)), json.dumps(sorted(coverage_gone))),
-            )
-            return Success(PruneRunsResult(len(plan.doomed), int(orphans or 0)))
-
-        return db.read("plan_prune", read)
+    def _orphans_after(self, plan: PrunePlan) -> int:
+        """The ``files`` rows no surviving module, frame or coverage row (coverage moved as
+        :meth:`_prune` moves it) would refer to, counted in one query."""
+        doomed = set(plan.doomed)
+        coverage_gone = doomed - {source for source, _ in plan.moves}
+        orphans = self._db.scalar(
+            "SELECT count(*) FROM files f"
+            " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = f.id"
+            "   AND m.run_id NOT IN (SELECT value FROM json_each(?1)))"
+            " AND NOT EXISTS (SELECT 1 FROM stack_frames s"
+            "   JOIN test_errors e ON e.id = s.error_id"
+            "   LEFT JOIN test_cases tc ON tc.id = e.case_id"
+            "   LEFT JOIN collection_errors ce ON ce.id = e.collection_error_id"
+            "   WHERE s.file_id = f.id"
+            "   AND coalesce(tc.run_id, ce.run_id) NOT IN (SELECT value FROM json_each(?1)))"
+            " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = f.id"
+            "   AND c.run_id NOT IN (SELECT value FROM json_each(?2)))",
+            (json.dumps(sorted(doomed)), json.dumps(sorted(coverage_gone))),
+        )
+        return int(orphans or 0)
 
     def _forget(self, runs: set[int], files: set[int]) -> None:
         """Drop cache entries naming deleted rows (journalled like every mirror change)."""
@@ -1097,109 +910,40 @@ class SqliteDataStore:
         return Success(None)
 
 
-class SqliteDataReader:
+class SqliteDataReader(_Facts, DataReaderBase):
     """``DataReader`` on SQLite; every method reads one snapshot (``SqliteDatabase.read``)."""
 
     def __init__(self, db: SqliteDatabase) -> None:
         self._db = db
 
-    def _read(self, operation: str, fn: Callable[[], Result[T, DataReaderError]]) -> Result[
-        T, DataReaderError
-    ]:
-        return self._db.read(operation, fn)
+    def _latest(self, project: str) -> RunSummary | None:
+        row = self._db.one(
+            f"SELECT {_RUN_COLUMNS} FROM test_runs WHERE project = ?"
+            " ORDER BY started_at_ms DESC, id DESC LIMIT 1",
+            (project,),
+        )
+        return None if row is None else _summary(row)
 
-    def _run_row(self, run_id: object, columns: str) -> Result[Row, DataReaderError]:
-        checked = valid_run_id(run_id)
-        if isinstance(checked, Failure):
-            return checked
-        rid = checked.unwrap()
-        row = self._db.one(f"SELECT {columns} FROM test_runs WHERE id = ?", (rid,))
-        if row is None:
-            return _not_found_run(rid)
-        return Success(row)
+    def _runs(self, listing: RunListing) -> Sequence[RunSummary]:
+        where: list[str] = []
+        params: list[Any] = []
+        if listing.project is not None:
+            where.append("project = ?")
+            params.append(listing.project)
+        if listing.status is not None:
+            where.append("status = ?")
+            params.append(listing.status.value)
+        if listing.after is not None:
+            where.append("(started_at_ms, id) < (?, ?)")
+            params.extend(listing.after)
+        sql = f"SELECT {_RUN_COLUMNS} FROM test_runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY started_at_ms DESC, id DESC LIMIT ?"
+        return [_summary(r) for r in self._db.execute(sql, (*params, listing.limit + 1))]
 
-    def latest_run(self, project: str) -> Result[RunSummary, DataReaderError]:
-        """See ``DataReader.latest_run``; ``NotFound("project", project)`` without runs."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        name = checked.unwrap()
-
-        def read() -> Result[RunSummary, DataReaderError]:
-            row = self._db.one(
-                f"SELECT {_RUN_COLUMNS} FROM test_runs WHERE project = ?"
-                " ORDER BY started_at_ms DESC, id DESC LIMIT 1",
-                (name,),
-            )
-            if row is None:
-                return Failure(NotFound("project", name))
-            return Success(_summary(row))
-
-        return self._read("latest_run", read)
-
-    def get_run(self, run_id: RunId) -> Result[RunSummary, DataReaderError]:
-        """See ``DataReader.get_run``."""
-        return self._read("get_run", lambda: self._run_row(run_id, _RUN_COLUMNS).map(_summary))
-
-    def list_runs(
-        self,
-        project: str | None,
-        *,
-        status: RunStatus | None = None,
-        limit: int = 20,
-        cursor: str | None = None,
-    ) -> Result[Page[RunSummary], DataReaderError]:
-        """See ``DataReader.list_runs``: newest first by (start, id); keyset cursor."""
-        name: str | None = None
-        if project is not None:
-            checked = valid_project(project)
-            if isinstance(checked, Failure):
-                return checked
-            name = checked.unwrap()
-        wanted = valid_status(status)
-        if isinstance(wanted, Failure):
-            return wanted
-        only = wanted.unwrap()
-        size = valid_limit(limit)
-        if isinstance(size, Failure):
-            return size
-        after = RUNS_CURSOR.decode(cursor)
-        if isinstance(after, Failure):
-            return after
-        position, count = after.unwrap(), size.unwrap()
-
-        def read() -> Result[Page[RunSummary], DataReaderError]:
-            where: list[str] = []
-            params: list[Any] = []
-            if name is not None:
-                where.append("project = ?")
-                params.append(name)
-            if only is not None:
-                where.append("status = ?")
-                params.append(only.value)
-            if position is not None:
-                where.append("(started_at_ms, id) < (?, ?)")
-                params.extend(position)
-            sql = f"SELECT {_RUN_COLUMNS} FROM test_runs"
-            if where:
-                sql += " WHERE " + " AND ".join(where)
-            sql += " ORDER BY started_at_ms DESC, id DESC LIMIT ?"
-            rows = self._db.execute(sql, (*params, count + 1))
-            more = len(rows) > count
-            items = tuple(_summary(r) for r in rows[:count])
-            last = items[-1] if more else None
-            after = None if last is None else RUNS_CURSOR.encode(last.started_at_ms, last.id)
-            return Success(Page(items, more, after))
-
-        return self._read("list_runs", read)
-
-    def projects(self) -> Result[tuple[str, ...], DataReaderError]:
-        """See ``DataReader.projects``."""
-        def read() -> Result[tuple[str, ...], DataReaderError]:
-            rows = self._db.execute("SELECT DISTINCT project FROM test_runs")
-            return Success(tuple(sorted(r[0] for r in rows)))
-
-        return self._read("projects", read)
+    def _projects(self) -> Iterable[str]:
+        return [r[0] for r in self._db.execute("SELECT DISTINCT project FROM test_runs")]
 
     def _records(
         self, run_id: int, where: str = "", params: Sequence[Any] = ()
@@ -1215,56 +959,34 @@ class SqliteDataReader:
             (run_id, *params),
         )
         records: list[TestRecord] = []
-        rid = RunId(run_id)
         for row in rows:
             phases = _phases_of(row[8:17])
             records.append(
-                TestRecord(
-                    run_id=rid,
-                    nodeid=row[0],
-                    module_path=row[1],
-                    name=row[2],
-                    parametrize_id=row[3],
-                    line=row[4],
-                    markers=tuple(json.loads(row[5])) if row[5] is not None else (),
-                    outcome=_OUTCOME[row[6]],
-                    duration_ms=row[7],
-                    phases=phases,
-                    attempts=row[17],
-                    skip_reason=next(
-                        (p.skip_reason for p in phases if p.skip_reason is not None), None
-                    ),
+                test_record(
+                    run_id,
+                    row[0],
+                    row[1],
+                    row[2],
+                    row[3],
+                    row[4],
+                    tuple(json.loads(row[5])) if row[5] is not None else (),
+                    _OUTCOME[row[6]],
+                    row[7],
+                    phases,
+                    row[17],
                 )
             )
         return records
 
-    def tests(
-        self, run_id: RunId, *, outcomes: frozenset[Outcome] | None = None
-    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
-        """See ``DataReader.tests``."""
-        wanted = valid_outcomes(outcomes)
-        if isinstance(wanted, Failure):
-            return wanted
-        only = wanted.unwrap()
-
-        def read() -> Result[tuple[TestRecord, ...], DataReaderError]:
-            found = self._run_row(run_id, "id")
-            if isinstance(found, Failure):
-                return found
-            rid = found.unwrap()[0]
-            if only is None:
-                records = self._records(rid)
-            elif not only:
-                records = []
-            else:
-                marks = ", ".join("?" for _ in only)
-                records = self._records(
-                    rid, f" AND c.outcome IN ({marks})", sorted(o.value for o in only)
-                )
-            records.sort(key=lambda r: r.nodeid)
-            return Success(tuple(records))
-
-        return self._read("tests", read)
+    def _tests(self, run_id: int, outcomes: frozenset[Outcome] | None) -> Iterable[TestRecord]:
+        if outcomes is None:
+            return self._records(run_id)
+        if not outcomes:
+            return []
+        marks = ", ".join("?" for _ in outcomes)
+        return self._records(
+            run_id, f" AND c.outcome IN ({marks})", sorted(o.value for o in outcomes)
+        )
 
     def _heads(self, source: str, where: str, params: Sequence[Any]) -> dict[int, PreparedError]:
         """First-error chains keyed by owner. ``source`` is the FROM clause naming the owner
@@ -1311,440 +1033,245 @@ class SqliteDataReader:
             heads[owner] = attrs.evolve(head, causes=tuple(link for _, link in links[1:]))
         return heads
 
-    def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
-        """See ``DataReader.test_detail``: the item's row, its output row, subtest and
-        attempt rows, and every error chain of its final result and its attempts with
-        frames."""
-        node = valid_project(nodeid, "nodeid")
-        if isinstance(node, Failure):
-            return node
-        wanted = node.unwrap()
+    def _detail(self, run_id: int, nodeid: str) -> TestDetail | None:
+        """The item's row, its output row, subtest and attempt rows, and every error chain
+        of its final result and its attempts with frames."""
         db = self._db
-
-        def read() -> Result[TestDetail, DataReaderError]:
-            found = self._run_row(run_id, "id")
-            if isinstance(found, Failure):
-                return found
-            rid = found.unwrap()[0]
-            row = db.one(
-                "SELECT c.id FROM test_cases c JOIN tests t ON t.id = c.test_id"
-                " WHERE c.run_id = ? AND t.nodeid = ?",
-                (rid, wanted),
-            )
-            if row is None:
-                return Failure(NotFound("test", wanted))
-            case_id = row[0]
-            (record,) = self._records(rid, " AND c.id = ?", (case_id,))
-            output = db.one(
-                "SELECT stdout, stdout_truncated, stderr, stderr_truncated, log, log_truncated"
-                " FROM test_output WHERE case_id = ?",
+        row = db.one(
+            "SELECT c.id FROM test_cases c JOIN tests t ON t.id = c.test_id"
+            " WHERE c.run_id = ? AND t.nodeid = ?",
+            (run_id, nodeid),
+        )
+        if row is None:
+            return None
+        case_id = row[0]
+        (record,) = self._records(run_id, " AND c.id = ?", (case_id,))
+        output = db.one(
+            "SELECT stdout, stdout_truncated, stderr, stderr_truncated, log, log_truncated"
+            " FROM test_output WHERE case_id = ?",
+            (case_id,),
+        )
+        heads = self._heads(
+            "FROM test_errors o CROSS JOIN test_errors e ON e.case_id = o.case_id"
+            " AND e.attempt = o.attempt AND e.ordinal = o.ordinal AND e.subtest IS o.subtest",
+            "WHERE o.case_id = ? AND o.depth = 0",
+            (case_id,),
+        )
+        owners = db.execute(
+            "SELECT id, attempt, subtest, ordinal FROM test_errors WHERE case_id = ? AND depth = 0",
+            (case_id,),
+        )
+        owners.sort(key=lambda r: (r[1], r[3]))
+        item_errors = [heads[i] for i, attempt, sub, _ in owners if attempt == 0 and sub is None]
+        subtest_errors = {
+            sub: heads[i] for i, attempt, sub, _ in owners if attempt == 0 and sub is not None
+        }
+        attempt_errors: dict[int, list[PreparedError]] = {}
+        for i, attempt, _, _ in owners:
+            if attempt > 0:
+                attempt_errors.setdefault(attempt, []).append(heads[i])
+        subtests = [
+            (description, _OUTCOME[outcome], ms, subtest_errors.get(ordinal))
+            for ordinal, description, outcome, ms in db.execute(
+                "SELECT ordinal, description, outcome, duration_ms FROM test_subtests"
+                " WHERE case_id = ? ORDER BY ordinal",
                 (case_id,),
             )
-            heads = self._heads(
-                "FROM test_errors o CROSS JOIN test_errors e ON e.case_id = o.case_id"
-                " AND e.attempt = o.attempt AND e.ordinal = o.ordinal AND e.subtest IS o.subtest",
-                "WHERE o.case_id = ? AND o.depth = 0",
+        ]
+        attempts = [
+            (_phases_of(r[3:12]), _OUTCOME[r[1]], r[2], attempt_errors.get(r[0], ()))
+            for r in db.execute(
+                "SELECT ordinal, outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
+                " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
+                " teardown_reason FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
                 (case_id,),
             )
-            owners = db.execute(
-                "SELECT id, attempt, subtest, ordinal FROM test_errors"
-                " WHERE case_id = ? AND depth = 0",
-                (case_id,),
+        ]
+        texts = (
+            ("", False, "", False, "", False)
+            if output is None
+            else (
+                output[0],
+                bool(output[1]),
+                output[2],
+                bool(output[3]),
+                output[4],
+                bool(output[5]),
             )
-            owners.sort(key=lambda r: (r[1], r[3]))
-            item_errors = [heads[i] for i, attempt, sub, _ in owners
-                           if attempt == 0 and sub is None]
-            subtest_errors = {sub: heads[i] for i, attempt, sub, _ in owners
-                              if attempt == 0 and sub is not None}
-            attempt_errors: dict[int, list[PreparedError]] = {}
-            for i, attempt, _, _ in owners:
-                if attempt > 0:
-                    attempt_errors.setdefault(attempt, []).append(heads[i])
-            subtests = [
-                (description, _OUTCOME[outcome], ms, subtest_errors.get(ordinal))
-                for ordinal, description, outcome, ms in db.execute(
-                    "SELECT ordinal, description, outcome, duration_ms FROM test_subtests"
-                    " WHERE case_id = ? ORDER BY ordinal",
-                    (case_id,),
-                )
-            ]
-            attempts = [
-                (_phases_of(r[3:12]), _OUTCOME[r[1]], r[2], attempt_errors.get(r[0], ()))
-                for r in db.execute(
-                    "SELECT ordinal, outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
-                    " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
-                    " teardown_reason FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
-                    (case_id,),
-                )
-            ]
-            texts = (
-                ("", False, "", False, "", False)
-                if output is None
-                else (output[0], bool(output[1]), output[2], bool(output[3]), output[4],
-                      bool(output[5]))
-            )
-            return Success(test_detail(record, item_errors, texts, subtests, attempts))
+        )
+        return test_detail(record, item_errors, texts, subtests, attempts)
 
-        return self._read("test_detail", read)
-
-    def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
-        """See ``DataReader.failures``: ``is_new`` from the signatures frozen when the run
-        ended (computed afresh while it runs); streaks from the history rows of runs with a
-        lower id."""
+    def _failing(self, run: RunFacts) -> Sequence[FailingItem]:
         db = self._db
+        cases = db.execute(
+            "SELECT c.id, t.nodeid, c.outcome, c.setup_outcome, c.setup_ms, c.setup_reason,"
+            " c.call_outcome, c.call_ms, c.call_reason, c.teardown_outcome, c.teardown_ms,"
+            " c.teardown_reason FROM test_cases c JOIN tests t ON t.id = c.test_id"
+            f" WHERE c.run_id = ? AND c.outcome IN {_FAILING_SQL}",
+            (run.id,),
+        )
+        heads = self._heads(
+            "FROM test_cases o CROSS JOIN test_errors e ON e.case_id = o.id AND e.attempt = 0"
+            " AND e.ordinal = 0 AND e.subtest IS NULL",
+            f"WHERE o.run_id = ? AND o.outcome IN {_FAILING_SQL}",
+            (run.id,),
+        )
+        previous: dict[int, list[tuple[int, WindowEntry]]] = {}
+        for row in db.execute(
+            f"SELECT c.id, {_HISTORY_COLUMNS} FROM test_cases c"
+            " JOIN test_history h ON h.test_id = c.test_id"
+            "  AND (h.run_id IS NULL OR h.run_id < ?1)"
+            f" WHERE c.run_id = ?1 AND c.outcome IN {_FAILING_SQL}",
+            (run.id,),
+        ):
+            previous.setdefault(row[0], []).append((row[1], _entry(row[2:])))
+        return [
+            FailingItem(
+                row[1],
+                _OUTCOME[row[2]],
+                _phases_of(row[3:12]),
+                heads.get(row[0]),
+                _newest_first(previous.get(row[0], [])),
+            )
+            for row in cases
+        ]
 
-        def read() -> Result[tuple[FailureRecord, ...], DataReaderError]:
-            found = self._run_row(run_id, "id, project, new_signatures")
-            if isinstance(found, Failure):
-                return found
-            rid, project, frozen = found.unwrap()
-            cases = db.execute(
-                "SELECT c.id, t.nodeid, c.outcome, c.setup_outcome, c.setup_ms, c.setup_reason,"
-                " c.call_outcome, c.call_ms, c.call_reason, c.teardown_outcome, c.teardown_ms,"
-                " c.teardown_reason FROM test_cases c JOIN tests t ON t.id = c.test_id"
-                f" WHERE c.run_id = ? AND c.outcome IN {_FAILING_SQL}",
-                (rid,),
-            )
-            case_heads = self._heads(
-                "FROM test_cases o CROSS JOIN test_errors e ON e.case_id = o.id AND e.attempt = 0"
-                " AND e.ordinal = 0 AND e.subtest IS NULL",
-                f"WHERE o.run_id = ? AND o.outcome IN {_FAILING_SQL}",
-                (rid,),
-            )
-            collection = db.execute(
-                "SELECT id, nodeid FROM collection_errors WHERE run_id = ?", (rid,)
-            )
-            collection_heads = self._heads(
-                "FROM collection_errors o"
-                " CROSS JOIN test_errors e ON e.collection_error_id = o.id",
-                "WHERE o.run_id = ?",
-                (rid,),
-            )
-            new = (
-                _run_new_signatures(db, rid, project)
-                if frozen is None
-                else frozenset(json.loads(frozen))
-            )
-            previous: dict[int, list[tuple[int, WindowEntry]]] = {}
-            for row in db.execute(
-                f"SELECT c.id, {_HISTORY_COLUMNS} FROM test_cases c"
-                " JOIN test_history h ON h.test_id = c.test_id"
-                "  AND (h.run_id IS NULL OR h.run_id < ?1)"
-                f" WHERE c.run_id = ?1 AND c.outcome IN {_FAILING_SQL}",
-                (rid,),
-            ):
-                previous.setdefault(row[0], []).append((row[1], _entry(row[2:])))
-            streaks: dict[int, Streak] = {}
-            for row in cases:
-                head = case_heads.get(row[0])
-                message = None if head is None else head.message
-                now = WindowEntry(rid, _OUTCOME[row[2]], message=message)
-                entries = _newest_first(previous.get(row[0], []))
-                streaks[row[0]] = streak_of(now, previous_window(entries, rid))
-            alive = self._alive({s.since for s in streaks.values()} - {rid, None})
-            records: list[tuple[int, FailureRecord]] = []
-            for row in cases:
-                streak = streaks[row[0]]
-                if streak.since is not None and streak.since != rid and streak.since not in alive:
-                    streak = attrs.evolve(streak, since=None)
-                head = case_heads.get(row[0])
-                records.append(
-                    (
-                        1,
-                        failure_record(
-                            row[1], _OUTCOME[row[2]], _phases_of(row[3:12]), head, new, streak
-                        ),
-                    )
-                )
-            for collection_id, nodeid in collection:
-                head = collection_heads.get(collection_id)
-                alone = Streak(1, rid, "" if head is None else head.message)
-                records.append((0, failure_record(nodeid, Outcome.ERROR, (), head, new, alone)))
-            return Success(sort_failures(records))
+    def _collection_heads(self, run_id: int) -> Iterable[tuple[str, PreparedError | None]]:
+        collection = self._db.execute(
+            "SELECT id, nodeid FROM collection_errors WHERE run_id = ?", (run_id,)
+        )
+        if not collection:
+            return []
+        heads = self._heads(
+            "FROM collection_errors o CROSS JOIN test_errors e ON e.collection_error_id = o.id",
+            "WHERE o.run_id = ?",
+            (run_id,),
+        )
+        return [(nodeid, heads.get(collection_id)) for collection_id, nodeid in collection]
 
-        return self._read("failures", read)
-
-    def _alive(self, run_ids: Iterable[int | None]) -> set[int]:
-        """Which of ``run_ids`` are stored runs (not pruned)."""
-        wanted = sorted(i for i in run_ids if i is not None)
-        if not wanted:
-            return set()
+    def _alive(self, run_ids: set[int]) -> set[int]:
         return {
             r[0]
             for r in self._db.execute(
                 "SELECT id FROM test_runs WHERE id IN (SELECT value FROM json_each(?))",
-                (json.dumps(wanted),),
+                (json.dumps(sorted(run_ids)),),
             )
         }
 
-    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """See ``DataReader.classify``: each item now (with the run's commit and its failed
-        rerun attempts) and the history rows of runs with a lower id, judged by
-        :func:`classify`."""
+    def _now_items(self, run: RunFacts) -> Iterable[ItemNow]:
+        rows = self._db.execute(
+            "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
+            " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
+            f"  AND a.outcome IN {_FAILING_SQL}) ELSE 0 END, {_HISTORY_COLUMNS}"
+            " FROM test_cases c JOIN tests t ON t.id = c.test_id"
+            " LEFT JOIN test_history h ON h.test_id = c.test_id"
+            "  AND (h.run_id IS NULL OR h.run_id < ?1)"
+            " WHERE c.run_id = ?1",
+            (run.id,),
+        )
+        grouped: dict[str, tuple[str, int, list[tuple[int, WindowEntry]]]] = {}
+        for row in rows:
+            item = grouped.get(row[0])
+            if item is None:
+                item = grouped[row[0]] = (row[1], row[2], [])
+            if row[3] is not None:
+                item[2].append((row[3], _entry(row[4:])))
+        return [
+            ItemNow(nodeid, _OUTCOME[outcome], reruns, _newest_first(entries))
+            for nodeid, (outcome, reruns, entries) in grouped.items()
+        ]
 
-        def read() -> Result[tuple[TestClassification, ...], DataReaderError]:
-            found = self._run_row(run_id, "id, git_commit, git_dirty")
-            if isinstance(found, Failure):
-                return found
-            rid, commit, dirty = found.unwrap()
-            rows = self._db.execute(
-                "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
-                " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
-                f"  AND a.outcome IN {_FAILING_SQL}) ELSE 0 END, {_HISTORY_COLUMNS}"
-                " FROM test_cases c JOIN tests t ON t.id = c.test_id"
-                " LEFT JOIN test_history h ON h.test_id = c.test_id"
-                "  AND (h.run_id IS NULL OR h.run_id < ?1)"
-                " WHERE c.run_id = ?1",
-                (rid,),
+    def _histories(self, project: str) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
+        rows = self._db.execute(
+            f"SELECT t.nodeid, {_HISTORY_COLUMNS}"
+            " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
+            (project,),
+        )
+        grouped: dict[str, list[tuple[int, WindowEntry]]] = {}
+        for row in rows:
+            grouped.setdefault(row[0], []).append((row[1], _entry(row[2:])))
+        return [(nodeid, _newest_first(entries)) for nodeid, entries in grouped.items()]
+
+    def _history(self, project: str, nodeid: str) -> tuple[HistoryEntry, ...]:
+        rows = self._db.execute(
+            "SELECT h.run_id, h.outcome, h.duration_ms, h.recorded_at_ms, h.message,"
+            " h.git_commit, h.git_dirty, h.rerun_failures"
+            " FROM tests t JOIN test_history h ON h.test_id = t.id"
+            " WHERE t.project = ? AND t.nodeid = ? ORDER BY h.seq DESC",
+            (project, nodeid),
+        )
+        return tuple(
+            history_entry(
+                r[0],
+                _OUTCOME[r[1]],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                None if r[6] is None else bool(r[6]),
+                r[7],
             )
-            grouped: dict[str, tuple[WindowEntry, list[tuple[int, WindowEntry]]]] = {}
-            for row in rows:
-                nodeid = row[0]
-                item = grouped.get(nodeid)
-                if item is None:
-                    now = WindowEntry(
-                        rid,
-                        _OUTCOME[row[1]],
-                        git_commit=commit,
-                        git_dirty=None if dirty is None else bool(dirty),
-                        rerun_failures=row[2],
-                    )
-                    item = (now, [])
-                    grouped[nodeid] = item
-                if row[3] is not None:
-                    item[1].append((row[3], _entry(row[4:])))
-            return Success(
-                tuple(
-                    classify(
-                        rid,
-                        CaseHistory(
-                            nodeid,
-                            grouped[nodeid][0],
-                            previous_window(_newest_first(grouped[nodeid][1]), rid),
-                        ),
-                    )
-                    for nodeid in sorted(grouped)
-                )
-            )
+            for r in rows
+        )
 
-        return self._read("classify", read)
+    def _nodeids(self, project: str) -> Iterable[str]:
+        rows = self._db.execute("SELECT nodeid FROM tests WHERE project = ?", (project,))
+        return [r[0] for r in rows]
 
-    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
-        """See ``DataReader.flaky_tests``: every history row of the project's tests, the
-        newest window of each judged by :func:`flaky_entry`."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        name = checked.unwrap()
+    def _slowest(self, run_id: int, count: int) -> Sequence[TestRecord]:
+        return self._records(run_id, " ORDER BY c.duration_ms DESC, t.nodeid LIMIT ?", (count,))
 
-        def read() -> Result[tuple[FlakyTest, ...], DataReaderError]:
-            rows = self._db.execute(
-                f"SELECT t.nodeid, {_HISTORY_COLUMNS}"
-                " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
-                (name,),
-            )
-            grouped: dict[str, list[tuple[int, WindowEntry]]] = {}
-            for row in rows:
-                grouped.setdefault(row[0], []).append((row[1], _entry(row[2:])))
-            found: list[FlakyTest] = []
-            for nodeid, entries in grouped.items():
-                flaky = flaky_entry(nodeid, _newest_first(entries))
-                if flaky is not None:
-                    found.append(flaky)
-            return Success(sort_flaky(found))
-
-        return self._read("flaky_tests", read)
-
-    def history(
-        self, project: str, nodeid: str
-    ) -> Result[tuple[HistoryEntry, ...], DataReaderError]:
-        """See ``DataReader.history``."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        node = valid_project(nodeid, "nodeid")
-        if isinstance(node, Failure):
-            return node
-        name, test = checked.unwrap(), node.unwrap()
-
-        def read() -> Result[tuple[HistoryEntry, ...], DataReaderError]:
-            rows = self._db.execute(
-                "SELECT h.run_id, h.outcome, h.duration_ms, h.recorded_at_ms, h.message,"
-                " h.git_commit, h.git_dirty, h.rerun_failures"
-                " FROM tests t JOIN test_history h ON h.test_id = t.id"
-                " WHERE t.project = ? AND t.nodeid = ? ORDER BY h.seq DESC",
-                (name, test),
-            )
-            if not rows:
-                return Failure(NotFound("test", test))
-            return Success(
-                tuple(
-                    HistoryEntry(
-                        run_id=None if r[0] is None else RunId(r[0]),
-                        outcome=_OUTCOME[r[1]],
-                        duration_ms=r[2],
-                        recorded_at_ms=r[3],
-                        message=r[4],
-                        git_commit=r[5],
-                        git_dirty=None if r[6] is None else bool(r[6]),
-                        rerun_failures=r[7],
-                    )
-                    for r in rows
-                )
-            )
-
-        return self._read("history", read)
-
-    def find_tests(
-        self, project: str, fragment: str, *, limit: int = 20
-    ) -> Result[tuple[str, ...], DataReaderError]:
-        """See ``DataReader.find_tests``: searched among node ids with a stored item or a
-        history entry in ``project``; plain substring match (no wildcards)."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        piece = valid_fragment(fragment)
-        if isinstance(piece, Failure):
-            return piece
-        size = valid_limit(limit)
-        if isinstance(size, Failure):
-            return size
-        name, text, count = checked.unwrap(), piece.unwrap(), size.unwrap()
-
-        def read() -> Result[tuple[str, ...], DataReaderError]:
-            rows = self._db.execute("SELECT nodeid FROM tests WHERE project = ?", (name,))
-            return Success(rank_matches([r[0] for r in rows], text, count))
-
-        return self._read("find_tests", read)
-
-    def slowest(
-        self, run_id: RunId, *, limit: int = 10
-    ) -> Result[tuple[TestRecord, ...], DataReaderError]:
-        """See ``DataReader.slowest``."""
-        size = valid_limit(limit)
-        if isinstance(size, Failure):
-            return size
-        count = size.unwrap()
-
-        def read() -> Result[tuple[TestRecord, ...], DataReaderError]:
-            found = self._run_row(run_id, "id")
-            if isinstance(found, Failure):
-                return found
-            rid = found.unwrap()[0]
-            records = self._records(rid, " ORDER BY c.duration_ms DESC, t.nodeid LIMIT ?", (count,))
-            return Success(tuple(records))
-
-        return self._read("slowest", read)
-
-    def _coverage_source(self, run_id: int, invocation_id: str) -> int | None:
+    def _coverage_source(self, run: RunFacts) -> int | None:
         row = self._db.one(
             "SELECT CASE WHEN EXISTS (SELECT 1 FROM file_coverage WHERE run_id = ?1) THEN ?1"
             " ELSE (SELECT r.id FROM test_runs r WHERE r.invocation_id = ?2"
             "  AND EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id)"
             "  ORDER BY r.id LIMIT 1) END",
-            (run_id, invocation_id),
+            (run.id, run.invocation_id),
         )
         return None if row is None else row[0]
 
-    def coverage(self, run_id: RunId) -> Result[CoverageReport, DataReaderError]:
-        """See ``DataReader.coverage``."""
+    def _coverage_files(self, source: int) -> Iterable[FileCoverage]:
+        rows = self._db.execute(
+            "SELECT f.path, c.statements, c.missing_statements, c.branches,"
+            " c.partial_branches, c.missing_branches, c.missing_lines"
+            " FROM file_coverage c JOIN files f ON f.id = c.file_id WHERE c.run_id = ?",
+            (source,),
+        )
+        return [FileCoverage(r[0], r[1], r[2], r[3], r[4], r[5], decode_lines(r[6])) for r in rows]
 
-        def read() -> Result[CoverageReport, DataReaderError]:
-            found = self._run_row(run_id, "id, invocation_id")
-            if isinstance(found, Failure):
-                return found
-            rid, invocation = found.unwrap()
-            source = self._coverage_source(rid, invocation)
-            if source is None:
-                return Failure(NotFound("coverage", str(rid)))
-            rows = self._db.execute(
-                "SELECT f.path, c.statements, c.missing_statements, c.branches,"
-                " c.partial_branches, c.missing_branches, c.missing_lines"
-                " FROM file_coverage c JOIN files f ON f.id = c.file_id WHERE c.run_id = ?",
-                (source,),
+    def _coverage_points(self, project: str, count: int) -> Sequence[tuple[int, int, int]]:
+        rows = self._db.execute(
+            "SELECT id, started_at_ms, source FROM ("
+            " SELECT r.id, r.started_at_ms, CASE"
+            "  WHEN EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id) THEN r.id"
+            "  ELSE (SELECT s.id FROM test_runs s WHERE s.invocation_id = r.invocation_id"
+            "   AND EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = s.id)"
+            "   ORDER BY s.id LIMIT 1) END AS source"
+            " FROM test_runs r WHERE r.project = ?)"
+            " WHERE source IS NOT NULL ORDER BY started_at_ms DESC, id DESC LIMIT ?",
+            (project, count),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def _coverage_totals(self, source: int) -> tuple[int, int, int, int]:
+        row = self._db.one(
+            "SELECT sum(statements), sum(missing_statements), sum(branches),"
+            " sum(missing_branches) FROM file_coverage WHERE run_id = ?",
+            (source,),
+        )
+        assert row is not None
+        return row[0], row[1], row[2], row[3]
+
+    def _outcomes(self, run_id: int) -> Mapping[str, Outcome]:
+        return {
+            nodeid: _OUTCOME[outcome]
+            for nodeid, outcome in self._db.execute(
+                "SELECT t.nodeid, c.outcome FROM test_cases c"
+                " JOIN tests t ON t.id = c.test_id WHERE c.run_id = ?",
+                (run_id,),
             )
-            files = sorted(
-                (
-                    FileCoverage(r[0], r[1], r[2], r[3], r[4], r[5], decode_lines(r[6]))
-                    for r in rows
-                ),
-                key=lambda f: f.path,
-            )
-            return Success(CoverageReport(RunId(rid), RunId(source), tuple(files)))
-
-        return self._read("coverage", read)
-
-    def coverage_trend(
-        self, project: str, *, limit: int = 50
-    ) -> Result[tuple[CoverageTrendPoint, ...], DataReaderError]:
-        """See ``DataReader.coverage_trend``: a run counts when it or a sibling run of its
-        invocation has coverage (what ``coverage(run)`` would show)."""
-        checked = valid_project(project)
-        if isinstance(checked, Failure):
-            return checked
-        size = valid_limit(limit)
-        if isinstance(size, Failure):
-            return size
-        name, count = checked.unwrap(), size.unwrap()
-        db = self._db
-
-        def read() -> Result[tuple[CoverageTrendPoint, ...], DataReaderError]:
-            points = db.execute(
-                "SELECT id, started_at_ms, source FROM ("
-                " SELECT r.id, r.started_at_ms, CASE"
-                "  WHEN EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = r.id) THEN r.id"
-                "  ELSE (SELECT s.id FROM test_runs s WHERE s.invocation_id = r.invocation_id"
-                "   AND EXISTS (SELECT 1 FROM file_coverage c WHERE c.run_id = s.id)"
-                "   ORDER BY s.id LIMIT 1) END AS source"
-                " FROM test_runs r WHERE r.project = ?)"
-                " WHERE source IS NOT NULL ORDER BY started_at_ms DESC, id DESC LIMIT ?",
-                (name, count),
-            )
-            totals: dict[int, float] = {}
-            for source in {p[2] for p in points}:
-                row = db.one(
-                    "SELECT sum(statements), sum(missing_statements), sum(branches),"
-                    " sum(missing_branches) FROM file_coverage WHERE run_id = ?",
-                    (source,),
-                )
-                assert row is not None
-                totals[source] = coverage_percent(row[0], row[1], row[2], row[3])
-            return Success(
-                tuple(
-                    CoverageTrendPoint(RunId(p[0]), p[1], totals[p[2]]) for p in reversed(points)
-                )
-            )
-
-        return self._read("coverage_trend", read)
-
-    def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
-        """See ``DataReader.compare``; the sets are defined by ``compare_runs``, ``b``'s
-        status and selection say whether it was partial (:func:`run_is_partial`)."""
-        db = self._db
-
-        def outcomes(run_id: int) -> dict[str, Outcome]:
-            return {
-                nodeid: _OUTCOME[outcome]
-                for nodeid, outcome in db.execute(
-                    "SELECT t.nodeid, c.outcome FROM test_cases c"
-                    " JOIN tests t ON t.id = c.test_id WHERE c.run_id = ?",
-                    (run_id,),
-                )
-            }
-
-        def read() -> Result[RunComparison, DataReaderError]:
-            first = self._run_row(run_a, "id")
-            if isinstance(first, Failure):
-                return first
-            second = self._run_row(run_b, "id, status, selection")
-            if isinstance(second, Failure):
-                return second
-            a = first.unwrap()[0]
-            b, status, selection = second.unwrap()
-            partial = run_is_partial(_STATUS[status], decode_selection(selection))
-            return Success(compare_runs(RunId(a), RunId(b), outcomes(a), outcomes(b), partial))
-
-        return self._read("compare", read)
+        }
 
 
 def sqlite_test_runs() -> Layer:
@@ -1766,4 +1293,3 @@ def sqlite_test_runs() -> Layer:
 def _check_protocols(db: SqliteDatabase, clock: Clock) -> tuple[DataStore, DataReader]:
     """Static check that both classes satisfy their Protocols (mypy reads this)."""
     return SqliteDataStore(db, clock), SqliteDataReader(db)
-

@@ -1314,8 +1314,7 @@ RUNS_CURSOR = CursorCodec("runs", 2)
 that order), in the one cursor format of :class:`CursorCodec`."""
 
 
-@attrs.frozen
-class RunListing:
+class RunListing(NamedTuple):
     """A checked ``list_runs`` call: runs of ``project`` (every project when None), of
     ``status`` when given, before the position ``after`` (``(started_at_ms, id)``, None: from
     the newest), at most ``limit`` per page."""
@@ -1961,8 +1960,7 @@ HISTORY_STATUSES = frozenset({RunStatus.PASSED, RunStatus.FAILED})
 """The final statuses whose runs enter history and the failure signatures (``finish_run``)."""
 
 
-@attrs.frozen
-class RunFacts:
+class RunFacts(NamedTuple):
     """What the rules need to know about one stored run: who it is, its status and selection,
     its commit and dirty flag, and the failure signatures new in it, frozen when it ended
     (None while it runs)."""
