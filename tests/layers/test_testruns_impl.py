@@ -333,3 +333,28 @@ def test_counts_survive_reruns_across_batches(world: World) -> None:
         world.db.execute("SELECT outcome, count(*) FROM test_cases GROUP BY outcome")
     )
     assert stored == {"passed": 200, "failed": 100, "skipped": 1}
+
+
+_AWKWARD_IDS = (
+    't.py::q["quoted"]',
+    "t.py::back\\slash",
+    "t.py::tab\tnew\nline\x01bell",
+    "t.py::astral[\U0001f600]",
+    "t.py::é/ü::[ß]",
+    "t.py::plain",
+)
+
+
+def test_a_small_batch_finds_stored_tests_by_their_exact_node_ids(world: World) -> None:
+    first = world.whole([_item(n) for n in _AWKWARD_IDS])
+    tests_before = world.count("tests")
+    run = world.run(hours=1)
+    _ok(world.store.record_results(run, [_item(n, Outcome.FAILED) for n in _AWKWARD_IDS]))
+    _ok(world.store.record_results(run, [_item(n) for n in _AWKWARD_IDS[:3]]))
+    assert world.count("tests") == tests_before == len(_AWKWARD_IDS)
+    assert [r.nodeid for r in _ok(world.reader.tests(run))] == sorted(_AWKWARD_IDS)
+    counts = _ok(world.reader.get_run(run)).counts
+    assert (counts["passed"], counts["failed"]) == (3, 3)
+    for nodeid in _AWKWARD_IDS:
+        history = _ok(world.reader.history("p", nodeid))
+        assert [h.run_id for h in history] == [first]

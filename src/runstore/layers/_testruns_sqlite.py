@@ -307,8 +307,8 @@ class SqliteDataStore(_Facts, DataStoreBase):
 
         Looked up, not cached (a mirror of every test would cost more to keep than it saves):
         a large batch reads the project's ids in one indexed range when the project is not
-        much larger than the batch, a small one probes each id. New tests get ids from
-        ``max(id) + 1`` (the unit holds the write lock).
+        much larger than the batch, a small one probes the batch's ids in one statement. New
+        tests get ids from ``max(id) + 1`` (the unit holds the write lock).
         """
         db = self._db
         found: dict[str, int] = {}
@@ -325,12 +325,13 @@ class SqliteDataStore(_Facts, DataStoreBase):
                 if nodeid in wanted:
                     found[nodeid] = test_id
         else:
-            for nodeid, test_id in self._many(
-                "SELECT ?2, (SELECT id FROM tests WHERE project = ?1 AND nodeid = ?2)",
-                [(project, n) for n in nodeids],
-            ):
-                if test_id is not None:
-                    found[nodeid] = test_id
+            found.update(
+                db.execute(
+                    "SELECT nodeid, id FROM tests"
+                    " WHERE project = ? AND nodeid IN (SELECT value FROM json_each(?))",
+                    (project, json.dumps(nodeids, ensure_ascii=False)),
+                )
+            )
         existed = bool(found)
         new = [n for n in nodeids if n not in found]
         if new:
