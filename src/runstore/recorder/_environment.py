@@ -16,8 +16,12 @@ from runstore.services.testruns import Environment
 
 __all__ = ["GIT_BUDGET_SECONDS", "environment", "git_dirty", "git_head", "host_name"]
 
-GIT_BUDGET_SECONDS = 0.05
-"""Longest wait (s) for ``git status`` before the dirty flag is given up as unknown."""
+GIT_BUDGET_SECONDS = 0.5
+"""Longest wait (s) for ``git status`` before the dirty flag is given up as unknown.
+
+The probe runs on the recorder's writer thread while pytest collects and runs tests, so it
+holds up no test; 5-12 ms is usual, and a loaded machine took over 50 ms on a tiny
+repository, which is why the cap is not tighter (past it, the clean-tree evidence is lost)."""
 
 _GIT_STATUS = ("git", "--no-optional-locks", "status", "--porcelain=v1", "-uno", "--no-renames")
 
