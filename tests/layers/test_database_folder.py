@@ -42,6 +42,14 @@ def test_a_blank_or_directory_path_names_its_problem(tmp_path: Path) -> None:
     assert database_path_problem(str(tmp_path / "x.db")) is None
 
 
+def test_a_url_is_refused_by_its_scheme_without_echoing_the_password() -> None:
+    problem = database_path_problem("postgresql://user:secret@localhost/db")
+    assert problem == (
+        "postgresql:// URLs are not served; give the path of a SQLite database file"
+    )
+    assert database_path_problem("file.db") is None
+
+
 def test_the_project_database_is_found_walking_up(tmp_path: Path) -> None:
     db = tmp_path / "proj" / ".runstore" / "runstore.db"
     with build(sqlite(db)):

@@ -49,6 +49,23 @@ def test_a_run_records_the_commit_branch_and_dirty_flag(tmp_path: Path) -> None:
     assert (dirty.git_commit, dirty.git_dirty) == (head, True)
 
 
+@needs_git
+def test_an_untracked_file_makes_the_tree_dirty_and_run_artifacts_do_not(tmp_path: Path) -> None:
+    folder = tmp_path / "repo"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "test_old.py").write_text("def test_old():\n    pass\n")
+    _git(folder, "init", "-q")
+    _git(folder, "add", ".")
+    _git(folder, "commit", "-q", "-m", "old")
+    for artifact in ("tests/__pycache__/test_old.cpython-311.pyc", ".hypothesis/examples/x",
+                     ".coverage", ".coverage.host.1.2"):
+        (folder / artifact).parent.mkdir(parents=True, exist_ok=True)
+        (folder / artifact).write_bytes(b"")
+    assert git_dirty(folder / "tests") is False
+    (folder / "tests" / "test_new.py").write_text("def test_new():\n    pass\n")
+    assert git_dirty(folder / "tests") is True
+
+
 def test_outside_a_repository_the_git_facts_are_unknown(tmp_path: Path) -> None:
     folder = write(tmp_path / "proj", test_one="def test_one():\n    pass\n")
     if any((p / ".git").exists() for p in (folder, *folder.parents)):

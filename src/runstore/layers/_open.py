@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Literal, TypeAlias
 
 import apsw
@@ -66,16 +67,25 @@ def find_project_database(start: str) -> str | None:
         here = parent
 
 
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
 def database_path_problem(path: str) -> str | None:
     """Why ``path`` cannot name a database file, or None when it can.
 
     A blank or whitespace-only path is ``"the database path is blank"``; an existing
     directory is ``"<path> is a directory; give the database file"``. The CLI (``--db``,
     ``RUNSTORE_DB``) and the pytest plugin (``--runstore-db``, ``RUNSTORE_DB``) refuse such
-    a path with this reason as a usage error.
+    a path with this reason as a usage error. A URL (``scheme://...``) is refused naming
+    its scheme only, never the rest (it may hold a password), instead of being taken as a
+    file name.
     """
     if not path.strip():
         return "the database path is blank"
+    url = _URL.match(path)
+    if url:  # named by its scheme alone: the rest may hold a password
+        return (f"{url.group(1)}:// URLs are not served; give the path of a SQLite "
+                "database file")
     if os.path.isdir(path):
         return f"{path} is a directory; give the database file"
     return None

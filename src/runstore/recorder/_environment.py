@@ -16,10 +16,21 @@ from runstore.services.testruns import Environment
 
 __all__ = ["GIT_BUDGET_SECONDS", "environment", "git_dirty", "git_head", "host_name"]
 
-GIT_BUDGET_SECONDS = 0.05
-"""Longest wait (s) for ``git status`` before the dirty flag is given up as unknown."""
+GIT_BUDGET_SECONDS = 0.5
+"""Longest wait (s) for ``git status`` before the dirty flag is given up as unknown.
 
-_GIT_STATUS = ("git", "--no-optional-locks", "status", "--porcelain=v1", "-uno", "--no-renames")
+The probe runs on the recorder's writer thread while pytest collects and runs tests, so it
+holds up no test; 5-12 ms is usual, and a loaded machine took over 50 ms on a tiny
+repository, which is why the cap is not tighter (past it, the clean-tree evidence is lost)."""
+
+# What a test run itself leaves in a tree that may not ignore it (bytecode, hypothesis's
+# example database, coverage data files) is no change of the code: left out of the probe.
+_RUN_ARTIFACTS = ("**/__pycache__/**", "**/*.pyc", "**/.hypothesis/**", "**/.coverage",
+                  "**/.coverage.*")
+_GIT_STATUS = (
+    "git", "--no-optional-locks", "status", "--porcelain=v1", "-unormal", "--no-renames",
+    "--", ":/", *(f":(top,exclude,glob){pattern}" for pattern in _RUN_ARTIFACTS),
+)
 
 
 def _find_git_dir(start: Path) -> Path | None:
@@ -54,9 +65,12 @@ def _read_ref(git_dir: Path, ref: str) -> str | None:
 
 
 def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
-    """Whether the work tree containing ``start`` has uncommitted changes to tracked files.
+    """Whether the work tree containing ``start`` has uncommitted changes: a changed tracked
+    file or an untracked file that is not ignored (a new test written and made to pass before
+    its first commit is a change of the code, so its flip is no same-commit evidence).
 
-    One ``git --no-optional-locks status --porcelain=v1 -uno`` (tracked files only, no
+    One ``git --no-optional-locks status --porcelain=v1 -unormal`` over the whole repository
+    (ignored files and what a test run itself writes, ``_RUN_ARTIFACTS``, left out; no
     index lock taken, so a concurrent git command is never disturbed), given at most
     ``budget`` seconds and then killed. None outside a repository (no ``.git`` found, git
     not started), when git is missing, fails or is too slow.
