@@ -9,14 +9,14 @@ Run: ``.venv/bin/python benchmarks/session_import.py [--transcript PATH] [--roun
    - ``json.loads`` of every line of the file (reading it included): the floor;
    - **fresh**: what ``runstore sessions import`` does in a process: build the container on
      a database file that does not exist yet (creating it and applying every migration),
-     import, close (SQLite checkpoints its WAL into the file then). The target (issue 11):
+     import, close (SQLite checkpoints its WAL into the file then). The target:
      at most 3x ``json.loads``;
    - warm: import into a container that is already open (the cost per file of a batch);
    - the fixed part of fresh: building, migrating and closing an empty database;
    - raw apsw inserting the same lines into one table (for scale).
 
-   CPU time counts (user and system time of this process, as the issue counts the cost of
-   a command; steadier than wall time on a shared machine), best round of each, with the
+   CPU time counts (user and system time of this process, the measure of a command's
+   cost; steadier than wall time on a shared machine), best round of each, with the
    median of the per-round ratios beside it. Wall time, which adds the waits for the
    disk (the fsyncs of closing the new file), is printed too.
 2. Whole process (information, no target here: the start-up budgets are
@@ -61,7 +61,7 @@ DEFAULT_TRANSCRIPT = (
 )
 
 BUDGET = 3.0
-"""Fresh import / json.loads of the lines, at most (issue 11)."""
+"""Fresh import / json.loads of the lines, at most."""
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:

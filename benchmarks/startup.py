@@ -16,7 +16,7 @@ rotated every round (so no case always runs first, or right after another):
 The CPU time (user + system of the child, from ``getrusage``) counts: steadier than wall
 time on a busy machine. Prints per case the median and best CPU time and the ratios of the
 medians to ``python -c pass`` and to the dependency floor; the budget is at most 6x
-``python -c pass`` for each ``runstore`` command (issue 11). Then, for each ``runstore``
+``python -c pass`` for each ``runstore`` command. Then, for each ``runstore``
 command, which runstore modules of other domains it imported (the budget allows none) and
 whether it imported ``rich`` (only text output may).
 
