@@ -389,7 +389,7 @@ def _sequence(value: object, field: str) -> Sequence[Any]:
 class PreparedError:
     """One stored error: bounded texts, bounded frames (outermost first), its cause chain
     (nearest cause first, causes have no causes of their own) and, for a chain head, its
-    failure signature with the normalized message and failing frame it was made from."""
+    failure signature with the failing frame it was made from."""
 
     phase: Phase
     exception_type: str
@@ -400,7 +400,6 @@ class PreparedError:
     frames: tuple[StackFrame, ...]
     causes: tuple[PreparedError, ...] = ()
     signature: str = ""
-    normalized_message: str = ""
     signature_frame: str = ""
 
     def chain(self) -> tuple[PreparedError, ...]:
@@ -601,6 +600,12 @@ def _one_error(value: object, field: str) -> PreparedError:
     )
 
 
+def _signed(head: PreparedError, causes: Sequence[PreparedError]) -> PreparedError:
+    """A chain head with its causes and its failure signature (:func:`failure_signature`)."""
+    signature, _, frame = failure_signature(head.exception_type, head.message, head.frames)
+    return attrs.evolve(head, causes=tuple(causes), signature=signature, signature_frame=frame)
+
+
 def _error(value: object, field: str) -> PreparedError:
     head = _one_error(value, field)
     causes: list[PreparedError] = []
@@ -610,14 +615,7 @@ def _error(value: object, field: str) -> PreparedError:
         causes.append(_one_error(cause, f"{field}.cause" + ".cause" * (depth - 1)))
         cause = cause.cause
         depth += 1
-    signature, normalized, frame = failure_signature(head.exception_type, head.message, head.frames)
-    return attrs.evolve(
-        head,
-        causes=tuple(causes),
-        signature=signature,
-        normalized_message=normalized,
-        signature_frame=frame,
-    )
+    return _signed(head, causes)
 
 
 # -- items ------------------------------------------------------------------------------------
@@ -818,14 +816,7 @@ def _plain_error(value: object) -> PreparedError | None:
             return None
         causes.append(link)
         cause = cause.cause
-    signature, normalized, frame = failure_signature(head.exception_type, head.message, head.frames)
-    return attrs.evolve(
-        head,
-        causes=tuple(causes),
-        signature=signature,
-        normalized_message=normalized,
-        signature_frame=frame,
-    )
+    return _signed(head, causes)
 
 
 def _plain_case(value: object) -> PreparedCase | None:
