@@ -1723,9 +1723,15 @@ def sort_flaky(tests: Iterable[FlakyTest]) -> tuple[FlakyTest, ...]:
     return tuple(sorted(tests, key=lambda t: (-t.flips, t.nodeid)))
 
 
-def run_is_partial(status: RunStatus, selection: Selection) -> bool:
-    """Whether a run may have left tests out: a narrowing selection, or a run that is still
-    running or ended early (``interrupted``, ``aborted``)."""
+def run_is_partial(status: RunStatus, selection: Selection, recorded: int | None = None) -> bool:
+    """Whether a run may have left tests out: a narrowing selection, a run that is still
+    running or ended early (``interrupted``, ``aborted``), or one that recorded fewer items
+    (``recorded``) than pytest collected (a collection error that stopped the session, a
+    crash of the runner)."""
+    if recorded is not None and selection.collected is not None and recorded < (
+        selection.collected
+    ):
+        return True
     return selection.is_partial or status in (
         RunStatus.RUNNING,
         RunStatus.INTERRUPTED,
@@ -2148,7 +2154,7 @@ def compare_facts(
 ) -> RunComparison:
     """``compare`` of two stored runs from their items' outcomes (:func:`compare_runs`),
     ``b`` partial by :func:`run_is_partial`."""
-    partial = run_is_partial(b.status, b.selection)
+    partial = run_is_partial(b.status, b.selection, len(outcomes_b))
     return compare_runs(RunId(a.id), RunId(b.id), outcomes_a, outcomes_b, partial)
 
 

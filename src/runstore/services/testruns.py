@@ -981,6 +981,6 @@ class DataReader(Protocol):
         ``newly_failing``: in both, failing in ``b`` but not in ``a``; ``fixed``: in both,
         failing in ``a`` and passed or xpassed in ``b``; ``added``: only in ``b``. Items
         only in ``a`` are ``not_run`` when ``b`` may have left tests out (its selection
-        ``is_partial``, or ``b`` is ``running``, ``interrupted`` or ``aborted``) and
-        ``removed`` otherwise."""
+        ``is_partial``, ``b`` recorded fewer items than ``selection.collected``, or ``b`` is
+        ``running``, ``interrupted`` or ``aborted``) and ``removed`` otherwise."""
         ...

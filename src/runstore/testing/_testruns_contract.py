@@ -2258,7 +2258,7 @@ class TestRunsReaderContract(_Contract):
     @pytest.mark.parametrize(
         "partial",
         ["-k", "deselected", "--lf", "-x", "path", "interrupted", "aborted", "running",
-         "selection recorded"],
+         "selection recorded", "fewer than collected"],
     )
     def test_compare_calls_unselected_tests_not_run(
         self, store: DataStore, reader: DataReader, clock: FixedClock, partial: str
@@ -2270,6 +2270,8 @@ class TestRunsReaderContract(_Contract):
             "--lf": Selection(last_failed=True),
             "-x": Selection(maxfail=1),
             "path": Selection(args=("t.py::kept",)),
+            # collected 3, ran 2: a collection error stopped the session, say
+            "fewer than collected": Selection(collected=3),
         }.get(partial, Selection())
         b = self.begin(store, at_ms=T0_MS + 1, selection=chosen)
         _ok(store.record_results(b, [make_item("t.py::kept"), make_item("t.py::new")]))
