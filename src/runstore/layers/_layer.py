@@ -27,7 +27,6 @@ and asking for one a ``KeyError``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, final, overload
@@ -44,7 +43,6 @@ __all__ = ["Container", "Key", "Layer", "Tag", "build", "merge", "provide"]
 S = TypeVar("S")
 T = TypeVar("T")
 
-_log = logging.getLogger("runstore.layers")
 
 
 @final
@@ -362,7 +360,11 @@ class Container:
                 if first is None and reraise:
                     first = exc
                 else:
-                    _log.warning("closing a scoped service failed", exc_info=True)
+                    import logging  # only here: importing it costs every command ~3 ms
+
+                    logging.getLogger("runstore.layers").warning(
+                        "closing a scoped service failed", exc_info=True
+                    )
         if first is not None:
             raise first
 
