@@ -38,10 +38,10 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _testruns_synthetic import synthetic_run
+from _test_runs_synthetic import synthetic_run
 
 from runstore.layers import DATA_STORE, build, sqlite
-from runstore.services.testruns import RunStart, RunStatus
+from runstore.services.test_runs import RunStart, RunStatus
 
 BUDGET = 6.0
 PROJECT = "bench"

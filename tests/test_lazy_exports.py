@@ -57,7 +57,7 @@ def test_reading_a_name_loads_only_its_module() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, timeout=60)
     loaded = set(eval(done.stdout))  # a printed list of module names
-    assert "runstore.services.testruns" in loaded
+    assert "runstore.services.test_runs" in loaded
     assert not loaded & {
         "runstore.services.agents", "runstore.services.sessions",
         "runstore.services.executions", "runstore.services.action_runs",

@@ -21,8 +21,8 @@ def lazy_exports(
 ) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package`` for ``names_of``.
 
-    ``names_of`` maps a module of ``package`` (``"testruns"`` for
-    ``package + ".testruns"``) to the names it provides. ``__getattr__`` raises
+    ``names_of`` maps a module of ``package`` (``"test_runs"`` for
+    ``package + ".test_runs"``) to the names it provides. ``__getattr__`` raises
     ``AttributeError`` for a name outside the table, as a module without it would.
     """
     module_of = {name: module for module, names in names_of.items() for name in names}

@@ -31,7 +31,7 @@ from test_pytest_zoo import _env
 
 from runstore.layers import build, sqlite
 from runstore.recorder._environment import GIT_BUDGET_SECONDS
-from runstore.services.testruns import CLASSIFICATION_TABLE, DataReader
+from runstore.services.test_runs import CLASSIFICATION_TABLE, DataReader
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"

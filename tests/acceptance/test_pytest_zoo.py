@@ -26,7 +26,7 @@ from returns.result import Failure
 
 from runstore.layers import build, sqlite
 from runstore.services.errors import NotFound
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     Classification,
     DataReader,
     FailureRecord,

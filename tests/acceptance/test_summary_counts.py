@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from test_pytest_zoo import XDIST, ZOO, _env, fresh_copy, needs_zoo, read_latest
 
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     FAILING_OUTCOMES,
     Outcome,
     Phase,

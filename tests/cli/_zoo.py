@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runstore.layers import build, sqlite
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataStore,
     Environment,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from runstore.layers import DATA_STORE, build, sqlite
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     Outcome,
     Phase,
     PhaseResult,
@@ -116,7 +116,7 @@ def test_a_test_run_command_imports_no_other_domain(
     code, modules = _imported("--db", recorded, *args)
     assert code == 0
     ours = [m for m in modules if m.startswith("runstore")]
-    assert "runstore.services.testruns" in ours
+    assert "runstore.services.test_runs" in ours
     assert [m for m in ours if any(domain in m for domain in OTHER_DOMAINS)] == []
     assert ("rich" in modules) is rich
 

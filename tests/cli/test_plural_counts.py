@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from runstore.cli import cli
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataStore, Outcome, RunStart, RunStatus
+from runstore.services.test_runs import DataStore, Outcome, RunStart, RunStatus
 from runstore.testing import make_item
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 from runstore.cli import cli
 from runstore.cli._discover import find_project_database
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataStore, RunStart, RunStatus
+from runstore.services.test_runs import DataStore, RunStart, RunStatus
 from runstore.testing import make_item
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -31,7 +31,7 @@ from runstore.services import (
     StorageFailureKind,
     UnknownMigration,
 )
-from runstore.services.testruns import RunRetentionPolicy
+from runstore.services.test_runs import RunRetentionPolicy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "migrations" / "fixtures"
 

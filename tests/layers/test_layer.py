@@ -471,8 +471,8 @@ _DOMAIN_MODULES = (
     "runstore.layers._executions_sqlite",
     "runstore.layers._sessions_memory",
     "runstore.layers._sessions_sqlite",
-    "runstore.layers._testruns_memory",
-    "runstore.layers._testruns_sqlite",
+    "runstore.layers._test_runs_memory",
+    "runstore.layers._test_runs_sqlite",
 )
 
 
@@ -493,7 +493,7 @@ def test_a_test_runs_container_imports_the_test_runs_layer_only(tmp_path: Path) 
         f"with build(sqlite({str(tmp_path / 'runs.db')!r})) as c:\n"
         "    c.get(DATA_READER)"
     )
-    assert _domain_modules_after(code) == ["runstore.layers._testruns_sqlite"]
+    assert _domain_modules_after(code) == ["runstore.layers._test_runs_sqlite"]
 
 
 @pytest.mark.parametrize("name", ["sqlite", "in_memory"])

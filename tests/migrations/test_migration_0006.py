@@ -16,7 +16,7 @@ from returns.result import Success
 from runstore.layers import Layer, SqliteDatabase, build, merge, sqlite
 from runstore.migrations import apply_migrations, shipped_migrations
 from runstore.services.clock import Clock, FixedClock
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     Classification,
     DataReader,
     DataStore,

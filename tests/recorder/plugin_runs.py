@@ -19,7 +19,7 @@ import apsw
 
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataReader, RunSummary, TestRecord
+from runstore.services.test_runs import DataReader, RunSummary, TestRecord
 
 __all__ = ["SUMMARY", "env_for", "holding_the_write_lock", "latest", "pytest_args",
            "recorded_items", "run_pytest", "write"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataReader
+from runstore.services.test_runs import DataReader
 
 
 @pytest.mark.parametrize("how", ["option", "ini"])

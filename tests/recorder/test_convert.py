@@ -16,7 +16,7 @@ from runstore.recorder import (
     describe_exception,
     split_nodeid,
 )
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     Outcome,
     Phase,

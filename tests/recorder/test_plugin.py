@@ -21,7 +21,7 @@ from plugin_runs import (
 )
 
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataReader, Outcome, RunStatus
+from runstore.services.test_runs import DataReader, Outcome, RunStatus
 
 SIMPLE = """
     def test_one():

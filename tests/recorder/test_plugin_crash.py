@@ -13,7 +13,7 @@ from pathlib import Path
 
 from plugin_runs import env_for, latest, pytest_args, write
 
-from runstore.services.testruns import Outcome, RunStatus
+from runstore.services.test_runs import Outcome, RunStatus
 
 HANGS = """
     import pathlib

@@ -10,7 +10,7 @@ from plugin_runs import SUMMARY, run_pytest, write
 
 from runstore.layers import build, sqlite
 from runstore.recorder import DEFAULT_KEEP_RUNS
-from runstore.services.testruns import DataReader, DataStore, RunId, RunStart, RunStatus
+from runstore.services.test_runs import DataReader, DataStore, RunId, RunStart, RunStatus
 
 ONE = "def test_one():\n    pass\n"
 

@@ -20,7 +20,7 @@ from plugin_runs import (
 )
 
 from runstore.recorder._environment import git_dirty
-from runstore.services.testruns import Selection
+from runstore.services.test_runs import Selection
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -8,7 +8,7 @@ import pytest
 from plugin_runs import SUMMARY, run_pytest, write
 
 from runstore.layers import build, sqlite
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     Classification,
     DataReader,
     EvidenceRule,

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from runstore.recorder._writer import Writer, WriterTimeout
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataReader,
     DataStore,

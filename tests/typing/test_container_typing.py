@@ -32,7 +32,7 @@ def wrong(c: Container) -> None:
     store: DataReader = c.get(DataStore)  # E: assignment
     c.get(Tag.of(DataStore)).no_such_method()  # E: attr-defined
     c.get(DataStore).no_such_method()  # E: attr-defined
-    c.get("runstore.services.testruns.DataStore")  # E: call-overload
+    c.get("runstore.services.test_runs.DataStore")  # E: call-overload
     Layer.value(CLOCK, "noon")  # E: misc
     Layer.service(DATA_READER, lambda c: c.get(SqliteDatabase))  # E: arg-type return-value
     Layer.service(DataReader, lambda c: c.get(DataStore))  # E: arg-type return-value

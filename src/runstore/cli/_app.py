@@ -19,7 +19,7 @@ _TEST_RUNS = ("runs", "show", "failures", "flaky", "history", "slowest", "covera
 _COMMANDS = {
     "db": "runstore.cli._db:db",
     "sessions": "runstore.cli._sessions:sessions",
-    **{name: f"runstore.cli._testruns:{name}" for name in _TEST_RUNS},
+    **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""
 

@@ -70,12 +70,12 @@ if TYPE_CHECKING:
     from runstore.layers._health_sqlite import SqliteDatabaseHealth, sqlite_health
     from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
     from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
-    from runstore.layers._testruns_memory import (
+    from runstore.layers._test_runs_memory import (
         InMemoryDataReader,
         InMemoryDataStore,
         in_memory_test_runs,
     )
-    from runstore.layers._testruns_sqlite import (
+    from runstore.layers._test_runs_sqlite import (
         SqliteDataReader,
         SqliteDataStore,
         sqlite_test_runs,
@@ -154,8 +154,8 @@ _DOMAIN_NAMES = {
     "_health_sqlite": ("SqliteDatabaseHealth", "sqlite_health"),
     "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
     "_sessions_sqlite": ("SqliteSessionRepository", "sqlite_sessions"),
-    "_testruns_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
-    "_testruns_sqlite": ("SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"),
+    "_test_runs_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
+    "_test_runs_sqlite": ("SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"),
 }
 _MODULE_OF = {name: module for module, names in _DOMAIN_NAMES.items() for name in names}
 
@@ -186,7 +186,7 @@ def _domain(
     return Layer.lazy(load, provides=provides, requires=requires)
 
 
-_TEST_RUNS_MEMORY_STATE: Tag[object] = Tag(f"{__name__}._testruns_memory.TestRunsMemoryState")
+_TEST_RUNS_MEMORY_STATE: Tag[object] = Tag(f"{__name__}._test_runs_memory.TestRunsMemoryState")
 
 
 def sqlite_database(
@@ -269,7 +269,7 @@ def sqlite(
             "_sessions_sqlite", "sqlite_sessions", provides=(SESSION_REPOSITORY,), requires=on_db
         ),
         _domain(
-            "_testruns_sqlite",
+            "_test_runs_sqlite",
             "sqlite_test_runs",
             provides=(DATA_STORE, DATA_READER),
             requires=on_db,
@@ -304,7 +304,7 @@ def in_memory() -> Layer:
             "_sessions_memory", "in_memory_sessions", provides=(SESSION_REPOSITORY,), requires=in_db
         ),
         _domain(
-            "_testruns_memory",
+            "_test_runs_memory",
             "in_memory_test_runs",
             provides=(_TEST_RUNS_MEMORY_STATE, DATA_STORE, DATA_READER),
             requires=in_db,

@@ -11,7 +11,7 @@ scoped ones in reverse order. When two layers provide the same key, the later on
 is how a test swaps a layer.
 
 Keys are identified by name: a class by ``module.qualname``, a tag by the name it was made
-with, so ``Tag.of(DataStore)``, ``Tag("runstore.services.testruns.DataStore")`` and the class
+with, so ``Tag.of(DataStore)``, ``Tag("runstore.services.test_runs.DataStore")`` and the class
 ``DataStore`` itself are one key. A tag can therefore name a service whose module has not
 been imported yet, which is what lets a lazy layer stay unimported until it is used.
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from runstore.services.executions import ExecutionStorage
     from runstore.services.health import DatabaseHealth
     from runstore.services.sessions import SessionRepository
-    from runstore.services.testruns import DataReader, DataStore
+    from runstore.services.test_runs import DataReader, DataStore
 
 __all__ = [
     "ACTION_RUN_STORAGE",
@@ -35,10 +35,10 @@ __all__ = [
 CLOCK: Final[Tag[Clock]] = Tag("runstore.services.clock.Clock")
 """The clock every writing service reads (:class:`~runstore.services.Clock`)."""
 
-DATA_STORE: Final[Tag[DataStore]] = Tag("runstore.services.testruns.DataStore")
+DATA_STORE: Final[Tag[DataStore]] = Tag("runstore.services.test_runs.DataStore")
 """Test-run writes (:class:`~runstore.services.DataStore`)."""
 
-DATA_READER: Final[Tag[DataReader]] = Tag("runstore.services.testruns.DataReader")
+DATA_READER: Final[Tag[DataReader]] = Tag("runstore.services.test_runs.DataReader")
 """Test-run reads (:class:`~runstore.services.DataReader`)."""
 
 EXECUTION_STORAGE: Final[Tag[ExecutionStorage]] = Tag(

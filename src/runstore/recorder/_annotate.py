@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from runstore.recorder._text import safe_str
-from runstore.services.testruns import MAX_FRAMES
+from runstore.services.test_runs import MAX_FRAMES
 
 __all__ = [
     "EXC_ATTR",

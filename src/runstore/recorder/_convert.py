@@ -35,7 +35,7 @@ import attrs
 
 from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     FAILING_OUTCOMES,
     MAX_FRAMES,
     CollectionError,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from runstore.recorder._convert import PathResolver
-from runstore.services.testruns import FileCoverage
+from runstore.services.test_runs import FileCoverage
 
 __all__ = ["session_coverage"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from runstore.recorder._text import safe_str
-from runstore.services.testruns import Environment
+from runstore.services.test_runs import Environment
 
 __all__ = ["GIT_BUDGET_SECONDS", "environment", "git_dirty", "git_head", "host_name"]
 

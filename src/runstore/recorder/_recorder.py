@@ -62,7 +62,7 @@ from runstore.layers import (
     merge,
     sqlite,
 )
-from runstore.layers._testruns_shared import MAX_KEEP_RUNS, valid_policy
+from runstore.layers._test_runs_shared import MAX_KEEP_RUNS, valid_policy
 from runstore.recorder._convert import (
     ItemAssembler,
     PathResolver,
@@ -77,7 +77,7 @@ from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.recorder._writer import Writer, WriterTimeout
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     FAILING_OUTCOMES,
     Classification,
     CollectionError,

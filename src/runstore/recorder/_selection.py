@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from runstore.recorder._text import clean_text
-from runstore.services.testruns import Selection
+from runstore.services.test_runs import Selection
 
 __all__ = ["selection_at_start"]
 

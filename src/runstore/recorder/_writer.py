@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runstore.services.testruns import CollectionError, DataReader, DataStore, TestResult
+from runstore.services.test_runs import CollectionError, DataReader, DataStore, TestResult
 
 __all__ = ["BACKLOG_WAIT", "Job", "Writer", "WriterTimeout"]
 

@@ -1,7 +1,7 @@
 """Service Protocols, their records and their error values. No I/O happens here.
 
 Importing this package imports no domain: each name below is read from its module
-(``runstore.services.testruns``, ``.executions``, ``.action_runs``, ``.agents``,
+(``runstore.services.test_runs``, ``.executions``, ``.action_runs``, ``.agents``,
 ``.sessions``, ``.health``, ``.errors``, ``.clock``) when it is first used, so a command
 about test runs never loads the modules of agents or sessions.
 """
@@ -112,7 +112,7 @@ if TYPE_CHECKING:
         SessionStorage,
         SessionSummary,
     )
-    from runstore.services.testruns import (
+    from runstore.services.test_runs import (
         DEFAULT_HISTORY_WINDOW,
         FAILING_OUTCOMES,
         MAX_CAPTURE_CHARS,
@@ -318,7 +318,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "ModelRef", "NewEntry", "NewSession", "SessionContext", "SessionError", "SessionId",
         "SessionRecord", "SessionRepository", "SessionStorage", "SessionSummary",
     ),
-    "testruns": (
+    "test_runs": (
         "DEFAULT_HISTORY_WINDOW", "FAILING_OUTCOMES", "MAX_CAPTURE_CHARS", "MAX_FRAMES",
         "MAX_MESSAGE_CHARS", "MAX_TEXT_CHARS", "Classification", "CollectionError",
         "CoverageReport", "CoverageTrendPoint", "DataReader", "DataReaderError", "DataStore",

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
         sessions_state_machine,
     )
     from runstore.testing._shared import LayerFactory
-    from runstore.testing._testruns_contract import (
+    from runstore.testing._test_runs_contract import (
         DAY_MS,
         T0_MS,
         TestRunsMachine,
@@ -90,7 +90,7 @@ if TYPE_CHECKING:
         test_runs_state_machine,
         utc,
     )
-    from runstore.testing._testruns_layers import (
+    from runstore.testing._test_runs_layers import (
         SEED_PROJECT,
         SEED_START,
         SeededRuns,
@@ -183,14 +183,14 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
     "_shared": (
         "LayerFactory",
     ),
-    "_testruns_contract": (
+    "_test_runs_contract": (
         "DAY_MS", "T0_MS", "TestRunsMachine", "TestRunsReaderContract", "TestRunsStoreContract",
         "collection_errors", "environments", "error_infos", "file_coverages", "free_text",
         "git_states", "huge_text", "item_results", "make_item", "node_ids", "phases_for",
         "reference_streak", "reference_verdict", "rerun_item", "selections", "stack_frames",
         "test_runs_state_machine", "utc",
     ),
-    "_testruns_layers": (
+    "_test_runs_layers": (
         "SEED_PROJECT", "SEED_START", "SeededRuns", "SeedError", "empty", "flaky",
         "single_passing_run", "with_failures",
     ),

@@ -18,7 +18,7 @@ from returns.result import Success
 
 from runstore.layers import DATA_STORE, DATABASE_HEALTH, Container, Layer, build
 from runstore.services.health import DatabaseHealth
-from runstore.services.testruns import Outcome, Phase, PhaseResult, RunStart, RunStatus, TestResult
+from runstore.services.test_runs import Outcome, Phase, PhaseResult, RunStart, RunStatus, TestResult
 from runstore.testing._shared import LayerFactory
 
 __all__ = ["HealthContract"]

@@ -7,7 +7,7 @@ backend::
                      -> apply (backend) -> row to record (rules)
 
 so the skeleton is written here once, over the rules of
-:mod:`runstore.services._testruns_rules`, and a backend (in memory, SQLite, a later one) only
+:mod:`runstore.services._test_runs_rules`, and a backend (in memory, SQLite, a later one) only
 implements the abstract hooks: how it finds rows (the facts) and how it writes them. A hook
 runs inside the method's unit of work; a hook that writes gets the time of the write
 (``now_ms``, read once per method from the clock), so every backend asks the clock as often.
@@ -23,7 +23,7 @@ from typing import Protocol, TypeVar
 from returns.result import Failure, Result, Success
 
 from runstore.services._primitives import and_then
-from runstore.services._testruns_rules import (
+from runstore.services._test_runs_rules import (
     HISTORY_STATUSES,
     FailingItem,
     ItemNow,
@@ -69,13 +69,13 @@ from runstore.services._testruns_rules import (
     valid_project,
     valid_run_id,
 )
-from runstore.services._testruns_rules import (
+from runstore.services._test_runs_rules import (
     MAX_KEEP_RUNS as MAX_KEEP_RUNS,  # the recorder reads the retention rules from here
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailure
 from runstore.services.pagination import Page
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     CoverageReport,
     CoverageTrendPoint,

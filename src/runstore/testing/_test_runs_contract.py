@@ -54,7 +54,7 @@ from runstore.layers import Container, Layer, build, in_memory, merge
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     MAX_CAPTURE_CHARS,
     MAX_FRAMES,

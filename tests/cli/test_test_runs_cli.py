@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from runstore.cli import cli
 from runstore.layers import build, sqlite
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataStore,
     ErrorInfo,

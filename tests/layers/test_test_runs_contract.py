@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from runstore.layers import Container, Layer, build, in_memory, merge, sqlite
 from runstore.services.clock import Clock
-from runstore.services.testruns import DataReader, DataStore
+from runstore.services.test_runs import DataReader, DataStore
 from runstore.testing import LayerFactory, TestRunsReaderContract, TestRunsStoreContract
 
 

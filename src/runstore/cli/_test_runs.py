@@ -40,7 +40,7 @@ from runstore.cli._settings import format_option, settings
 from runstore.layers import DATA_READER, DATA_STORE, Access
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     FAILING_OUTCOMES,
     Classification,
     CoverageReport,

@@ -21,7 +21,7 @@ from runstore.layers import Container, Layer, SqliteDatabase, build, in_memory, 
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataReader,
     DataStore,

@@ -11,7 +11,7 @@ from returns.result import Failure, Result
 
 from runstore.layers import Layer, build, in_memory, merge, sqlite
 from runstore.services.errors import InvalidInput
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     Classification,
     DataReader,
     DataStore,

@@ -11,7 +11,7 @@ All seeded runs belong to project ``"demo"`` and start at fixed instants (from
 2024-01-01T12:00Z, an hour apart), so readers return the same values on every build::
 
     from runstore.layers import build
-    from runstore.services.testruns import DataReader
+    from runstore.services.test_runs import DataReader
     from runstore.testing import SeededRuns, with_failures
 
     with build(with_failures()) as container:
@@ -30,7 +30,7 @@ from returns.result import Failure, Result
 
 from runstore.exceptions import RunstoreError
 from runstore.layers import Container, Layer, in_memory, merge
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataStore,
     Environment,

@@ -6,8 +6,8 @@ nothing, exactly like a rolled-back SQLite transaction. Values stored in the mir
 immutable and replaced whole, so undoing a write restores them exactly.
 
 The in-memory layer is the reference the contract suite compares the live layer with; it
-follows the same documented rules, through the same skeleton (``_testruns_shared``) over the
-same rules (``runstore.services._testruns_rules``):
+follows the same documented rules, through the same skeleton (``_test_runs_shared``) over the
+same rules (``runstore.services._test_runs_rules``):
 
 - Run ids start at 1 and grow by 1 per created run; like SQLite's AUTOINCREMENT an id is
   never handed out again, even after its run was pruned (a ``begin_run`` that fails uses no
@@ -29,9 +29,9 @@ from returns.result import Result, Success
 
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._memory_database import InMemoryDatabase
-from runstore.layers._testruns_shared import DataReaderBase, DataStoreBase, _TestRuns
+from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
-from runstore.services._testruns_rules import (
+from runstore.services._test_runs_rules import (
     EXECUTED_OUTCOMES,
     FailingItem,
     ItemNow,
@@ -54,7 +54,7 @@ from runstore.services._testruns_rules import (
     test_record,
 )
 from runstore.services.clock import Clock
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
     DataReader,

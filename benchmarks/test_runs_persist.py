@@ -1,6 +1,6 @@
 """Benchmark: persist one run through ``DataStore`` vs raw apsw ``executemany`` of its rows.
 
-Run: ``.venv/bin/python benchmarks/testruns_persist.py [--cases 10000] [--modules 200]
+Run: ``.venv/bin/python benchmarks/test_runs_persist.py [--cases 10000] [--modules 200]
 [--rounds 5] [--batch 200]``.
 
 The synthetic run has ``--cases`` items in ``--modules`` modules (setup, call and teardown
@@ -32,11 +32,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _testruns_synthetic import synthetic_run
+from _test_runs_synthetic import synthetic_run
 
 from runstore.layers import SqliteDatabase, build, open_database, sqlite
 from runstore.migrations import shipped_migrations
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DataStore,
     Outcome,
     RunStart,

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from returns.result import Failure, Success
 
-from runstore.services._testruns_rules import (
+from runstore.services._test_runs_rules import (
     MAX_CAUSES,
     MAX_SAFE_INT,
     RUNS_CURSOR,
@@ -50,7 +50,7 @@ from runstore.services._testruns_rules import (
     valid_policy,
 )
 from runstore.services.errors import InvalidInput
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CLASSIFICATION_TABLE,
     DEFAULT_HISTORY_WINDOW,
     MAX_CAPTURE_CHARS,

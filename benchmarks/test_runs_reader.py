@@ -1,10 +1,10 @@
 """Benchmark: reader queries on 10,000 vs 1,000,000 stored items (they must not grow with it).
 
-Run: ``.venv/bin/python benchmarks/testruns_reader.py [--small-runs 20] [--large-runs 2000]
+Run: ``.venv/bin/python benchmarks/test_runs_reader.py [--small-runs 20] [--large-runs 2000]
 [--repeat 30]``.
 
 Two databases of finished runs of 500 items each (5% failing with 3 frames), built with raw
-bulk inserts from a run the layer wrote (``_testruns_synthetic``): ``20`` runs (10,000 items)
+bulk inserts from a run the layer wrote (``_test_runs_synthetic``): ``20`` runs (10,000 items)
 and ``2000`` runs (1,000,000 items). On each, the hot ``DataReader`` queries of the newest
 run and of one test are timed ``--repeat`` times after a warm-up, alternating between the
 two databases; the median per call counts:
@@ -26,10 +26,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from _testruns_synthetic import build_database
+from _test_runs_synthetic import build_database
 
 from runstore.layers import build, sqlite
-from runstore.services.testruns import DataReader, RunId
+from runstore.services.test_runs import DataReader, RunId
 
 TARGET = 1.5
 PROJECT = "bench"

@@ -1,9 +1,9 @@
 """Benchmark: ``DataStore.prune_runs`` vs a raw cascading DELETE of the same runs.
 
-Run: ``.venv/bin/python benchmarks/testruns_prune.py [--scale 1.0] [--rounds 3]``.
+Run: ``.venv/bin/python benchmarks/test_runs_prune.py [--scale 1.0] [--rounds 3]``.
 
 A database of ``2000 * scale`` finished runs of 500 items each (5% failing with 3 frames;
-built once with raw bulk inserts from a run the layer wrote, see ``_testruns_synthetic``) is
+built once with raw bulk inserts from a run the layer wrote, see ``_test_runs_synthetic``) is
 copied afresh for every measurement and pruned to ``keep_runs = 100 * scale``:
 
 - **DataStore**: ``prune_runs(RunRetentionPolicy(keep_runs))``: it plans in Python, moves
@@ -27,10 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _testruns_synthetic import build_database
+from _test_runs_synthetic import build_database
 
 from runstore.layers import build, open_database, sqlite
-from runstore.services.testruns import DataStore, RunRetentionPolicy
+from runstore.services.test_runs import DataStore, RunRetentionPolicy
 
 TARGET = 2.0
 

@@ -1,8 +1,8 @@
 """The live test-run layer: ``SqliteDataStore`` and ``SqliteDataReader`` (schema: migration 0002).
 
 Write path. Every ``DataStore`` method is one unit of work (``SqliteDatabase.transact``):
-input is validated and normalized first (``runstore.services._testruns_rules``, through the
-skeleton of ``_testruns_shared``), so bad input writes nothing;
+input is validated and normalized first (``runstore.services._test_runs_rules``, through the
+skeleton of ``_test_runs_shared``), so bad input writes nothing;
 then a handful of set-based statements and ``executemany`` batches run, with no per-row
 commit. Row ids of items and errors are assigned in Python from ``max(id) + 1`` read under
 the write lock (``BEGIN IMMEDIATE`` holds it for the whole unit), so children can refer to
@@ -37,9 +37,9 @@ from runstore.exceptions import TransactionMisuse
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
-from runstore.layers._testruns_shared import DataReaderBase, DataStoreBase, _TestRuns
+from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
-from runstore.services._testruns_rules import (
+from runstore.services._test_runs_rules import (
     OUTCOME_ORDER,
     SUBTEST_WORDS,
     FailingItem,
@@ -64,7 +64,7 @@ from runstore.services._testruns_rules import (
     test_record,
 )
 from runstore.services.clock import Clock
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     DataReader,
     DataStore,

@@ -29,7 +29,7 @@ from runstore.layers import Container, Layer, build, in_memory, merge
 from runstore.services.clock import Clock
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
     Classification,

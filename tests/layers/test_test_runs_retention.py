@@ -20,7 +20,7 @@ from runstore.layers import Layer, SqliteDatabase, build, in_memory, merge, sqli
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataReader,
     DataStore,

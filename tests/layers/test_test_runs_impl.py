@@ -15,9 +15,9 @@ from returns.result import Failure, Result, Success
 
 from runstore.exceptions import TransactionMisuse
 from runstore.layers import Container, Layer, SqliteDatabase, build, in_memory, merge, sqlite
-from runstore.layers._testruns_sqlite import SqliteDataStore
+from runstore.layers._test_runs_sqlite import SqliteDataStore
 from runstore.services.clock import Clock, FixedClock
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataReader,
     DataStore,

@@ -20,11 +20,11 @@ import pytest
 from returns.result import Failure, Result, Success
 
 from runstore.layers import Layer, SqliteDatabase, build, in_memory, merge, sqlite
-from runstore.layers._testruns_sqlite import SqliteDataStore
+from runstore.layers._test_runs_sqlite import SqliteDataStore
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import StorageFailure, StorageFailureKind
 from runstore.services.pagination import MAX_PAGE_SIZE
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     CollectionError,
     DataReader,
     DataStore,

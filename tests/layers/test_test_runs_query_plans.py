@@ -18,7 +18,7 @@ import pytest
 
 from runstore.layers import Layer, SqliteDatabase, build, merge, sqlite
 from runstore.services.clock import Clock, FixedClock
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DataReader,
     DataStore,
     FileCoverage,

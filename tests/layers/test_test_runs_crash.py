@@ -25,7 +25,7 @@ from returns.result import Success
 
 from runstore.layers import build, sqlite
 from runstore.services.pagination import MAX_PAGE_SIZE
-from runstore.services.testruns import DataReader, RunStatus
+from runstore.services.test_runs import DataReader, RunStatus
 
 BATCH = 25
 BATCHES = 4
@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
     from datetime import UTC, datetime
     from returns.result import Success
     from runstore.layers import build, sqlite
-    from runstore.services.testruns import (
+    from runstore.services.test_runs import (
         DataStore, ErrorInfo, Outcome, Phase, PhaseResult, RunStart, RunStatus, StackFrame,
         TestResult, RunRetentionPolicy,
     )

@@ -69,7 +69,7 @@ from runstore.services._primitives import (
 )
 from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import CursorCodec, Page, check_limit, page_of
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
     MAX_CAPTURE_CHARS,
@@ -892,7 +892,7 @@ def _plain_case(value: object) -> PreparedCase | None:
                 return None
             if reason_of_item is None:
                 reason_of_item = reason
-    # derive_outcome's precedence (module docstring of runstore.services.testruns)
+    # derive_outcome's precedence (module docstring of runstore.services.test_runs)
     if setup in _FAILING:
         derived = Outcome.ERROR
     elif call is None and setup in _SKIPPING:

@@ -23,7 +23,7 @@ import attrs
 
 from runstore.layers import SqliteDatabase, build, open_database, sqlite
 from runstore.migrations import shipped_migrations
-from runstore.services.testruns import (
+from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     DataStore,
     ErrorInfo,
