@@ -60,7 +60,7 @@ def test_reading_a_name_loads_only_its_module() -> None:
     assert "runstore.services.test_runs" in loaded
     assert not loaded & {
         "runstore.services.agents", "runstore.services.sessions",
-        "runstore.services.executions", "runstore.services.action_runs",
+        "runstore.services.ledger",
     }
 
 

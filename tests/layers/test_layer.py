@@ -463,12 +463,12 @@ def test_a_lazy_layer_that_breaks_its_declaration_is_refused_on_first_use() -> N
 # -- the public entry points import one domain at a time ---------------------------------------
 
 _DOMAIN_MODULES = (
-    "runstore.layers._action_runs_memory",
-    "runstore.layers._action_runs_sqlite",
+    "runstore.layers._ledger_memory",
+    "runstore.layers._ledger_sqlite",
     "runstore.layers._agents_memory",
     "runstore.layers._agents_sqlite",
-    "runstore.layers._executions_memory",
-    "runstore.layers._executions_sqlite",
+    "runstore.layers._ledger_memory",
+    "runstore.layers._ledger_sqlite",
     "runstore.layers._sessions_memory",
     "runstore.layers._sessions_sqlite",
     "runstore.layers._test_runs_memory",

@@ -54,20 +54,20 @@ from runstore.layers._tags import (
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
 
 if TYPE_CHECKING:
-    from runstore.layers._action_runs_memory import (
-        InMemoryActionRunStorage,
-        in_memory_ledger,
-    )
-    from runstore.layers._action_runs_sqlite import (
-        SqliteActionRunStorage,
-        sqlite_ledger,
-    )
     from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agents
     from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agents
-    from runstore.layers._executions_memory import InMemoryExecutionStorage
-    from runstore.layers._executions_sqlite import SqliteExecutionStorage
     from runstore.layers._health_memory import InMemoryDatabaseHealth, in_memory_health
     from runstore.layers._health_sqlite import SqliteDatabaseHealth, sqlite_health
+    from runstore.layers._ledger_memory import (
+        InMemoryActionRunStorage,
+        InMemoryExecutionStorage,
+        in_memory_ledger,
+    )
+    from runstore.layers._ledger_sqlite import (
+        SqliteActionRunStorage,
+        SqliteExecutionStorage,
+        sqlite_ledger,
+    )
     from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
     from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
     from runstore.layers._test_runs_memory import (
@@ -144,12 +144,10 @@ __all__ = [
 
 # Where each domain name of ``__all__`` lives; read on first access (PEP 562).
 _DOMAIN_NAMES = {
-    "_action_runs_memory": ("InMemoryActionRunStorage", "in_memory_ledger"),
-    "_action_runs_sqlite": ("SqliteActionRunStorage", "sqlite_ledger"),
+    "_ledger_memory": ("InMemoryActionRunStorage", "InMemoryExecutionStorage", "in_memory_ledger"),
+    "_ledger_sqlite": ("SqliteActionRunStorage", "SqliteExecutionStorage", "sqlite_ledger"),
     "_agents_memory": ("InMemoryAgentStorage", "in_memory_agents"),
     "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agents"),
-    "_executions_memory": ("InMemoryExecutionStorage",),
-    "_executions_sqlite": ("SqliteExecutionStorage",),
     "_health_memory": ("InMemoryDatabaseHealth", "in_memory_health"),
     "_health_sqlite": ("SqliteDatabaseHealth", "sqlite_health"),
     "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
@@ -254,7 +252,7 @@ def sqlite(
         _domain("_health_sqlite", "sqlite_health", provides=(DATABASE_HEALTH,),
                 requires=(SqliteDatabase,)),
         _domain(
-            "_action_runs_sqlite",
+            "_ledger_sqlite",
             "sqlite_ledger",
             provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
             requires=on_db,
@@ -289,7 +287,7 @@ def in_memory() -> Layer:
         system_clock(),
         _domain("_health_memory", "in_memory_health", provides=(DATABASE_HEALTH,), requires=()),
         _domain(
-            "_action_runs_memory",
+            "_ledger_memory",
             "in_memory_ledger",
             provides=(EXECUTION_STORAGE, ACTION_RUN_STORAGE),
             requires=in_db,

@@ -35,7 +35,7 @@ from runstore.services.agents import (
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
-from runstore.services.executions import ExecutionStorage
+from runstore.services.ledger import ExecutionStorage
 from runstore.services.pagination import Page
 
 __all__ = [

@@ -51,20 +51,16 @@ from runstore.services._ledger_rules import (
     oldest,
 )
 from runstore.services._primitives import and_then
-from runstore.services.action_runs import (
+from runstore.services.clock import Clock
+from runstore.services.errors import Busy, StorageFailure
+from runstore.services.ledger import (
+    DEFAULT_LIMIT,
     ActionRun,
     ActionRunError,
     ActionRunFailure,
     ActionRunId,
     ActionRunPhase,
     ActionRunStatus,
-    NewActionRun,
-    PhaseOutcome,
-)
-from runstore.services.clock import Clock
-from runstore.services.errors import Busy, StorageFailure
-from runstore.services.executions import (
-    DEFAULT_LIMIT,
     Execution,
     ExecutionError,
     ExecutionFailure,
@@ -72,7 +68,9 @@ from runstore.services.executions import (
     ExecutionStatus,
     ExecutionStorage,
     JsonValue,
+    NewActionRun,
     NewExecution,
+    PhaseOutcome,
 )
 from runstore.services.pagination import Page
 

@@ -13,11 +13,10 @@ from typing import TYPE_CHECKING, Final
 from runstore.layers._layer import Tag
 
 if TYPE_CHECKING:
-    from runstore.services.action_runs import ActionRunStorage
     from runstore.services.agents import AgentStorage
     from runstore.services.clock import Clock
-    from runstore.services.executions import ExecutionStorage
     from runstore.services.health import DatabaseHealth
+    from runstore.services.ledger import ActionRunStorage, ExecutionStorage
     from runstore.services.sessions import SessionRepository
     from runstore.services.test_runs import DataReader, DataStore
 
@@ -42,12 +41,12 @@ DATA_READER: Final[Tag[DataReader]] = Tag("runstore.services.test_runs.DataReade
 """Test-run reads (:class:`~runstore.services.DataReader`)."""
 
 EXECUTION_STORAGE: Final[Tag[ExecutionStorage]] = Tag(
-    "runstore.services.executions.ExecutionStorage"
+    "runstore.services.ledger.ExecutionStorage"
 )
 """The execution ledger's executions (:class:`~runstore.services.ExecutionStorage`)."""
 
 ACTION_RUN_STORAGE: Final[Tag[ActionRunStorage]] = Tag(
-    "runstore.services.action_runs.ActionRunStorage"
+    "runstore.services.ledger.ActionRunStorage"
 )
 """The execution ledger's action runs (:class:`~runstore.services.ActionRunStorage`)."""
 

@@ -1,7 +1,7 @@
 """Service Protocols, their records and their error values. No I/O happens here.
 
 Importing this package imports no domain: each name below is read from its module
-(``runstore.services.test_runs``, ``.executions``, ``.action_runs``, ``.agents``,
+(``runstore.services.test_runs``, ``.ledger``, ``.agents``,
 ``.sessions``, ``.health``, ``.errors``, ``.clock``) when it is first used, so a command
 about test runs never loads the modules of agents or sessions.
 """
@@ -13,21 +13,6 @@ from typing import TYPE_CHECKING
 from runstore._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from runstore.services.action_runs import (
-        ActionRun,
-        ActionRunError,
-        ActionRunFailure,
-        ActionRunId,
-        ActionRunPhase,
-        ActionRunStatus,
-        ActionRunStorage,
-        NewActionRun,
-        PhaseFailed,
-        PhaseOutcome,
-        PhaseRecord,
-        PhaseStatus,
-        PhaseSucceeded,
-    )
     from runstore.services.agents import (
         ActiveRunExists,
         AgentError,
@@ -72,19 +57,6 @@ if TYPE_CHECKING:
         StorageFailureKind,
         UnknownMigration,
     )
-    from runstore.services.executions import (
-        Execution,
-        ExecutionError,
-        ExecutionFailure,
-        ExecutionFinished,
-        ExecutionId,
-        ExecutionStatus,
-        ExecutionStorage,
-        JsonValue,
-        NewExecution,
-        ProjectMismatch,
-        StaleFencingToken,
-    )
     from runstore.services.health import (
         AppliedMigration,
         DatabaseCheck,
@@ -93,6 +65,32 @@ if TYPE_CHECKING:
         HealthError,
         MigrationStatus,
         ReadinessError,
+    )
+    from runstore.services.ledger import (
+        ActionRun,
+        ActionRunError,
+        ActionRunFailure,
+        ActionRunId,
+        ActionRunPhase,
+        ActionRunStatus,
+        ActionRunStorage,
+        Execution,
+        ExecutionError,
+        ExecutionFailure,
+        ExecutionFinished,
+        ExecutionId,
+        ExecutionStatus,
+        ExecutionStorage,
+        JsonValue,
+        NewActionRun,
+        NewExecution,
+        PhaseFailed,
+        PhaseOutcome,
+        PhaseRecord,
+        PhaseStatus,
+        PhaseSucceeded,
+        ProjectMismatch,
+        StaleFencingToken,
     )
     from runstore.services.sessions import (
         BadReference,
@@ -285,11 +283,6 @@ __all__ = [
 
 # Where each name of ``__all__`` lives (module: names); read on first access.
 _NAMES_OF: dict[str, tuple[str, ...]] = {
-    "action_runs": (
-        "ActionRun", "ActionRunError", "ActionRunFailure", "ActionRunId", "ActionRunPhase",
-        "ActionRunStatus", "ActionRunStorage", "NewActionRun", "PhaseFailed", "PhaseOutcome",
-        "PhaseRecord", "PhaseStatus", "PhaseSucceeded",
-    ),
     "agents": (
         "ActiveRunExists", "AgentError", "AgentRun", "AgentRunFailure", "AgentRunId",
         "AgentRunStatus", "AgentRunStore", "AgentStorage", "CheckpointId", "CheckpointStore",
@@ -304,10 +297,12 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "MigrationDrift", "MigrationError", "NotARunstoreDatabase", "NotFound", "OpenError",
         "PendingMigrations", "StorageFailure", "StorageFailureKind", "UnknownMigration",
     ),
-    "executions": (
-        "Execution", "ExecutionError", "ExecutionFailure", "ExecutionFinished", "ExecutionId",
-        "ExecutionStatus", "ExecutionStorage", "JsonValue", "NewExecution", "ProjectMismatch",
-        "StaleFencingToken",
+    "ledger": (
+        "ActionRun", "ActionRunError", "ActionRunFailure", "ActionRunId", "ActionRunPhase",
+        "ActionRunStatus", "ActionRunStorage", "Execution", "ExecutionError", "ExecutionFailure",
+        "ExecutionFinished", "ExecutionId", "ExecutionStatus", "ExecutionStorage", "JsonValue",
+        "NewActionRun", "NewExecution", "PhaseFailed", "PhaseOutcome", "PhaseRecord",
+        "PhaseStatus", "PhaseSucceeded", "ProjectMismatch", "StaleFencingToken",
     ),
     "health": (
         "AppliedMigration", "DatabaseCheck", "DatabaseHealth", "ForeignKeyViolation",

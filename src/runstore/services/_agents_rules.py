@@ -65,7 +65,7 @@ from runstore.services.agents import (
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
-from runstore.services.executions import (
+from runstore.services.ledger import (
     ExecutionFinished,
     ExecutionId,
     ExecutionStorage,

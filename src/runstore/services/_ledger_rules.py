@@ -36,29 +36,27 @@ from runstore.services._primitives import (
     first_failure,
     text_problem,
 )
-from runstore.services.action_runs import (
+from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.ledger import (
+    MAX_LEASE_MS,
+    MAX_TEXT_CHARS,
     ActionRun,
     ActionRunError,
     ActionRunFailure,
     ActionRunPhase,
     ActionRunStatus,
-    NewActionRun,
-    PhaseFailed,
-    PhaseOutcome,
-    PhaseRecord,
-    PhaseStatus,
-    PhaseSucceeded,
-)
-from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
-from runstore.services.executions import (
-    MAX_LEASE_MS,
-    MAX_TEXT_CHARS,
     Execution,
     ExecutionError,
     ExecutionFailure,
     ExecutionFinished,
     ExecutionStatus,
+    NewActionRun,
     NewExecution,
+    PhaseFailed,
+    PhaseOutcome,
+    PhaseRecord,
+    PhaseStatus,
+    PhaseSucceeded,
     ProjectMismatch,
     StaleFencingToken,
 )

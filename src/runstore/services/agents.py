@@ -52,7 +52,7 @@ from runstore.services.errors import (
     NotFound,
     StorageFailure,
 )
-from runstore.services.executions import ExecutionFinished, ProjectMismatch
+from runstore.services.ledger import ExecutionFinished, ProjectMismatch
 from runstore.services.pagination import Page
 
 __all__ = [

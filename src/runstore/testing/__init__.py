@@ -40,7 +40,8 @@ if TYPE_CHECKING:
         agents_json_values,
         agents_state_machine,
     )
-    from runstore.testing._executions import (
+    from runstore.testing._health import HealthContract
+    from runstore.testing._ledger import (
         LedgerContract,
         LedgerContractViolation,
         LedgerMachine,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
         non_json_values,
         phase_outcomes,
     )
-    from runstore.testing._health import HealthContract
     from runstore.testing._sessions import (
         ENTRY_TYPES,
         SessionsContract,
@@ -167,7 +167,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "AgentsContract", "AgentsMachine", "agents_broken_sequence_layer", "agents_json_values",
         "agents_state_machine",
     ),
-    "_executions": (
+    "_ledger": (
         "LedgerContract", "LedgerContractViolation", "LedgerMachine", "action_run_failures",
         "execution_failures", "ledger_identifiers", "ledger_json_values", "ledger_model_layer",
         "ledger_state_machine", "non_json_values", "phase_outcomes",

@@ -61,7 +61,7 @@ from runstore.services.agents import (
 )
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
-from runstore.services.executions import (
+from runstore.services.ledger import (
     ExecutionFinished,
     ExecutionId,
     ExecutionStatus,

@@ -50,25 +50,17 @@ from runstore.layers import (
     in_memory_ledger,
     merge,
 )
-from runstore.services.action_runs import (
+from runstore.services.clock import FixedClock
+from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.ledger import (
+    MAX_JSON_DEPTH,
+    MAX_LEASE_MS,
     ActionRun,
     ActionRunFailure,
     ActionRunId,
     ActionRunPhase,
     ActionRunStatus,
     ActionRunStorage,
-    NewActionRun,
-    PhaseFailed,
-    PhaseOutcome,
-    PhaseRecord,
-    PhaseStatus,
-    PhaseSucceeded,
-)
-from runstore.services.clock import FixedClock
-from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
-from runstore.services.executions import (
-    MAX_JSON_DEPTH,
-    MAX_LEASE_MS,
     Execution,
     ExecutionFailure,
     ExecutionFinished,
@@ -76,7 +68,13 @@ from runstore.services.executions import (
     ExecutionStatus,
     ExecutionStorage,
     JsonValue,
+    NewActionRun,
     NewExecution,
+    PhaseFailed,
+    PhaseOutcome,
+    PhaseRecord,
+    PhaseStatus,
+    PhaseSucceeded,
     ProjectMismatch,
     StaleFencingToken,
 )

@@ -46,7 +46,7 @@ from runstore.services._ledger_rules import (
     state_of,
 )
 from runstore.services._primitives import decode_json, encode_json
-from runstore.services.executions import MAX_JSON_DEPTH
+from runstore.services.ledger import MAX_JSON_DEPTH
 from runstore.testing import ledger_json_values, non_json_values
 
 S = ExecutionStatus
