@@ -341,3 +341,31 @@ def test_piped_text_keeps_a_message_as_it_is(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "FAILED tests/test_cart.py::test_total[:smile:]" in result.stdout
     assert f"AssertionError: {message}" in result.stdout
+
+
+@pytest.mark.parametrize("command", ["show", "failures"])
+def test_latest_tilde_n_names_the_run_n_runs_before_the_latest(db: Path, command: str) -> None:
+    back_one = as_json(run(db, "--format", "json", command, "latest~1", "--project", "shop"))
+    latest = as_json(run(db, "--format", "json", command, "latest", "--project", "shop"))
+    assert back_one["run"]["id"] == 1
+    assert latest["run"]["id"] == 2
+    assert as_json(run(db, "--format", "json", command, "latest~0", "--project", "shop")) == latest
+
+
+def test_latest_tilde_n_beyond_the_history_says_how_many_runs_there_are(db: Path) -> None:
+    result = run(db, "show", "latest~2", "--project", "shop")
+    assert result.exit_code == 1
+    assert "project 'shop' has 2 runs: latest~2 needs 3" in result.stderr
+
+
+@pytest.mark.parametrize("bad", ["latest~", "latest~x", "latest~-1", "latest-1"])
+def test_a_malformed_run_back_is_a_usage_error(db: Path, bad: str) -> None:
+    result = run(db, "show", bad, "--project", "shop")
+    assert result.exit_code == 2
+    assert "latest~N" in result.stderr
+
+
+def test_a_negative_number_as_run_points_at_latest_tilde_n(db: Path) -> None:
+    result = run(db, "show", "-2")
+    assert result.exit_code == 2
+    assert "write latest~2" in result.stderr

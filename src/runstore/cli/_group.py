@@ -76,21 +76,44 @@ class JsonErrorsGroup(click.Group):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as exc:
-            self._report(exc, None)
-            raise
+            hinted = _hinted(exc)
+            self._report(hinted, None)
+            if hinted is exc:
+                raise
+            raise hinted from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
-            self._report(exc, ctx)
-            raise
+            hinted = _hinted(exc)
+            self._report(hinted, ctx)
+            if hinted is exc:
+                raise
+            raise hinted from None
 
     def _report(self, exc: click.UsageError, ctx: click.Context | None) -> None:
         settings = None if ctx is None else ctx.find_object(Settings)
         wanted = _format_in(self._args) or (settings.output_format if settings else None)
         if wanted == "json":
             emit_json({"error": " ".join(exc.format_message().split())})
+
+
+def _hinted(exc: click.UsageError) -> click.UsageError:
+    """``exc``, or for an unknown option such as ``-1`` (read as "one run back") the same
+    error saying how runstore spells that: ``latest~1``."""
+    if not isinstance(exc, click.NoSuchOption):
+        return exc
+    digits = exc.option_name[1:]
+    if not (digits.isascii() and digits.isdigit()):
+        return exc
+    back = int(digits)
+    return click.NoSuchOption(
+        exc.option_name,
+        f"No such option {exc.option_name!r}. To name the run {back} "
+        f"run{'' if back == 1 else 's'} before the latest, write latest~{back}.",
+        ctx=exc.ctx,
+    )
 
 
 def check_db_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

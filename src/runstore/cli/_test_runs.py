@@ -146,7 +146,10 @@ def _project(services: _Services, explicit: str | None) -> str:
 
 
 class _RunArgument(click.ParamType[int | str]):
-    """A run id (an integer in ``1..MAX_ID``: larger ones no store holds) or ``latest``."""
+    """A run id (an integer in ``1..MAX_ID``: larger ones no store holds), ``latest``, or
+    ``latest~N``: the run N runs before the latest of the project (``latest~0`` is ``latest``,
+    the same notation as git's ``HEAD~N``). Converts to an int id, ``"latest"`` or
+    ``("latest", N)``."""
 
     name = "RUN"
 
@@ -156,12 +159,19 @@ class _RunArgument(click.ParamType[int | str]):
         if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_ID:
             return value
         text = str(value).strip()
-        if text.lower() == "latest":
+        lowered = text.lower()
+        if lowered == "latest":
             return "latest"
+        back = lowered.removeprefix("latest~")
+        if back != lowered and back.isascii() and back.isdigit() and int(back) <= MAX_ID:
+            return "latest" if int(back) == 0 else f"latest~{int(back)}"
         if text.isascii() and text.isdigit() and 0 < int(text) <= MAX_ID:
             return int(text)
         return self.fail(
-            f"{value!r} is not a run id (an integer from 1 to {MAX_ID}) or 'latest'", param, ctx
+            f"{value!r} is not a run id (an integer from 1 to {MAX_ID}), 'latest' or "
+            "'latest~N' (N runs before the latest)",
+            param,
+            ctx,
         )
 
 
@@ -174,11 +184,34 @@ def _run(services: _Services, project_option: str | None, run: int | str) -> Run
     if run == "latest":
         project = _project(services, project_option)
         return services.get(services.reader.latest_run(project))
-    assert isinstance(run, int)
+    if isinstance(run, str):
+        return _runs_back(services, _project(services, project_option), int(run.partition("~")[2]))
     summary = services.get(services.reader.get_run(RunId(run)))
     if project_option is not None and summary.project != project_option:
         services.fail(f"run {run} belongs to project {summary.project!r}, not {project_option!r}")
     return summary
+
+
+def _runs_back(services: _Services, project: str, back: int) -> RunSummary:
+    """The run ``back`` runs before the latest of ``project`` (newest first, as ``runs``
+    lists them); fewer runs than that is a failure naming how many there are."""
+    seen = 0
+    cursor: str | None = None
+    while True:
+        page = services.get(
+            services.reader.list_runs(project, limit=MAX_PAGE_SIZE, cursor=cursor)
+        )
+        if back - seen < len(page.items):
+            return page.items[back - seen]
+        seen += len(page.items)
+        if page.next_cursor is None:
+            if seen == 0:
+                services.get(services.reader.latest_run(project))  # the reader's own NotFound
+            services.fail(
+                f"project {project!r} has {seen} run{'' if seen == 1 else 's'}: "
+                f"latest~{back} needs {back + 1}"
+            )
+        cursor = page.next_cursor
 
 
 def project_option(fn: F) -> F:
