@@ -17,7 +17,9 @@ def db(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("days", ["1e308", "inf", "-inf", "nan", "-1", "0", "1000001"])
+@pytest.mark.parametrize(
+    "days", ["1e308", "1e999", "inf", "-inf", "nan", "-1", "0", "1000001", "two", ""]
+)
 @pytest.mark.parametrize("dry_run", [[], ["--dry-run"]], ids=["real", "dry"])
 def test_unusable_max_age_is_a_usage_error(db: Path, days: str, dry_run: list[str]) -> None:
     result = CliRunner().invoke(
@@ -25,6 +27,7 @@ def test_unusable_max_age_is_a_usage_error(db: Path, days: str, dry_run: list[st
     )
     assert result.exit_code == 2, result.output
     assert "--max-age-days" in result.stderr
+    assert f"{days!r} is not a number of days" in result.stderr  # as typed, not as parsed
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
 

@@ -1078,21 +1078,31 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
 _MAX_AGE_DAYS = 1_000_000  # about 2,700 years: far enough to mean "no age limit"
 
 
-def _check_max_age_days(
-    _ctx: click.Context, _param: click.Parameter, value: float | None
-) -> float | None:
-    """Refuse ``--max-age-days`` unless it is a finite number of days in (0, 1,000,000]."""
-    if value is not None and not (math.isfinite(value) and 0 < value <= _MAX_AGE_DAYS):
-        raise click.BadParameter(
-            f"{value} is not a number of days in (0, {_MAX_AGE_DAYS}]"
-        )
-    return value
+class _Days(click.ParamType[float]):
+    """A finite number of days in (0, 1,000,000]; the refusal quotes the value as typed
+    (``1e999``, not the ``inf`` it parses to)."""
+
+    name = "DAYS"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            days = value
+        else:
+            try:
+                days = float(str(value).strip())
+            except ValueError:
+                days = math.nan
+        if not (math.isfinite(days) and 0 < days <= _MAX_AGE_DAYS):
+            self.fail(f"{value!r} is not a number of days in (0, {_MAX_AGE_DAYS}]", param, ctx)
+        return days
 
 
 @click.command()
 @click.option("--keep-runs", type=click.IntRange(1, MAX_ID), required=True,
               help="Keep the newest N runs of each project.")
-@click.option("--max-age-days", type=float, default=None, callback=_check_max_age_days,
+@click.option("--max-age-days", type=_Days(), default=None,
               help=f"Also drop runs that started more than D days ago (0 < D <= {_MAX_AGE_DAYS}).")
 @click.option("--dry-run", is_flag=True,
               help="Report what would be removed and change nothing.")
