@@ -90,14 +90,26 @@ def _health(access: Access) -> Iterator[DatabaseHealth]:
             yield container.get(DATABASE_HEALTH)
     except DatabaseOpenError as exc:
         if access != "read":
-            fail(f"cannot migrate {path}: {exc.error}", output_format=cfg.output_format,
-                 document={**fields, "healthy": False})
+            foreign = isinstance(exc.error, NotARunstoreDatabase) and exc.error.tables
+            fail(str(exc.error) if foreign else f"cannot migrate {path}: {exc.error}",
+                 output_format=cfg.output_format, document={**fields, "healthy": False})
         if isinstance(exc.error, NotARunstoreDatabase):
             fail(f"no database at {path} (create it with: runstore db migrate)",
                  output_format=cfg.output_format,
                  document={**fields, "exists": False, "healthy": False})
         fail(cannot_open_reason(path, exc.error), output_format=cfg.output_format,
              document={**fields, "exists": True, "healthy": False})
+
+
+def _refuse_foreign(health: DatabaseHealth) -> None:
+    """End the command (exit 1) when the database is another program's file."""
+    ready = health.readiness()
+    if isinstance(ready, Failure):
+        error = ready.failure()
+        if isinstance(error, NotARunstoreDatabase) and error.tables:
+            cfg = settings()
+            fail(str(error), output_format=cfg.output_format,
+                 document={**_database_fields(cfg.db_path), "exists": True, "healthy": False})
 
 
 def _answer(document: dict[str, Any], problems: list[str]) -> None:
@@ -141,7 +153,8 @@ def status() -> None:
     """Show applied and pending migrations without changing the database.
 
     Exits 0 when the database can be used (pending migrations included), 1 with a one-line
-    reason when it is missing (nothing is created), cannot be read, fails SQLite's
+    reason when it is missing (nothing is created), holds another program's tables and no
+    runstore journal, cannot be read, fails SQLite's
     ``quick_check`` (stopping at the first problem), or would be refused (unknown, drifted
     or half-applied migrations).
 
@@ -151,6 +164,7 @@ def status() -> None:
     """
     cfg = settings()
     with _health("read") as health:
+        _refuse_foreign(health)
         result = health.quick_check().bind(lambda _: health.status())
     if isinstance(result, Failure):
         fail(
@@ -170,8 +184,8 @@ def check() -> None:
     """Run SQLite's integrity and foreign-key checks and the migration check.
 
     Exits 0 when all pass, 1 with a one-line reason otherwise (a corrupt or unreadable
-    file, foreign-key violations, unknown, drifted or half-applied migrations). Changes
-    nothing.
+    file, another program's file, foreign-key violations, unknown, drifted or half-applied
+    migrations). Changes nothing.
 
     \b
     Example:
@@ -179,6 +193,7 @@ def check() -> None:
     """
     cfg = settings()
     with _health("read") as health:
+        _refuse_foreign(health)
         result = health.check()
     if isinstance(result, Failure):
         fail(

@@ -50,6 +50,8 @@ def cannot_open_reason(path: str, failure: object) -> str:
 
 def _refusal(path: str, error: object) -> str:
     """The one line a command ends with when ``path`` cannot be used for it."""
+    if isinstance(error, NotARunstoreDatabase) and error.tables:
+        return str(error)  # another program's file: neither command would make it one
     if isinstance(error, NotARunstoreDatabase):
         return (
             f"no runstore database at {path} (record a run with `pytest --runstore` "

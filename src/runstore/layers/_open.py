@@ -17,7 +17,12 @@ from runstore.layers._sqlite_database import (
     _prepare_file,
 )
 from runstore.layers._sqlite_errors import from_apsw
-from runstore.migrations import JOURNAL_TABLE, apply_migrations, migration_status
+from runstore.migrations import (
+    JOURNAL_TABLE,
+    apply_migrations,
+    foreign_database,
+    migration_status,
+)
 from runstore.services.errors import NotARunstoreDatabase, OpenError
 
 __all__ = [
@@ -124,6 +129,10 @@ def open_database(
 
     - ``"create"`` (the default): a missing file is created, and a missing folder made by
       :func:`make_database_folder` (a new ``.runstore`` folder gets its ``.gitignore``).
+      An existing file is used when it is a runstore database or holds nothing (empty, or
+      an empty database); one that holds another program's tables and no migration
+      journal is refused with ``NotARunstoreDatabase`` naming those ``tables``, and left
+      exactly as it was.
     - ``"write"``: ``path`` must already be a runstore database: a missing file, or one
       without the migration journal (empty, or written by another program), is refused
       with ``NotARunstoreDatabase`` and left exactly as it was.
@@ -180,17 +189,33 @@ def _open_for_writing(
     return Success(db)
 
 
+def _refuse_foreign(db: SqliteDatabase) -> Result[None, OpenError]:
+    """Refuse ``db``, which has no journal rows, when it holds another program's tables."""
+    found = db.read("database check", lambda: Success(foreign_database(db)))
+    if isinstance(found, Failure):
+        return found
+    refusal = found.unwrap()
+    return Success(None) if refusal is None else Failure(refusal)
+
+
 def _check_and_migrate(
     db: SqliteDatabase, settings: ConnectionSettings, *, create: bool
 ) -> Result[None, OpenError]:
     status = migration_status(db)
     if isinstance(status, Failure):
         return status
-    if not create and not status.unwrap().applied:
-        return Failure(NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal"))
+    journalled = bool(status.unwrap().applied)
+    if not create and not journalled:  # refused however it looks; the detail says why
+        return _refuse_foreign(db).bind(
+            lambda _: Failure(NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal"))
+        )
     problems = status.unwrap().problems
     if problems:
         return Failure(problems[0])
+    if not journalled:
+        foreign = _refuse_foreign(db)
+        if isinstance(foreign, Failure):
+            return foreign
     connection = db.connection
     # A brand-new file holds nothing to lose, so it is set up and migrated without fsyncs
     # (8 of the 10 a fresh open and close cost): a power loss meanwhile can at worst spoil

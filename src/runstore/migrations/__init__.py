@@ -45,6 +45,7 @@ __all__ = [
     "Migration",
     "MigrationStatus",
     "apply_migrations",
+    "foreign_database",
     "migration_status",
     "readiness",
     "shipped_ids",
@@ -154,6 +155,38 @@ def _journal_exists(db: SqliteDatabase) -> bool:
     return bool(found == 1)
 
 
+_SHOWN_TABLES = 5
+"""How many of a foreign file's tables a refusal names in its text (all are in ``tables``)."""
+
+
+def foreign_database(db: SqliteDatabase) -> NotARunstoreDatabase | None:
+    """The refusal of ``db`` when it holds no journal but tables or views of another program.
+
+    None when ``db`` has the journal, or holds nothing at all (an empty file, or an empty
+    database: runstore may create its schema there). Reads ``sqlite_schema`` only; call it
+    inside a read or a unit of work.
+    """
+    if _journal_exists(db):
+        return None
+    tables = tuple(
+        row[0]
+        for row in db.execute(
+            "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')"
+            " AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+        )
+    )
+    if not tables:
+        return None
+    shown = ", ".join(tables[:_SHOWN_TABLES]) + (", ..." if len(tables) > _SHOWN_TABLES else "")
+    noun = "table" if len(tables) == 1 else "tables"
+    return NotARunstoreDatabase(
+        db.path,
+        f"it holds another program's {noun} ({shown}) and no {JOURNAL_TABLE} journal;"
+        " runstore adds its schema only to a new or empty file",
+        tables,
+    )
+
+
 def _read_journal(db: SqliteDatabase) -> tuple[AppliedMigration, ...]:
     if not _journal_exists(db):
         return ()
@@ -241,15 +274,17 @@ def readiness(db: SqliteDatabase) -> Result[None, ReadinessError]:
 
     The failures and their order are those of
     :meth:`runstore.services.DatabaseHealth.readiness`: ``NotARunstoreDatabase`` (no
-    journal), ``UnknownMigration``, ``HalfAppliedMigration`` (a journal row never marked
-    finished), ``PendingMigrations``, and ``Busy`` or ``StorageFailure`` when ``db`` cannot
-    be read. No migration file is read.
+    journal; naming the ``tables`` another program keeps there, if any),
+    ``UnknownMigration``, ``HalfAppliedMigration`` (a journal row never marked finished),
+    ``PendingMigrations``, and ``Busy`` or ``StorageFailure`` when ``db`` cannot be read.
+    No migration file is read.
     """
 
     def read() -> Result[None, ReadinessError]:
         if not _journal_exists(db):
             return Failure(
-                NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal")
+                foreign_database(db)
+                or NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal")
             )
         applied = _read_journal(db)
         shipped = _shipped_names()

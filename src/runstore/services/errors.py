@@ -201,11 +201,15 @@ class NotARunstoreDatabase:
     """The file at ``path`` is not a runstore database, so it was neither read nor changed.
 
     ``detail`` says why: the file does not exist, or it holds no migration journal (an empty
-    file, or SQLite that another program wrote).
+    file, or SQLite that another program wrote). ``tables`` names, sorted, the tables and
+    views such a file holds instead: runstore never adds its own beside another program's,
+    not even when asked to create the database (empty for a missing or empty file, which
+    creating may use).
     """
 
     path: str
     detail: str
+    tables: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.path} is not a runstore database: {self.detail}"

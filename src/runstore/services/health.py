@@ -130,7 +130,7 @@ class DatabaseHealth(Protocol):
         :meth:`status` compares those). Failures, in the order checked:
 
         - ``NotARunstoreDatabase``: the database holds no migration journal (an empty file,
-          or one another program wrote);
+          or one another program wrote, whose ``tables`` it names);
         - ``UnknownMigration``: it carries migrations this code does not know (a newer
           runstore wrote it);
         - ``HalfAppliedMigration``: a journal row was never marked finished;
