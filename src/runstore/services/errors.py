@@ -110,7 +110,10 @@ class StorageFailureKind(StrEnum):
     """What went wrong in the storage engine, independent of the engine.
 
     The SQLite layer derives the kind from SQLite's extended result codes
-    (https://sqlite.org/rescode.html), never from message text.
+    (https://sqlite.org/rescode.html), the PostgreSQL layer from the SQLSTATE
+    (https://www.postgresql.org/docs/current/errcodes-appendix.html), never from message
+    text. ``connection`` is a connection to a database server lost or refused (SQLSTATE
+    class 08, an administrator's shutdown or termination of the session).
     """
 
     UNIQUE = "unique"
@@ -127,6 +130,7 @@ class StorageFailureKind(StrEnum):
     CANT_OPEN = "cant_open"
     NOT_A_DATABASE = "not_a_database"
     INTERRUPTED = "interrupted"
+    CONNECTION = "connection"
     OTHER = "other"
 
 
@@ -135,8 +139,10 @@ class StorageFailure:
     """The storage engine refused or failed an operation.
 
     ``operation`` names the unit of work, ``table`` the table involved when known (else ""),
-    ``kind`` the portable classification, ``code`` the engine's own (extended) result code,
-    ``message`` the engine's text, for people only.
+    ``kind`` the portable classification, ``code`` the engine's own (extended) result code
+    (SQLite's; -1 from PostgreSQL), ``sqlstate`` PostgreSQL's five-character SQLSTATE (""
+    from SQLite, and for a PostgreSQL connection lost without one), ``message`` the
+    engine's text, for people only.
     """
 
     operation: str
@@ -144,6 +150,7 @@ class StorageFailure:
     code: int
     message: str
     table: str = ""
+    sqlstate: str = ""
 
     def __str__(self) -> str:
         where = f" on {self.table}" if self.table else ""
