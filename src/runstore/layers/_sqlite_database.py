@@ -292,13 +292,23 @@ class SqliteDatabase(UnitOfWork):
         self._check_fork()
         return self._connection
 
-    def close(self) -> None:
-        """Close the connection; open units are rolled back first. Idempotent.
+    def close(self) -> Result[None, StorageFailure | Busy]:
+        """Close the connection; open units are rolled back first. Idempotent; never raises
+        a driver error.
+
+        Closing the last connection of a WAL database checkpoints it into the main file,
+        which can fail (the disk is full, the file system turned read-only): what was
+        committed stays in the ``-wal`` file for the next open, and the connection is
+        released all the same. Returns ``Success(None)``, or ``StorageFailure`` (``full``,
+        ``io``, ``read_only``, ...; operation ``"close"``) or ``Busy`` when SQLite reported
+        an error while closing; that failure is also logged as a warning on the
+        ``runstore.layers`` logger, since a container closing its database has no caller
+        to return it to.
 
         In a forked child this does nothing: the connection belongs to the parent.
         """
         if self._generation != _Forks.generation:
-            return
+            return Success(None)
         self._rollback_all()
         self._lost = None
         try:
@@ -306,7 +316,18 @@ class SqliteDatabase(UnitOfWork):
                 self._connection.execute("ROLLBACK")
         except apsw.Error:
             pass
-        self._connection.close()
+        try:
+            self._connection.close()
+        except apsw.Error as exc:
+            failure = from_apsw(exc, operation="close")
+            self._connection.close(True)  # release it whatever SQLite still reports
+            import logging  # only here: importing it costs every command ~3 ms
+
+            logging.getLogger("runstore.layers").warning(
+                "closing %s failed: %s", self.path, failure
+            )
+            return Failure(failure)
+        return Success(None)
 
     def _check_fork(self) -> None:
         if self._generation != _Forks.generation:
