@@ -131,6 +131,7 @@ class StorageFailureKind(StrEnum):
     NOT_A_DATABASE = "not_a_database"
     INTERRUPTED = "interrupted"
     CONNECTION = "connection"
+    CLOSED = "closed"  # the store's container was closed before the call
     OTHER = "other"
 
 
