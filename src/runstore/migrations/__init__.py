@@ -19,6 +19,7 @@ import os
 import re
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING
 
 import attrs
@@ -46,6 +47,8 @@ __all__ = [
     "MigrationStatus",
     "apply_migrations",
     "foreign_database",
+    "journal_problems",
+    "journal_readiness",
     "migration_status",
     "readiness",
     "shipped_ids",
@@ -58,6 +61,10 @@ _FOLDER = os.path.dirname(__file__)
 """Where the migration files are: package data installed beside this module (the wheel and
 an editable install both keep the package as plain files, so they are listed and read with
 ``os`` rather than ``importlib.resources``, whose import a reading command would pay)."""
+
+POSTGRESQL_FOLDER = os.path.join(_FOLDER, "postgresql")
+"""The same migrations for PostgreSQL: the same ids and names, translated (the journal and
+the refusal rules here are shared; :mod:`runstore.layers._postgres_migrations` runs them)."""
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _CREATES = (
@@ -88,18 +95,18 @@ def _created_names(sql: str) -> tuple[str, ...]:
     return tuple(re.findall(_CREATES, sql, re.IGNORECASE))
 
 
-def shipped_migrations() -> tuple[Migration, ...]:
+def shipped_migrations(folder: str = _FOLDER) -> tuple[Migration, ...]:
     """Return every migration shipped in this package, in id order.
 
-    The files are read once per process: they are package data, and opening a database
+    ``folder`` is SQLite's by default, or :data:`POSTGRESQL_FOLDER`. The files are read once per process: they are package data, and opening a database
     consults them several times (each migration re-checks the journal under its lock).
 
     Raises ``ValueError`` for a misnamed file or a duplicate id (a packaging bug).
     """
-    return _read_shipped()
+    return _read_shipped(folder)
 
 
-def shipped_ids() -> tuple[int, ...]:
+def shipped_ids(folder: str = _FOLDER) -> tuple[int, ...]:
     """Return the ids of the shipped migrations, in order, from their file names alone.
 
     Cheaper than :func:`shipped_migrations`: no file is read, so code that only checks
@@ -107,14 +114,14 @@ def shipped_ids() -> tuple[int, ...]:
 
     Raises ``ValueError`` like :func:`shipped_migrations`.
     """
-    return tuple(_shipped_names())
+    return tuple(_shipped_names(folder))
 
 
 @functools.cache
-def _shipped_names() -> dict[int, str]:
+def _shipped_names(folder: str = _FOLDER) -> dict[int, str]:
     """Id -> file name of every shipped migration, in id order (the folder is listed once)."""
     found: dict[int, str] = {}
-    for name in os.listdir(_FOLDER):
+    for name in os.listdir(folder):
         if not name.endswith(".sql"):
             continue
         match = _FILE_NAME.match(name)
@@ -128,12 +135,12 @@ def _shipped_names() -> dict[int, str]:
 
 
 @functools.cache
-def _read_shipped() -> tuple[Migration, ...]:
+def _read_shipped(folder: str) -> tuple[Migration, ...]:
     import hashlib  # only migrating and checking checksums reads the files
 
     shipped: list[Migration] = []
-    for number, file_name in _shipped_names().items():
-        with open(os.path.join(_FOLDER, file_name), encoding="utf-8") as handle:
+    for number, file_name in _shipped_names(folder).items():
+        with open(os.path.join(folder, file_name), encoding="utf-8") as handle:
             sql = handle.read()
         match = _FILE_NAME.match(file_name)
         assert match is not None  # _shipped_names matched it
@@ -211,6 +218,25 @@ def _problems(
     applied: tuple[AppliedMigration, ...],
     shipped: tuple[Migration, ...],
 ) -> tuple[MigrationError, ...]:
+    existing = {
+        r[0].lower()
+        for r in db.execute("SELECT name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'")
+    }
+    return journal_problems(applied, shipped, existing)
+
+
+def journal_problems(
+    applied: tuple[AppliedMigration, ...],
+    shipped: tuple[Migration, ...],
+    existing: AbstractSet[str],
+) -> tuple[MigrationError, ...]:
+    """Every reason to refuse a database, from its journal rows ``applied``, the
+    ``shipped`` migrations and the lower-case names of the tables, indexes, triggers and
+    views that ``existing`` holds: ``UnknownMigration``, then per journalled migration
+    ``HalfAppliedMigration`` (never marked finished) or ``MigrationDrift``, then
+    ``HalfAppliedMigration`` for a migration not journalled whose objects exist. The rules
+    of every backend (SQLite's and PostgreSQL's runners read ``existing`` each their way).
+    """
     by_id = {m.id: m for m in shipped}
     problems: list[MigrationError] = []
     unknown = tuple(a.id for a in applied if a.id not in by_id)
@@ -229,10 +255,6 @@ def _problems(
                 )
             )
     journalled = {a.id for a in applied}
-    existing = {
-        r[0].lower()
-        for r in db.execute("SELECT name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'")
-    }
     for migration in shipped:
         if migration.id in journalled:
             continue
@@ -286,21 +308,28 @@ def readiness(db: SqliteDatabase) -> Result[None, ReadinessError]:
                 foreign_database(db)
                 or NotARunstoreDatabase(db.path, f"it holds no {JOURNAL_TABLE} journal")
             )
-        applied = _read_journal(db)
-        shipped = _shipped_names()
-        unknown = tuple(a.id for a in applied if a.id not in shipped)
-        if unknown:
-            return Failure(UnknownMigration(ids=unknown))
-        unfinished = [row for row in applied if not row.finished]
-        if unfinished:
-            return Failure(_unfinished(unfinished[0]))
-        done = {a.id for a in applied}
-        pending = tuple(number for number in shipped if number not in done)
-        if pending:
-            return Failure(PendingMigrations(ids=pending))
-        return Success(None)
+        return journal_readiness(_read_journal(db), shipped_ids())
 
     return db.read("database readiness", read)
+
+
+def journal_readiness(
+    applied: tuple[AppliedMigration, ...], shipped: tuple[int, ...]
+) -> Result[None, ReadinessError]:
+    """Whether code shipping the migrations ``shipped`` can read a database whose journal
+    holds ``applied``: ``UnknownMigration``, ``HalfAppliedMigration`` (a row never marked
+    finished) or ``PendingMigrations``, in that order. The rules of every backend."""
+    unknown = tuple(a.id for a in applied if a.id not in shipped)
+    if unknown:
+        return Failure(UnknownMigration(ids=unknown))
+    unfinished = [row for row in applied if not row.finished]
+    if unfinished:
+        return Failure(_unfinished(unfinished[0]))
+    done = {a.id for a in applied}
+    pending = tuple(number for number in shipped if number not in done)
+    if pending:
+        return Failure(PendingMigrations(ids=pending))
+    return Success(None)
 
 
 def apply_migrations(
