@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -45,6 +46,24 @@ def test_disabled_plugin_imports_nothing_but_its_options(tmp_path: Path) -> None
     """)
     done = run_pytest(folder, "-q", autoload=True)  # installed, found by its entry point
     assert done.returncode == 0, done.stdout
+    assert SUMMARY.search(done.stdout) is None
+    assert not (folder / ".runstore").exists()
+
+
+def test_collect_only_imports_no_recorder_service_or_database(tmp_path: Path) -> None:
+    folder = write(tmp_path / "proj", test_simple=SIMPLE, conftest="""
+        import json, sys
+
+        def pytest_collection_finish(session):
+            with open("modules.json", "w") as out:
+                json.dump(sorted(sys.modules), out)
+    """)
+    done = run_pytest(folder, "-q", "--runstore", "--collect-only")
+    assert done.returncode == 0, done.stdout
+    modules = json.loads((folder / "modules.json").read_text())
+    ours = [m for m in modules if m.startswith("runstore")]
+    assert ours == ["runstore", "runstore._lazy", "runstore.pytest_plugin", "runstore.recorder"]
+    assert [m for m in modules if m.split(".")[0] in ("apsw", "attrs", "returns")] == []
     assert SUMMARY.search(done.stdout) is None
     assert not (folder / ".runstore").exists()
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from returns.result import Failure
 
+from runstore._lazy import lazy_exports
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers._layer import Container, Key, Layer, Tag, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
@@ -142,34 +143,22 @@ __all__ = [
     "system_clock",
 ]
 
-# Where each domain name of ``__all__`` lives; read on first access (PEP 562).
-_DOMAIN_NAMES = {
-    "_ledger_memory": ("InMemoryActionRunStorage", "InMemoryExecutionStorage", "in_memory_ledger"),
-    "_ledger_sqlite": ("SqliteActionRunStorage", "SqliteExecutionStorage", "sqlite_ledger"),
+# Where each domain name of ``__all__`` lives (module: names); read on first access.
+_NAMES_OF: dict[str, tuple[str, ...]] = {
     "_agents_memory": ("InMemoryAgentStorage", "in_memory_agents"),
     "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agents"),
     "_health_memory": ("InMemoryDatabaseHealth", "in_memory_health"),
     "_health_sqlite": ("SqliteDatabaseHealth", "sqlite_health"),
+    "_ledger_memory": ("InMemoryActionRunStorage", "InMemoryExecutionStorage", "in_memory_ledger"),
+    "_ledger_sqlite": ("SqliteActionRunStorage", "SqliteExecutionStorage", "sqlite_ledger"),
     "_sessions_memory": ("InMemorySessionRepository", "in_memory_sessions"),
     "_sessions_sqlite": ("SqliteSessionRepository", "sqlite_sessions"),
     "_test_runs_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
     "_test_runs_sqlite": ("SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"),
 }
-_MODULE_OF = {name: module for module, names in _DOMAIN_NAMES.items() for name in names}
 
 if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
-
-    def __getattr__(name: str) -> object:
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULE_OF})
+    __getattr__, __dir__ = lazy_exports(__name__, _NAMES_OF)
 
 
 def _domain(

@@ -3,31 +3,39 @@
 ``install(config)`` is what the ``runstore`` pytest plugin calls when recording is enabled:
 it registers the :class:`Annotator` wherever tests run, and the :class:`Recorder` in the
 process that sees every report (a plain pytest process, or the ``pytest-xdist``
-controller). A ``--collect-only`` session records nothing.
+controller). A ``--collect-only`` session records nothing, and imports nothing but this
+module: the names below are read from their modules on first use (PEP 562), and
+``install`` imports the recorder (with the services and the database layer) only for a
+session it records.
 """
 
 from __future__ import annotations
 
-import pytest
+from typing import TYPE_CHECKING
 
-from runstore.recorder._annotate import Annotator, describe_exception
-from runstore.recorder._convert import (
-    ItemAssembler,
-    PathResolver,
-    collection_record,
-    error_from_report,
-    split_nodeid,
-)
-from runstore.recorder._recorder import (
-    BATCH_ITEMS,
-    BATCH_SECONDS,
-    DEFAULT_KEEP_RUNS,
-    STALE_AFTER,
-    PinnedClock,
-    Recorder,
-    RecorderSettings,
-    resolve_settings,
-)
+from runstore._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    import pytest
+
+    from runstore.recorder._annotate import Annotator, describe_exception
+    from runstore.recorder._convert import (
+        ItemAssembler,
+        PathResolver,
+        collection_record,
+        error_from_report,
+        split_nodeid,
+    )
+    from runstore.recorder._recorder import (
+        BATCH_ITEMS,
+        BATCH_SECONDS,
+        DEFAULT_KEEP_RUNS,
+        STALE_AFTER,
+        PinnedClock,
+        Recorder,
+        RecorderSettings,
+        resolve_settings,
+    )
 
 __all__ = [
     "BATCH_ITEMS",
@@ -48,14 +56,35 @@ __all__ = [
     "split_nodeid",
 ]
 
+# Where each name of ``__all__`` but ``install`` lives (module: names); read on first access.
+_NAMES_OF: dict[str, tuple[str, ...]] = {
+    "_annotate": ("Annotator", "describe_exception"),
+    "_convert": (
+        "ItemAssembler", "PathResolver", "collection_record", "error_from_report",
+        "split_nodeid",
+    ),
+    "_recorder": (
+        "BATCH_ITEMS", "BATCH_SECONDS", "DEFAULT_KEEP_RUNS", "STALE_AFTER", "PinnedClock",
+        "Recorder", "RecorderSettings", "resolve_settings",
+    ),
+}
+
+if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
+    __getattr__, __dir__ = lazy_exports(__name__, _NAMES_OF)
+
 
 def install(config: pytest.Config) -> None:
     """Register runstore's hooks on ``config`` for this session (see the module docstring)."""
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller records
+        from runstore.recorder._annotate import Annotator
+
         config.pluginmanager.register(Annotator(), "runstore-annotator")
         return
     if config.getoption("collectonly", False):
         return
+    from runstore.recorder._annotate import Annotator
+    from runstore.recorder._recorder import Recorder, resolve_settings
+
     recorder = Recorder(config, resolve_settings(config))
     config.pluginmanager.register(Annotator(recorder.note_markers), "runstore-annotator")
     config.pluginmanager.register(recorder, "runstore-recorder")
