@@ -69,9 +69,6 @@ from runstore.services._test_runs_rules import (
     valid_project,
     valid_run_id,
 )
-from runstore.services._test_runs_rules import (
-    MAX_KEEP_RUNS as MAX_KEEP_RUNS,  # the recorder reads the retention rules from here
-)
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailure
 from runstore.services.pagination import Page
@@ -100,7 +97,7 @@ from runstore.services.test_runs import (
     TestResult,
 )
 
-__all__ = ["MAX_KEEP_RUNS", "DataReaderBase", "DataStoreBase", "valid_policy"]
+__all__ = ["DataReaderBase", "DataStoreBase"]
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -62,7 +62,6 @@ from runstore.layers import (
     merge,
     sqlite,
 )
-from runstore.layers._test_runs_shared import MAX_KEEP_RUNS, valid_policy
 from runstore.recorder._convert import (
     ItemAssembler,
     PathResolver,
@@ -75,6 +74,7 @@ from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.recorder._writer import Writer, WriterTimeout
+from runstore.services._test_runs_rules import MAX_KEEP_RUNS, valid_policy
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.test_runs import (

@@ -48,7 +48,6 @@ follows the seed's ``normalizeAssertionShape`` idea: values that change between 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -557,6 +556,8 @@ def failure_signature(
     exception_type: str, message: str, frames: Sequence[StackFrame]
 ) -> tuple[str, str, str]:
     """Return ``(signature, normalized message, failing frame)`` (module docstring rule)."""
+    import hashlib  # only a failure is signed: a passing run or a read never loads it
+
     normalized = normalize_message(message)
     frame = _failing_frame(frames)
     digest = hashlib.sha256(
