@@ -654,7 +654,9 @@ class DataReaderBase(_TestRuns):
             a, b = first.unwrap(), second.unwrap()
             return Success(compare_facts(a, b, self._outcomes(a.id), self._outcomes(b.id)))
 
-        checked = valid_run_id(run_a).bind(lambda a: valid_run_id(run_b).map(lambda b: (a, b)))
+        checked = valid_run_id(run_a, "run_a").bind(
+            lambda a: valid_run_id(run_b, "run_b").map(lambda b: (a, b))
+        )
         return self._read("compare", checked, compare)
 
 

@@ -35,11 +35,14 @@ __all__ = [
     "check_optional",
     "check_text",
     "decode_json",
+    "describe",
     "encode_json",
     "first_failure",
     "iso_from_ms",
     "text_problem",
     "to_epoch_ms",
+    "type_problem",
+    "type_refusal",
     "within",
 ]
 
@@ -104,6 +107,50 @@ def within(prefix: str, result: Result[T, InvalidInput]) -> Result[T, InvalidInp
     return result
 
 
+def type_problem(
+    value: object, field: str, kind: type | tuple[type | None, ...]
+) -> InvalidInput | None:
+    """Why ``value`` is not of ``kind`` (a class, or a tuple of classes and None), or None.
+
+    ``bool`` is no ``int`` unless ``bool`` is named. The message names what was expected
+    and what came, never the value itself: ``InvalidInput("entry_id", "must be text or
+    None, got list")``. The type check only: each domain judges the value afterwards.
+    """
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if value is None:
+        if None in kinds:
+            return None
+    else:
+        classes = tuple(k for k in kinds if k is not None)
+        if isinstance(value, classes) and (
+            not isinstance(value, bool) or bool in classes or int not in classes
+        ):
+            return None
+    expected = " or ".join(_KIND_NAMES.get(k, f"a {getattr(k, '__name__', k)}") for k in kinds)
+    return InvalidInput(field, f"must be {expected}, got {type(value).__name__}")
+
+
+_KIND_NAMES: dict[type | None, str] = {str: "text", int: "an integer", None: "None"}
+
+
+def type_refusal(
+    kind: type | tuple[type | None, ...], /, **arguments: object
+) -> Failure[InvalidInput] | None:
+    """``Failure(InvalidInput(name, ...))`` for the first of ``arguments`` (``name=value``,
+    in order) whose value is not of ``kind`` (see :func:`type_problem`), or None.
+
+    The one line a layer method starts with for arguments it only looks up by
+    (``if (refused := type_refusal(str, session_id=session_id)) is not None: return
+    refused``), so a wrong-typed id is ``InvalidInput`` on every layer instead of a
+    ``TypeError`` in one and a ``NotFound`` in another.
+    """
+    for name, value in arguments.items():
+        problem = type_problem(value, name, kind)
+        if problem is not None:
+            return Failure(problem)
+    return None
+
+
 def check_optional(
     value: T | None, field: str, check: Callable[[T, str], Result[T, InvalidInput]]
 ) -> Result[T | None, InvalidInput]:
@@ -111,6 +158,53 @@ def check_optional(
     if value is None:
         return Success(None)
     return check(value, field)
+
+
+# -- describing a value in a message ----------------------------------------------------------
+
+
+def describe(value: object, *, limit: int = 60) -> str:
+    """A short ``repr``-like text of ``value`` for an error message; never raises.
+
+    For messages that quote what a caller passed: ``repr`` itself overflows the stack on a
+    deeply nested list and raises whatever a careless ``__repr__`` raises. Here nesting is
+    cut after six levels (``[[[[[[[...]]]]]]]``), long texts and containers are elided in
+    the middle to about ``limit`` characters (``reprlib``'s rules), and a value whose
+    ``repr`` raises is ``<TYPE object>``. Plain ``str``, ``int``, ``bool`` and ``None`` read
+    as their ``repr`` when short.
+    """
+    if value is None or type(value) in (bool, int) or (type(value) is str and len(value) <= limit):
+        text = repr(value)
+        if len(text) <= limit:
+            return text
+    return _Describer(limit).repr(value)
+
+
+class _Describer:
+    """``reprlib.Repr`` (imported on first use: only a refusal needs it) without addresses."""
+
+    def __init__(self, limit: int) -> None:
+        import reprlib
+
+        class Bounded(reprlib.Repr):
+            def repr_instance(self, x: object, level: int) -> str:
+                try:
+                    text = repr(x)
+                except Exception:
+                    return f"<{type(x).__name__} object>"
+                if len(text) > self.maxother:
+                    half = max(0, (self.maxother - 3) // 2)
+                    text = text[:half] + "..." + text[len(text) - half :]
+                return text
+
+        self._repr = Bounded()
+        self._repr.maxstring = self._repr.maxother = self._repr.maxlong = limit
+
+    def repr(self, value: object) -> str:
+        try:
+            return self._repr.repr(value)
+        except Exception:  # a container whose own machinery raises (a broken __len__)
+            return f"<{type(value).__name__} object>"
 
 
 # -- numbers and time -------------------------------------------------------------------------

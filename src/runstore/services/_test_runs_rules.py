@@ -63,6 +63,7 @@ from returns.result import Failure, Result, Success
 from runstore.services._primitives import (
     check_int,
     check_text,
+    describe,
     first_failure,
     to_epoch_ms,
 )
@@ -335,7 +336,7 @@ def _duration(value: object, field: str) -> float:
         invalid(field, f"must be a number of milliseconds, got {_type_name(value)}")
     number = float(value)
     if not math.isfinite(number) or number < 0:
-        invalid(field, f"must be finite and >= 0, got {value!r}")
+        invalid(field, f"must be finite and >= 0, got {describe(value)}")
     return number + 0.0  # -0.0 -> 0.0
 
 
@@ -370,7 +371,7 @@ def _enum(kind: type[T], value: object, field: str) -> T:
         except ValueError:
             pass
     names = ", ".join(str(v) for v in kind)  # type: ignore[attr-defined]
-    invalid(field, f"must be one of {names}, got {value!r}")
+    invalid(field, f"must be one of {names}, got {describe(value)}")
 
 
 def _sequence(value: object, field: str) -> Sequence[Any]:
@@ -1287,13 +1288,15 @@ def valid_policy(policy: object) -> Result[RunRetentionPolicy, InvalidInput]:
     if age is not None:
         if isinstance(age, bool) or not isinstance(age, int | float):
             return Failure(
-                InvalidInput("policy.max_age_days", f"must be a number or None, got {age!r}")
+                InvalidInput(
+                    "policy.max_age_days", f"must be a number or None, got {describe(age)}"
+                )
             )
         if not math.isfinite(age) or age <= 0 or age > MAX_AGE_DAYS:
             return Failure(
                 InvalidInput(
                     "policy.max_age_days",
-                    f"must be finite, > 0 and <= {MAX_AGE_DAYS}, got {age!r}",
+                    f"must be finite, > 0 and <= {MAX_AGE_DAYS}, got {describe(age)}",
                 )
             )
     return Success(policy)

@@ -5,6 +5,11 @@ These are plain ``attrs`` frozen classes, not exceptions, so two failures compar
 union of them as a ``TypeAlias``. Nothing here refers to a database driver: the live SQLite
 layer maps driver errors onto ``Busy`` and ``StorageFailure`` in one place, and a later live
 layer for another database maps its own errors onto the same values.
+
+The text fields of ``NotFound``, ``Conflict``, ``IllegalTransition`` and ``InvalidInput``
+always hold text: a value of another type given for one (a caller's id that was a list) is
+kept as its bounded ``repr`` (:func:`runstore.services._primitives.describe`), so that
+printing or comparing an error never raises, whatever a caller passed.
 """
 
 from __future__ import annotations
@@ -32,12 +37,24 @@ __all__ = [
 ]
 
 
+def _text(value: object) -> str:
+    """``value`` as the text an error field holds: a ``str`` (an enum's member included) as it
+    is, anything else (a value a caller passed where text belongs) as its bounded ``repr``
+    that never raises, so that formatting an error never fails, not even for a deeply
+    nested list."""
+    if isinstance(value, str):
+        return value
+    from runstore.services._primitives import describe  # that module imports this one
+
+    return describe(value)
+
+
 @attrs.frozen
 class NotFound:
     """No ``entity`` exists under ``key`` (both as text, e.g. ``NotFound("run", "12")``)."""
 
-    entity: str
-    key: str
+    entity: str = attrs.field(converter=_text)
+    key: str = attrs.field(converter=_text)
 
     def __str__(self) -> str:
         return f"{self.entity} {self.key!r} not found"
@@ -51,11 +68,11 @@ class Conflict:
     empty when not applicable); ``reason`` says which rule was hit.
     """
 
-    entity: str
-    key: str
-    reason: str
-    expected: str = ""
-    actual: str = ""
+    entity: str = attrs.field(converter=_text)
+    key: str = attrs.field(converter=_text)
+    reason: str = attrs.field(converter=_text)
+    expected: str = attrs.field(default="", converter=_text)
+    actual: str = attrs.field(default="", converter=_text)
 
     def __str__(self) -> str:
         detail = ""
@@ -68,10 +85,10 @@ class Conflict:
 class IllegalTransition:
     """``entity`` ``key`` cannot move from status ``from_status`` to ``to_status``."""
 
-    entity: str
-    key: str
-    from_status: str
-    to_status: str
+    entity: str = attrs.field(converter=_text)
+    key: str = attrs.field(converter=_text)
+    from_status: str = attrs.field(converter=_text)
+    to_status: str = attrs.field(converter=_text)
 
     def __str__(self) -> str:
         return (
@@ -84,8 +101,8 @@ class IllegalTransition:
 class InvalidInput:
     """Argument ``field`` was rejected for ``reason``; nothing was written."""
 
-    field: str
-    reason: str
+    field: str = attrs.field(converter=_text)
+    reason: str = attrs.field(converter=_text)
 
     def __str__(self) -> str:
         return f"invalid {self.field}: {self.reason}"
