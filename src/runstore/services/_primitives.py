@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any, TypeAlias, TypeVar
 
 from returns.result import Failure, Result, Success
@@ -39,6 +40,7 @@ __all__ = [
     "encode_json",
     "first_failure",
     "iso_from_ms",
+    "member_of",
     "text_problem",
     "to_epoch_ms",
     "type_problem",
@@ -49,6 +51,7 @@ __all__ = [
 T = TypeVar("T")
 U = TypeVar("U")
 E = TypeVar("E")
+M = TypeVar("M", bound=Enum)
 
 JsonValue: TypeAlias = "bool | int | float | str | list[JsonValue] | dict[str, JsonValue] | None"
 """A JSON value as Python holds it: ``None``, ``bool``, ``int``, finite ``float``, ``str``,
@@ -128,6 +131,20 @@ def type_problem(
             return None
     expected = " or ".join(_KIND_NAMES.get(k, f"a {getattr(k, '__name__', k)}") for k in kinds)
     return InvalidInput(field, f"must be {expected}, got {type(value).__name__}")
+
+
+def member_of(kind: type[M], value: object) -> M | None:
+    """The member of the string enum ``kind`` that ``value`` is, or whose value it is as a
+    ``str``; None for anything else. Never calls ``str()`` or ``repr()`` of ``value`` (a
+    caller's object may raise from either, or overflow the stack)."""
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return kind(value)
+        except ValueError:
+            return None
+    return None
 
 
 _KIND_NAMES: dict[type | None, str] = {str: "text", int: "an integer", None: "None"}
