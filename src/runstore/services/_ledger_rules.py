@@ -32,6 +32,7 @@ from runstore.services._primitives import (
     check_int,
     check_text,
     decode_json,
+    describe,
     encode_json,
     first_failure,
     text_problem,
@@ -196,7 +197,7 @@ def _check_listing(
     codec: CursorCodec,
 ) -> Result[Listing, InvalidInput]:
     if status is not None and not (isinstance(status, str) and status in statuses):
-        return Failure(InvalidInput("status", f"{status!r} is not an {noun} status"))
+        return Failure(InvalidInput("status", f"{describe(status)} is not an {noun} status"))
     project = check_id(project_id, "project_id")
     if isinstance(project, Failure):
         return Failure(project.failure())
@@ -485,7 +486,7 @@ def check_finish(
         return Failure(ids.failure())
     target = _EXECUTION_STATUS.get(status) if isinstance(status, str) else None
     if target is None:
-        return Failure(InvalidInput("status", f"{status!r} is not an execution status"))
+        return Failure(InvalidInput("status", f"{describe(status)} is not an execution status"))
     if not target.is_finished:
         return Failure(InvalidInput("status", f"{target} is not a final status"))
     output_json = encode_json(output, "output")
@@ -813,7 +814,7 @@ def _check_run_failure(
     if given is not None:
         given = _RUN_PHASE.get(given) if isinstance(given, str) else None
         if given is None:
-            return Failure(InvalidInput(f"{field}.phase", f"{failure.phase!r} is not a phase"))
+            return Failure(InvalidInput(f"{field}.phase", f"{describe(failure.phase)} is not a phase"))
     if phase in (ActionRunPhase.WRITEBACK, ActionRunPhase.EFFECTS) and given not in (None, phase):
         return Failure(
             InvalidInput(f"{field}.phase", f"a {phase} failure cannot name phase {given}")
@@ -924,7 +925,7 @@ def check_run_finish(
         return Failure(checked_id.failure())
     target = _RUN_STATUS.get(status) if isinstance(status, str) else None
     if target is None:
-        return Failure(InvalidInput("status", f"{status!r} is not an action run status"))
+        return Failure(InvalidInput("status", f"{describe(status)} is not an action run status"))
     if not target.is_finished:
         return Failure(InvalidInput("status", f"{target} is not a final status"))
     if target is ActionRunStatus.SUCCEEDED and failure is not None:
