@@ -814,7 +814,9 @@ def _check_run_failure(
     if given is not None:
         given = _RUN_PHASE.get(given) if isinstance(given, str) else None
         if given is None:
-            return Failure(InvalidInput(f"{field}.phase", f"{describe(failure.phase)} is not a phase"))
+            return Failure(
+                InvalidInput(f"{field}.phase", f"{describe(failure.phase)} is not a phase")
+            )
     if phase in (ActionRunPhase.WRITEBACK, ActionRunPhase.EFFECTS) and given not in (None, phase):
         return Failure(
             InvalidInput(f"{field}.phase", f"a {phase} failure cannot name phase {given}")
