@@ -32,8 +32,10 @@ from runstore.services._primitives import (
     check_optional,
     check_text,
     decode_json,
+    describe,
     encode_json,
     first_failure,
+    member_of,
     to_epoch_ms,
     within,
 )
@@ -169,12 +171,10 @@ def decode_cost(text: str | None) -> Decimal | None:
 
 def check_thread_status(value: object) -> Result[ThreadStatus, InvalidInput]:
     """Return ``value`` as a :class:`ThreadStatus` or ``InvalidInput("status")``."""
-    if isinstance(value, ThreadStatus):
-        return Success(value)
-    try:
-        return Success(ThreadStatus(str(value)))
-    except ValueError:
-        return Failure(InvalidInput("status", f"unknown thread status {value!r}"))
+    status = member_of(ThreadStatus, value)
+    if status is not None:
+        return Success(status)
+    return Failure(InvalidInput("status", f"unknown thread status {describe(value)}"))
 
 
 def check_failure(
@@ -183,10 +183,10 @@ def check_failure(
     """Check a final run ``status`` with its ``failure``; return the status and the failure as
     JSON text (``None`` when absent). ``failed`` needs a failure, ``succeeded`` refuses one."""
     if not isinstance(status, AgentRunStatus):
-        try:
-            status = AgentRunStatus(str(status))
-        except ValueError:
-            return Failure(InvalidInput("status", f"unknown run status {status!r}"))
+        member = member_of(AgentRunStatus, status)
+        if member is None:
+            return Failure(InvalidInput("status", f"unknown run status {describe(status)}"))
+        status = member
     if status is AgentRunStatus.RUNNING:
         return Failure(InvalidInput("status", "a run finishes with a final status, not running"))
     if failure is None:
@@ -756,7 +756,7 @@ def check_message_ref(thread_id: object, seq: object) -> Result[int, AgentError]
     if isinstance(checked_id, Failure):
         return Failure(checked_id.failure())
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        return Failure(InvalidQuery("seq", f"must be an integer of at least 1, got {seq!r}"))
+        return Failure(InvalidQuery("seq", f"must be an integer of at least 1, got {describe(seq)}"))
     return Success(int(seq))
 
 
