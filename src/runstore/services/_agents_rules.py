@@ -756,7 +756,9 @@ def check_message_ref(thread_id: object, seq: object) -> Result[int, AgentError]
     if isinstance(checked_id, Failure):
         return Failure(checked_id.failure())
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
-        return Failure(InvalidQuery("seq", f"must be an integer of at least 1, got {describe(seq)}"))
+        return Failure(
+            InvalidQuery("seq", f"must be an integer of at least 1, got {describe(seq)}")
+        )
     return Success(int(seq))
 
 
