@@ -3,14 +3,17 @@
 Run: ``.venv/bin/python benchmarks/action_runs.py [--runs 10000] [--rounds 3]``.
 
 Each round makes two fresh database files with the full schema and drives ``--runs`` action
-runs of one execution through queue, start and finish (every step its own transaction, as
-the services commit it):
+runs of one claimed execution through queue, start and finish (every step its own
+transaction, as the services commit it, each carrying the execution's fence):
 
-- **services**: ``ActionRunStorage.queue`` (which reads the execution through
-  ``ExecutionStorage.get`` in the same unit of work), ``start`` and ``finish``;
-- **raw apsw**: the same statements (the layers' own SQL text) on an identically configured
-  apsw connection, with ``BEGIN IMMEDIATE`` / ``COMMIT`` around each step and every row
-  fetched, but no validation, no records and no Results.
+- **services**: ``ActionRunStorage.queue``, ``start`` and ``finish``, each of which reads the
+  execution through ``ExecutionStorage.get`` in its unit of work to check the fence (and
+  ``start`` and ``finish`` the run), then writes;
+- **raw apsw**: the same statements (the layers' own SQL text: the execution by id, the run
+  by id, the counter, the insert or update) on an identically configured apsw connection,
+  with ``BEGIN IMMEDIATE`` / ``COMMIT`` around each step and every row fetched, but no
+  validation, no records and no Results. The schema's running-execution triggers fire on
+  both.
 
 Rounds alternate between the two and the best round of each counts. The ratio
 services / raw is printed per step and in total; the target is at most 2.0.
@@ -28,8 +31,14 @@ from pathlib import Path
 import apsw
 
 from runstore.layers import build, connect, open_database, sqlite
-from runstore.layers._action_runs_sqlite import _FINISH, _INSERT, _START, _STATE
-from runstore.layers._executions_sqlite import _COUNTER, _SELECT_BY_ID
+from runstore.layers._ledger_sqlite import (
+    _COUNTER,
+    _FINISH,
+    _INSERT_RUN,
+    _SELECT_ACTION_RUN,
+    _SELECT_BY_ID,
+    _START,
+)
 from runstore.services import (
     ActionRunId,
     ActionRunStatus,
@@ -38,6 +47,7 @@ from runstore.services import (
     NewActionRun,
     NewExecution,
 )
+from runstore.services._ledger_rules import ActionRunRow
 
 STEPS = ("queue", "start", "finish")
 
@@ -46,23 +56,28 @@ def _services_round(folder: Path, runs: int) -> dict[str, float]:
     with build(sqlite(folder / "services.db")) as container:
         executions: ExecutionStorage = container.get(ExecutionStorage)
         action_runs: ActionRunStorage = container.get(ActionRunStorage)
-        execution = executions.create(NewExecution("bench", "job")).unwrap()
+        executions.create(NewExecution("bench", "job")).unwrap()
+        execution = executions.claim("bench", "bench", 86_400_000).unwrap()
+        assert execution is not None
+        fence = execution.fence
         ids: list[ActionRunId] = []
         timings: dict[str, float] = {}
 
         started = time.perf_counter()
         for _ in range(runs):
-            ids.append(action_runs.queue(NewActionRun("bench", execution.id, "act")).unwrap().id)
+            ids.append(
+                action_runs.queue(NewActionRun("bench", execution.id, "act"), fence).unwrap().id
+            )
         timings["queue"] = time.perf_counter() - started
 
         started = time.perf_counter()
         for run_id in ids:
-            action_runs.start(run_id).unwrap()
+            action_runs.start(run_id, fence).unwrap()
         timings["start"] = time.perf_counter() - started
 
         started = time.perf_counter()
         for run_id in ids:
-            action_runs.finish(run_id, ActionRunStatus.SUCCEEDED).unwrap()
+            action_runs.finish(run_id, fence, ActionRunStatus.SUCCEEDED).unwrap()
         timings["finish"] = time.perf_counter() - started
         return timings
 
@@ -76,10 +91,12 @@ def _raw_round(folder: Path, runs: int) -> dict[str, float]:
         execute("BEGIN IMMEDIATE")
         execute(
             "INSERT INTO executions (id, project_id, seq, name, status, input, output, "
-            "metadata, request_digest, created_at_ms, updated_at_ms) "
-            "VALUES ('exe_1', 'bench', 1, 'job', 'queued', 'null', 'null', '{}', '', 0, 0)"
+            "metadata, request_digest, created_at_ms, updated_at_ms, lease_owner, "
+            "lease_expires_at_ms, fencing_token, attempts) VALUES ('exe_1', 'bench', 1, 'job', "
+            "'running', 'null', 'null', '{}', '', 0, 0, 'bench', 86400000, 1, 1)"
         )
         execute("UPDATE execution_counters SET value = 1 WHERE name = 'execution_seq'")
+        execute("UPDATE execution_counters SET value = 1 WHERE name = 'fencing_token'")
         execute("COMMIT")
         ids: list[str] = []
         timings: dict[str, float] = {}
@@ -89,11 +106,12 @@ def _raw_round(folder: Path, runs: int) -> dict[str, float]:
         for _ in range(runs):
             execute("BEGIN IMMEDIATE")
             execute(_SELECT_BY_ID, ("exe_1",)).fetchall()
-            seq = execute(_COUNTER, ("action_run_seq",)).fetchall()[0][0]
-            row = execute(
-                _INSERT,
-                (f"act_{seq}", "bench", "exe_1", seq, "act", "null", now() // 1_000_000),
-            ).fetchall()[0]
+            seq = int(execute(_COUNTER, ("action_run_seq",)).fetchall()[0][0])  # type: ignore[arg-type]
+            new = ActionRunRow(
+                f"act_{seq}", "bench", "exe_1", "act", "queued", "queued", seq, "null", 1,
+                now() // 1_000_000, request_digest="",
+            )
+            row = execute(_INSERT_RUN, new).fetchall()[0]
             execute("COMMIT")
             ids.append(str(row[0]))
         timings["queue"] = time.perf_counter() - started
@@ -101,15 +119,20 @@ def _raw_round(folder: Path, runs: int) -> dict[str, float]:
         started = time.perf_counter()
         for run_id in ids:
             execute("BEGIN IMMEDIATE")
-            execute(_START, (now() // 1_000_000, run_id)).fetchall()
+            execute(_SELECT_BY_ID, ("exe_1",)).fetchall()
+            execute(_SELECT_ACTION_RUN, (run_id,)).fetchall()
+            execute(_START, ("running", "running", now() // 1_000_000, run_id)).fetchall()
             execute("COMMIT")
         timings["start"] = time.perf_counter() - started
 
         started = time.perf_counter()
         for run_id in ids:
             execute("BEGIN IMMEDIATE")
-            execute(_STATE, (run_id,)).fetchall()
-            execute(_FINISH, ("succeeded", now() // 1_000_000, None, run_id)).fetchall()
+            execute(_SELECT_BY_ID, ("exe_1",)).fetchall()
+            execute(_SELECT_ACTION_RUN, (run_id,)).fetchall()
+            execute(
+                _FINISH, ("succeeded", "finished", now() // 1_000_000, None, run_id)
+            ).fetchall()
             execute("COMMIT")
         timings["finish"] = time.perf_counter() - started
         return timings

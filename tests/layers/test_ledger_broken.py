@@ -9,6 +9,7 @@ from returns.result import Failure, Result, Success
 
 from runstore.layers import (
     ACTION_RUN_STORAGE,
+    CLOCK,
     EXECUTION_STORAGE,
     InMemoryActionRunStorage,
     InMemoryDatabase,
@@ -16,12 +17,15 @@ from runstore.layers import (
     Layer,
     SqliteActionRunStorage,
     SqliteDatabase,
+    build,
     in_memory,
     merge,
     sqlite,
 )
+from runstore.layers._ledger_shared import ActionRunStorageBase
 from runstore.services import (
     ActionRunError,
+    ActionRunStorage,
     Clock,
     Execution,
     ExecutionError,
@@ -29,9 +33,12 @@ from runstore.services import (
     ExecutionId,
     ExecutionStatus,
     ExecutionStorage,
+    Fence,
+    FixedClock,
     NotFound,
 )
-from runstore.testing import LedgerContractViolation, ledger_state_machine
+from runstore.testing import LedgerContract, LedgerContractViolation, ledger_state_machine
+from runstore.testing._ledger import T0_MS, Ledger
 
 FIND_IT = settings(
     max_examples=300,
@@ -41,32 +48,46 @@ FIND_IT = settings(
 )
 
 
-class NoOwnershipCheckRuns(InMemoryActionRunStorage):
-    """Queues runs into executions of any project and any status."""
+def _exists(runs: ActionRunStorageBase, fence: Fence) -> Result[None, ActionRunError]:
+    """Only that the fence's execution exists: no project, status or token check."""
+    if isinstance(runs._executions.get(fence.execution_id), Failure):
+        return Failure(NotFound("execution", fence.execution_id))
+    return Success(None)
 
-    def _open_execution(
-        self, project_id: str, execution_id: ExecutionId
-    ) -> Result[None, ActionRunError]:
-        got = self._executions.get(execution_id)
-        return (
-            Failure(NotFound("execution", execution_id))
-            if isinstance(got, Failure)
-            else Success(None)
-        )
+
+class NoOwnershipCheckRuns(InMemoryActionRunStorage):
+    """Writes runs into executions of any project, any status, under any token."""
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return _exists(self, fence)
 
 
 class NoOwnershipCheckSqliteRuns(SqliteActionRunStorage):
-    """The live layer with the same check removed (the schema's foreign key still refuses)."""
+    """The live layer with the same check removed (the schema's foreign key and its
+    running-execution triggers still refuse some writes)."""
 
-    def _open_execution(
-        self, project_id: str, execution_id: ExecutionId
-    ) -> Result[None, ActionRunError]:
-        got = self._executions.get(execution_id)
-        return (
-            Failure(NotFound("execution", execution_id))
-            if isinstance(got, Failure)
-            else Success(None)
-        )
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return _exists(self, fence)
+
+
+def _current(runs: ActionRunStorageBase, fence: Fence) -> Fence:
+    """The fence with the execution's current token, whatever token it carried."""
+    got = runs._executions.get(fence.execution_id)
+    return fence if isinstance(got, Failure) else got.unwrap().fence
+
+
+class NoFencingRuns(InMemoryActionRunStorage):
+    """Checks everything but the fencing token: a stale worker's writes go through."""
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return super()._authorise(_current(self, fence), project_id)
+
+
+class NoFencingSqliteRuns(SqliteActionRunStorage):
+    """The live layer skipping the fencing token check."""
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return super()._authorise(_current(self, fence), project_id)
 
 
 class MutableFinishedExecutions(InMemoryExecutionStorage):
@@ -85,28 +106,40 @@ class MutableFinishedExecutions(InMemoryExecutionStorage):
         return super().cancel(execution_id, failure)
 
 
-def _no_ownership_in_memory() -> Layer:
+def _in_memory_with(runs: type[InMemoryActionRunStorage]) -> Layer:
     return merge(
         in_memory(),
         Layer.service(
             ACTION_RUN_STORAGE,
-            lambda c: NoOwnershipCheckRuns(
-                c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage)
-            ),
+            lambda c: runs(c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage)),
         ),
     )
 
 
-def _no_ownership_sqlite() -> Layer:
+def _sqlite_with(runs: type[SqliteActionRunStorage]) -> Layer:
     return merge(
         sqlite(":memory:"),
         Layer.service(
             ACTION_RUN_STORAGE,
-            lambda c: NoOwnershipCheckSqliteRuns(
-                c.get(SqliteDatabase), c.get(Clock), c.get(ExecutionStorage)
-            ),
+            lambda c: runs(c.get(SqliteDatabase), c.get(Clock), c.get(ExecutionStorage)),
         ),
     )
+
+
+def _no_ownership_in_memory() -> Layer:
+    return _in_memory_with(NoOwnershipCheckRuns)
+
+
+def _no_ownership_sqlite() -> Layer:
+    return _sqlite_with(NoOwnershipCheckSqliteRuns)
+
+
+def _no_fencing_in_memory() -> Layer:
+    return _in_memory_with(NoFencingRuns)
+
+
+def _no_fencing_sqlite() -> Layer:
+    return _sqlite_with(NoFencingSqliteRuns)
 
 
 def _mutable_finished() -> Layer:
@@ -127,12 +160,39 @@ def _runs_on_broken_ledger() -> Layer:
 
 
 @pytest.mark.parametrize(
-    "factory", [_no_ownership_in_memory, _no_ownership_sqlite, _mutable_finished]
+    "factory",
+    [
+        _no_ownership_in_memory,
+        _no_ownership_sqlite,
+        _no_fencing_in_memory,
+        _no_fencing_sqlite,
+        _mutable_finished,
+    ],
 )
 def test_the_contract_fails_a_broken_layer(factory: object) -> None:
     machine = ledger_state_machine(factory)  # type: ignore[arg-type]
     with pytest.raises(LedgerContractViolation):
         run_state_machine_as_test(machine, settings=FIND_IT)
+
+
+@pytest.mark.parametrize("factory", [_no_fencing_in_memory, _no_fencing_sqlite])
+def test_the_state_machine_finds_a_stale_worker_that_gets_through(factory: object) -> None:
+    """The layer that skips the token check fails on a stale fence, nothing else."""
+    machine = ledger_state_machine(factory)  # type: ignore[arg-type]
+    with pytest.raises(LedgerContractViolation, match=r"fencing token [0-9]+ is stale"):
+        run_state_machine_as_test(machine, settings=FIND_IT)
+
+
+@pytest.mark.parametrize("factory", [_no_fencing_in_memory, _no_fencing_sqlite])
+def test_the_examples_find_a_stale_worker_that_gets_through(factory: object) -> None:
+    contract = LedgerContract()
+    clock = FixedClock(T0_MS)
+    with build(merge(factory(), Layer.value(CLOCK, clock))) as container:  # type: ignore[operator]
+        ledger = Ledger(
+            container.get(ExecutionStorage), container.get(ActionRunStorage), container, clock
+        )
+        with pytest.raises(AssertionError):
+            contract.test_a_stale_worker_is_refused_every_action_run_write(ledger)
 
 
 def test_the_invariant_alone_catches_a_finished_execution_that_changes() -> None:

@@ -1,4 +1,5 @@
-"""Several processes claiming from one queue in one database file."""
+"""Several processes claiming from one queue in one database file, and a stale worker's
+action-run writes refused across processes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ from returns.result import Failure
 
 from runstore.layers import build, sqlite
 from runstore.services import (
+    ActionRunId,
+    ActionRunStatus,
+    ActionRunStorage,
+    ExecutionId,
     ExecutionStatus,
     ExecutionStorage,
+    Fence,
+    NewActionRun,
     NewExecution,
+    PhaseSucceeded,
     StaleFencingToken,
 )
 
@@ -83,3 +91,58 @@ def test_a_stale_token_is_refused_across_connections(tmp_path: Path) -> None:
         assert late == Failure(StaleFencingToken(held.id, held.fencing_token, taken.fencing_token))
         done = two.finish(taken.id, taken.fencing_token, ExecutionStatus.SUCCEEDED).unwrap()
         assert one.get(held.id).unwrap() == done
+
+
+def stale_worker_writes(path: str, run_id: str, execution_id: str, token: int) -> list[object]:
+    """Worker A in its own process, still holding ``token``: try every action-run write."""
+    fence = Fence(ExecutionId(execution_id), token)
+    with build(sqlite(path)) as container:
+        runs: ActionRunStorage = container.get(ActionRunStorage)
+        run = ActionRunId(run_id)
+        return [
+            got.failure() if isinstance(got, Failure) else got.unwrap()
+            for got in (
+                runs.queue(NewActionRun("q", ExecutionId(execution_id), "late"), fence),
+                runs.start(run, fence),
+                runs.record_writeback(run, fence, PhaseSucceeded({"rows": 1})),
+                runs.record_effects(run, fence, PhaseSucceeded()),
+                runs.finish(run, fence, ActionRunStatus.SUCCEEDED),
+                runs.requeue(run, fence),
+            )
+        ]
+
+
+def reclaim(path: str) -> tuple[str, int]:
+    """Worker B in its own process: claim the execution whose lease expired."""
+    with build(sqlite(path)) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        taken = executions.claim("q", "B", 60_000).unwrap()
+        assert taken is not None
+        return taken.id, taken.fencing_token
+
+
+def test_a_stale_worker_is_refused_when_it_writes_action_runs(tmp_path: Path) -> None:
+    path = str(tmp_path / "fenced.db")
+    with build(sqlite(path)) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        runs: ActionRunStorage = container.get(ActionRunStorage)
+        executions.create(NewExecution("q", "job")).unwrap()
+        held = executions.claim("q", "A", 1).unwrap()
+        assert held is not None
+        run = runs.queue(NewActionRun("q", held.id, "write"), held.fence).unwrap()
+        started = runs.start(run.id, held.fence).unwrap()
+    time.sleep(0.01)
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        execution_id, token = pool.apply(reclaim, (path,))
+    assert (execution_id, token) == (held.id, held.fencing_token + 1)
+    with context.Pool(1) as pool:
+        refused = pool.apply(stale_worker_writes, (path, run.id, held.id, held.fencing_token))
+    assert refused == [StaleFencingToken(held.id, held.fencing_token, token)] * 6
+    with build(sqlite(path)) as container:
+        runs = container.get(ActionRunStorage)
+        assert runs.list("q").unwrap().items == (started,)
+        fence = Fence(ExecutionId(held.id), token)
+        wrote = runs.record_writeback(run.id, fence, PhaseSucceeded({"rows": 1})).unwrap()
+        assert wrote.writeback is not None
+        assert runs.finish(run.id, fence, ActionRunStatus.SUCCEEDED).unwrap().status == "succeeded"

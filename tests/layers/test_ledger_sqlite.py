@@ -103,29 +103,32 @@ def test_a_failing_claim_gives_its_fencing_token_back(container: Container) -> N
 
 def test_a_failing_queue_and_finish_leave_action_runs_intact(container: Container) -> None:
     db, executions, runs = _services(container)
-    execution = executions.create(NewExecution("p", "job")).unwrap()
+    execution = _running(executions)
+    fence = execution.fence
     db.execute(
         "CREATE TRIGGER fail_queue BEFORE INSERT ON action_runs "
         "BEGIN SELECT RAISE(ABORT, 'injected'); END"
     )
-    assert isinstance(runs.queue(NewActionRun("p", execution.id, "a")).failure(), StorageFailure)
+    keyed = NewActionRun("p", execution.id, "a", idempotency_key="k")
+    assert isinstance(runs.queue(keyed, fence).failure(), StorageFailure)
     assert runs.list("p").unwrap().items == ()
     db.execute("DROP TRIGGER fail_queue")
-    run = runs.queue(NewActionRun("p", execution.id, "a")).unwrap()
+    run = runs.queue(keyed, fence).unwrap()
     assert run.id == "act_1"
     assert run.seq == 1
-    started = runs.start(run.id).unwrap()
+    started = runs.start(run.id, fence).unwrap()
     db.execute(
         "CREATE TRIGGER fail_finish BEFORE UPDATE ON action_runs WHEN NEW.phase = 'finished' "
         "BEGIN SELECT RAISE(ABORT, 'injected'); END"
     )
     failure = ActionRunFailure("E", "m", details={"deep": [{"ü": None}]})
     assert isinstance(
-        runs.finish(run.id, ActionRunStatus.FAILED, failure).failure(), StorageFailure
+        runs.finish(run.id, fence, ActionRunStatus.FAILED, failure).failure(), StorageFailure
     )
     assert runs.get(run.id) == Success(started)
     db.execute("DROP TRIGGER fail_finish")
-    assert runs.finish(run.id, ActionRunStatus.FAILED, failure).unwrap().failure is not None
+    assert runs.finish(run.id, fence, ActionRunStatus.FAILED, failure).unwrap().failure is not None
+    assert runs.queue(keyed, fence).unwrap().id == run.id
 
 
 def test_a_full_database_refuses_the_write_and_keeps_what_was_there(container: Container) -> None:
@@ -166,18 +169,20 @@ def test_another_unit_of_work_sees_and_rolls_back_ledger_rows(
         seen: list[object] = []
 
         def host_unit() -> Result[None, InvalidInput]:
-            made = executions.create(NewExecution("p", "job")).unwrap()
+            made = _running(executions)
             seen.append(executions.get(made.id).unwrap())
-            seen.append(runs.queue(NewActionRun("p", made.id, "a")).unwrap())
+            new = NewActionRun("p", made.id, "a", idempotency_key="k")
+            seen.append(runs.queue(new, made.fence).unwrap())
             return Failure(InvalidInput("host", "changed its mind"))
 
         assert db.transact("host", host_unit) == Failure(InvalidInput("host", "changed its mind"))
         assert len(seen) == 2
         assert executions.list("p").unwrap().items == ()
         assert runs.list("p").unwrap().items == ()
-        again = executions.create(NewExecution("p", "job")).unwrap()
-        assert (again.id, again.seq) == ("exe_1", 1)
-        assert runs.queue(NewActionRun("p", again.id, "a")).unwrap().id == "act_1"
+        again = _running(executions)
+        assert (again.id, again.seq, again.fencing_token) == ("exe_1", 1, 1)
+        queued = runs.queue(NewActionRun("p", again.id, "b", idempotency_key="k"), again.fence)
+        assert (queued.unwrap().id, queued.unwrap().action_id) == ("act_1", "b")
 
 
 # -- schema and plans --------------------------------------------------------------------------
@@ -228,6 +233,10 @@ def test_the_migration_applies_on_top_of_the_first_schema(tmp_path: Path) -> Non
             "ORDER BY seq LIMIT ?",
             ("p", "queued", 0, 5),
         ),
+        (
+            "SELECT * FROM action_runs WHERE execution_id = ? AND idempotency_key = ?",
+            ("e", "k"),
+        ),
     ],
 )
 def test_hot_queries_use_an_index_and_no_sort(
@@ -245,3 +254,48 @@ def test_finished_executions_are_immutable_in_the_schema_too(container: Containe
     executions.finish(running.id, running.fencing_token, ExecutionStatus.SUCCEEDED).unwrap()
     with pytest.raises(Exception, match="immutable"):
         db.execute("UPDATE executions SET status = 'queued' WHERE id = ?", (running.id,))
+
+
+def test_action_runs_are_written_only_while_their_execution_runs_in_the_schema_too(
+    container: Container,
+) -> None:
+    db, executions, runs = _services(container)
+    running = _running(executions)
+    run = runs.queue(NewActionRun("p", running.id, "a"), running.fence).unwrap()
+    executions.finish(running.id, running.fencing_token, ExecutionStatus.SUCCEEDED).unwrap()
+    with pytest.raises(Exception, match="only while their execution is running"):
+        db.execute("UPDATE action_runs SET status = 'running' WHERE id = ?", (run.id,))
+    queued = executions.create(NewExecution("p", "later")).unwrap()
+    with pytest.raises(Exception, match="only while their execution is running"):
+        db.execute(
+            "INSERT INTO action_runs (id, project_id, execution_id, seq, action_id, input, "
+            "status, phase, attempt, queued_at_ms) "
+            "VALUES ('x', 'p', ?, 99, 'a', 'null', 'queued', 'queued', 1, 0)",
+            (queued.id,),
+        )
+    assert runs.list("p").unwrap().items == (run,)
+
+
+@pytest.mark.parametrize("column", ["writeback_failure", "effects_failure"])
+def test_a_stored_phase_failure_naming_another_phase_reads_as_corrupt(
+    container: Container, column: str
+) -> None:
+    db, executions, runs = _services(container)
+    running = _running(executions)
+    run = runs.queue(NewActionRun("p", running.id, "a"), running.fence).unwrap()
+    phase = column.split("_")[0]
+    db.execute(
+        f"UPDATE action_runs SET status = 'running', phase = ?, {phase}_status = 'failed', "
+        f"{phase}_completed_at_ms = 0, {column} = ? WHERE id = ?",
+        (phase, '{"name":"E","message":"m","phase":"queued","details":null}', run.id),
+    )
+    for got in (
+        runs.get(run.id),
+        runs.list("p"),
+        runs.finish(run.id, running.fence, ActionRunStatus.SUCCEEDED),
+    ):
+        failure = got.failure()
+        assert isinstance(failure, StorageFailure), got
+        assert (failure.kind, failure.table) == (StorageFailureKind.CORRUPT, "action_runs")
+        assert f"its {phase} failure names phase queued" in failure.message
+    assert db.execute("SELECT status, phase FROM action_runs") == [("running", phase)]

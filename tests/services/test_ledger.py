@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,35 +13,54 @@ from returns.result import Failure, Success
 
 from runstore.services import (
     ActionRunFailure,
+    ActionRunId,
     ActionRunPhase,
     ActionRunStatus,
     Conflict,
+    Execution,
+    ExecutionFinished,
     ExecutionId,
+    ExecutionMismatch,
     ExecutionStatus,
+    Fence,
     IllegalTransition,
     InvalidInput,
     JsonValue,
+    NewActionRun,
     NewExecution,
     NotFound,
     PhaseFailed,
     PhaseSucceeded,
     ProjectMismatch,
+    RetryRefused,
     StaleFencingToken,
 )
 from runstore.services._ledger_rules import (
     ACTION_RUN_CURSOR,
     EXECUTION_CURSOR,
+    ActionRunRow,
     CreateFacts,
+    DamagedRecord,
     ExecutionDraft,
+    action_run_record,
+    check_fence,
     check_id,
+    check_new_action_run,
     check_new_execution,
     check_outcome,
+    check_phase,
     check_renew,
     decide_cancel,
     decide_create,
+    decide_fence,
     decide_held,
+    decide_new_run,
+    decide_phase,
+    decide_requeue,
+    decide_run,
     decide_step,
     execution_record,
+    final_failure_json,
     is_claimable,
     oldest,
     state_of,
@@ -48,6 +68,7 @@ from runstore.services._ledger_rules import (
 from runstore.services._primitives import decode_json, encode_json
 from runstore.services.ledger import MAX_JSON_DEPTH
 from runstore.testing import ledger_json_values, non_json_values
+from runstore.testing._ledger import _reversed_keys
 
 S = ExecutionStatus
 
@@ -244,3 +265,170 @@ def test_a_fencing_token_beyond_64_bits_is_stale_not_invalid() -> None:
         StaleFencingToken("e", 2**70, 3)
     )
     assert isinstance(check_renew(ExecutionId("e"), -1, 1_000).failure(), InvalidInput)
+
+
+# -- action runs: the fence, idempotency, repeats and the retry policy ---------------------------
+
+
+def _execution(status: ExecutionStatus, token: int = 3, project: str = "p") -> Execution:
+    row = _draft().row(1, 5)._replace(status=status.value, project_id=project, fencing_token=token)
+    if status is S.RUNNING:
+        row = row._replace(lease_expires_at_ms=10)
+    return execution_record(row)
+
+
+FENCE = Fence(ExecutionId("exe_1"), 3)
+
+
+@pytest.mark.parametrize("status", list(S))
+def test_only_a_running_execution_with_the_current_token_authorises(
+    status: ExecutionStatus,
+) -> None:
+    got = decide_fence(FENCE, None, Success(_execution(status)))
+    if status is S.RUNNING:
+        assert got == Success(None)
+    elif status.is_finished:
+        assert got == Failure(ExecutionFinished("exe_1", status.value))
+    else:
+        assert got == Failure(
+            Conflict(
+                "execution",
+                "exe_1",
+                "only a running execution takes action-run writes",
+                expected="running",
+                actual="queued",
+            )
+        )
+
+
+def test_the_fence_is_checked_lookup_project_status_then_token() -> None:
+    missing = Failure(NotFound("execution", "exe_1"))
+    assert decide_fence(FENCE, "p", missing) == missing
+    finished_elsewhere = Success(_execution(S.FAILED, project="q"))
+    assert decide_fence(FENCE, "p", finished_elsewhere) == Failure(
+        ProjectMismatch("execution", "exe_1", "p", "q")
+    )
+    stale = Success(_execution(S.FAILED, token=4))
+    assert decide_fence(FENCE, "p", stale) == Failure(ExecutionFinished("exe_1", "failed"))
+    assert decide_fence(FENCE, "p", Success(_execution(S.RUNNING, token=4))) == Failure(
+        StaleFencingToken("exe_1", 3, 4)
+    )
+    assert decide_fence(FENCE, None, Success(_execution(S.RUNNING, project="q"))) == Success(None)
+
+
+@pytest.mark.parametrize(
+    "fence", [None, ("exe_1", 3), Fence(ExecutionId(""), 3), Fence(ExecutionId("e"), -1)]
+)
+def test_bad_fences_are_invalid(fence: Any) -> None:
+    assert isinstance(check_fence(fence).failure(), InvalidInput)
+
+
+def _run_row(**fields: Any) -> ActionRunRow:
+    return ActionRunRow("r", "p", "exe_1", "a", "running", "running", 1, "null", 1, 0)._replace(
+        **fields
+    )
+
+
+def test_a_run_must_belong_to_the_fences_execution() -> None:
+    assert decide_run("r", None, FENCE) == Failure(NotFound("action_run", "r"))
+    other = _run_row(execution_id="exe_2")
+    assert decide_run("r", other, FENCE) == Failure(ExecutionMismatch("r", "exe_1", "exe_2"))
+    assert decide_run("r", _run_row(), FENCE) == Success(_run_row())
+
+
+def test_the_action_run_digest_ignores_key_order_and_selectors_but_not_types() -> None:
+    a = NewActionRun("p", ExecutionId("e"), "a", input={"x": 1, "y": [1.0]})
+    b = NewActionRun("q", ExecutionId("f"), "a", input={"y": [1.0], "x": 1}, idempotency_key="k")
+    assert a.digest() == b.digest()
+    for other in (
+        attrs.evolve(a, input={"x": 1.0, "y": [1.0]}),
+        attrs.evolve(a, action_id="b"),
+        attrs.evolve(a, max_attempts=1),
+        attrs.evolve(a, id=ActionRunId("mine")),
+    ):
+        assert other.digest() != a.digest()
+
+
+def test_queue_replays_the_same_keyed_request_and_refuses_another() -> None:
+    new = NewActionRun("p", ExecutionId("exe_1"), "a", idempotency_key="k")
+    draft = check_new_action_run(new, FENCE).unwrap()
+    stored = draft.row(1, 5)
+    assert decide_new_run(draft, stored, id_taken=False) == Success(action_run_record(stored))
+    changed = stored._replace(request_digest="another")
+    assert isinstance(decide_new_run(draft, changed, id_taken=False).failure(), Conflict)
+    assert decide_new_run(draft, None, id_taken=False) == Success(None)
+
+
+def test_queue_needs_a_fence_naming_the_runs_execution() -> None:
+    new = NewActionRun("p", ExecutionId("exe_2"), "a")
+    assert check_new_action_run(new, FENCE).failure() == InvalidInput(
+        "fence.execution_id", "names execution 'exe_1', the run 'exe_2'"
+    )
+
+
+@given(result=ledger_json_values(max_leaves=8))
+def test_a_phase_outcome_repeats_whatever_its_key_order(result: JsonValue) -> None:
+    write = check_phase("r", FENCE, PhaseSucceeded(result), ActionRunPhase.WRITEBACK).unwrap()
+    row = _run_row()._replace(**write.columns(7))
+    reordered = check_phase(
+        "r", FENCE, PhaseSucceeded(_reversed_keys(result)), ActionRunPhase.WRITEBACK
+    ).unwrap()
+    assert reordered.repeats(row)
+    assert decide_phase(reordered, row) == Success(action_run_record(row))
+    other = check_phase("r", FENCE, PhaseSucceeded([result]), ActionRunPhase.WRITEBACK).unwrap()
+    assert not other.repeats(row)
+    assert decide_phase(other, row) == Failure(
+        IllegalTransition("action_run", "r", "writeback", "writeback")
+    )
+
+
+def test_an_old_stored_failure_repeats_and_reads_with_defaults() -> None:
+    old = '{"name":"E","message":"m","phase":"effects","details":null}'
+    row = _run_row(
+        phase="effects", effects_status="failed", effects_completed_at_ms=3, effects_failure=old
+    )
+    record = action_run_record(row)
+    assert record.effects is not None
+    assert record.effects.failure == ActionRunFailure("E", "m", ActionRunPhase.EFFECTS)
+    again = check_phase(
+        "r", FENCE, PhaseFailed(ActionRunFailure("E", "m")), ActionRunPhase.EFFECTS
+    ).unwrap()
+    assert again.repeats(row)
+    retryable = PhaseFailed(ActionRunFailure("E", "m", retryable=True))
+    assert not check_phase("r", FENCE, retryable, ActionRunPhase.EFFECTS).unwrap().repeats(row)
+
+
+def test_a_stored_phase_failure_of_another_phase_is_damaged() -> None:
+    wrong = '{"name":"E","message":"m","phase":"effects","details":null}'
+    row = _run_row(writeback_status="failed", writeback_completed_at_ms=1, writeback_failure=wrong)
+    with pytest.raises(DamagedRecord, match="its writeback failure names phase effects"):
+        action_run_record(row)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "max_attempts", "retryable", "expected"),
+    [
+        (1, 3, True, None),
+        (2, 3, True, None),
+        (3, 3, True, "attempts_exhausted"),
+        (1, 1, True, "attempts_exhausted"),
+        (1, 3, False, "not_retryable"),
+        (3, 3, False, "not_retryable"),
+    ],
+)
+def test_requeue_follows_the_retry_policy(
+    attempt: int, max_attempts: int, retryable: bool, expected: str | None
+) -> None:
+    failure = final_failure_json(ActionRunFailure("E", "m", retryable=retryable), "running")
+    row = _run_row(
+        status="failed", phase="finished", attempt=attempt, max_attempts=max_attempts,
+        failure=failure,
+    )
+    got = decide_requeue("r", row)
+    if expected is None:
+        assert got == Success(None)
+    else:
+        assert got == Failure(RetryRefused("r", expected, attempt, max_attempts))
+    assert decide_requeue("r", _run_row()) == Failure(
+        IllegalTransition("action_run", "r", "running", "queued")
+    )

@@ -10,14 +10,16 @@ decisions) live in :mod:`runstore.services._ledger_rules`; this layer only store
 The in-memory :class:`~runstore.services.ledger.ActionRunStorage`.
 
 Rows live in :class:`~runstore.layers.TxDict` mirrors of the shared :class:`InMemoryDatabase`
-in the live layer's at-rest form (:class:`ActionRunRow`, JSON as text), and
-``queue``/``requeue`` consult the :class:`ExecutionStorage` of the same database inside their
-unit of work. The rules live in :mod:`runstore.services._ledger_rules`.
+in the live layer's at-rest form (:class:`ActionRunRow`, JSON as text), idempotency keys in
+one more (``(execution_id, key) -> run id``), and every write consults the
+:class:`ExecutionStorage` of the same database inside its unit of work. The rules live in
+:mod:`runstore.services._ledger_rules`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from returns.result import Failure, Result, Success
 
@@ -34,15 +36,11 @@ from runstore.services._ledger_rules import (
     ExecutionDraft,
     ExecutionRow,
     Listing,
-    PhaseWrite,
     Renew,
-    RunFinish,
     action_run_page,
     action_run_record,
-    decide_step,
     execution_page,
     execution_record,
-    final_failure_json,
     is_claimable,
 )
 from runstore.services.clock import Clock
@@ -50,8 +48,6 @@ from runstore.services.errors import NotFound
 from runstore.services.ledger import (
     ActionRun,
     ActionRunError,
-    ActionRunPhase,
-    ActionRunStatus,
     ActionRunStorage,
     Execution,
     ExecutionError,
@@ -195,10 +191,6 @@ def in_memory_execution_storage() -> Layer:
     )
 
 
-_RUNNING = ActionRunStatus.RUNNING.value
-_FINISHED = ActionRunPhase.FINISHED.value
-
-
 class InMemoryActionRunStorage(ActionRunStorageBase):
     """:class:`ActionRunStorage` kept in the mirrors of one :class:`InMemoryDatabase`."""
 
@@ -209,15 +201,12 @@ class InMemoryActionRunStorage(ActionRunStorageBase):
         self._clock = clock
         self._executions = executions
         self._rows: TxDict[str, ActionRunRow] = db.mirror()
+        self._keys: TxDict[tuple[str, str], str] = db.mirror()
         self._counters: TxDict[str, int] = db.mirror()
 
     def _put(self, row: ActionRunRow) -> ActionRun:
         self._rows[row.id] = row
         return action_run_record(row)
-
-    def _state(self, run_id: str) -> tuple[str, str] | None:
-        row = self._rows.get(run_id)
-        return None if row is None else (row.status, row.phase)
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -241,50 +230,31 @@ class InMemoryActionRunStorage(ActionRunStorageBase):
         )
         return Success(action_run_page(rows[: query.limit + 1], query.limit))
 
+    def _row(self, run_id: str) -> ActionRunRow | None:
+        return self._rows.get(run_id)
+
+    def _keyed(self, execution_id: str, idempotency_key: str) -> ActionRunRow | None:
+        run_id = self._keys.get((execution_id, idempotency_key))
+        return None if run_id is None else self._rows.get(run_id)
+
     def _run_exists(self, run_id: str) -> bool:
         return run_id in self._rows
 
-    def _requeue_facts(self, run_id: str) -> tuple[tuple[str, str], str, str] | None:
-        row = self._rows.get(run_id)
-        return None if row is None else ((row.status, row.phase), row.project_id, row.execution_id)
-
-    # -- writes: decide on the mirrored row, then replace it ------------------------------------
+    # -- writes: replace the mirrored row -------------------------------------------------------
 
     def _insert(self, draft: ActionRunDraft) -> ActionRun:
         seq = (self._counters.get("action_run_seq") or 0) + 1
         self._counters["action_run_seq"] = seq
-        return self._put(draft.row(seq, self._clock.now_ms()))
+        row = draft.row(seq, self._clock.now_ms())
+        if row.idempotency_key is not None:
+            self._keys[(row.execution_id, row.idempotency_key)] = row.id
+        return self._put(row)
+
+    def _update(self, run_id: str, changes: dict[str, Any]) -> ActionRun:
+        return self._put(self._rows[run_id]._replace(**changes))
 
     def _requeued(self, run_id: str) -> ActionRun:
         return self._put(self._rows[run_id].requeued(self._clock.now_ms()))
-
-    def _start(self, run_id: str) -> Result[ActionRun, ActionRunError]:
-        return decide_step(run_id, self._state(run_id), _RUNNING).map(
-            lambda _: self._put(
-                self._rows[run_id]._replace(
-                    status=_RUNNING, phase=_RUNNING, started_at_ms=self._clock.now_ms()
-                )
-            )
-        )
-
-    def _record(self, write: PhaseWrite) -> Result[ActionRun, ActionRunError]:
-        return decide_step(write.run_id, self._state(write.run_id), write.phase.value).map(
-            lambda _: self._put(
-                self._rows[write.run_id]._replace(**write.columns(self._clock.now_ms()))
-            )
-        )
-
-    def _finish(self, finish: RunFinish) -> Result[ActionRun, ActionRunError]:
-        return decide_step(finish.run_id, self._state(finish.run_id), finish.target.value).map(
-            lambda allowed: self._put(
-                self._rows[finish.run_id]._replace(
-                    status=finish.target.value,
-                    phase=_FINISHED,
-                    finished_at_ms=self._clock.now_ms(),
-                    failure=final_failure_json(finish.failure, allowed[1]),
-                )
-            )
-        )
 
 
 def _typed_action_runs(

@@ -18,17 +18,20 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, TypeVar
 
-from returns.result import Result, Success
+from returns.result import Failure, Result, Success
 
 from runstore.services._ledger_rules import (
     ActionRunDraft,
+    ActionRunRow,
     Claim,
     CreateFacts,
+    DamagedRecord,
     ExecutionDraft,
     Finish,
     Listing,
     PhaseWrite,
     Renew,
+    RunCall,
     RunFinish,
     check_action_run_listing,
     check_cancel,
@@ -40,19 +43,25 @@ from runstore.services._ledger_rules import (
     check_new_execution,
     check_phase,
     check_renew,
+    check_run_call,
     check_run_finish,
     check_run_id,
+    damaged,
     decide_cancel,
     decide_create,
+    decide_fence,
     decide_held,
     decide_new_run,
-    decide_queue,
+    decide_phase,
+    decide_requeue,
+    decide_run,
     decide_step,
+    final_failure_json,
     oldest,
 )
 from runstore.services._primitives import and_then
 from runstore.services.clock import Clock
-from runstore.services.errors import Busy, StorageFailure
+from runstore.services.errors import Busy, InvalidInput, StorageFailure
 from runstore.services.ledger import (
     DEFAULT_LIMIT,
     ActionRun,
@@ -67,6 +76,7 @@ from runstore.services.ledger import (
     ExecutionId,
     ExecutionStatus,
     ExecutionStorage,
+    Fence,
     JsonValue,
     NewActionRun,
     NewExecution,
@@ -78,9 +88,11 @@ __all__ = ["ActionRunStorageBase", "ExecutionStorageBase"]
 
 T = TypeVar("T")
 E = TypeVar("E")
+C = TypeVar("C")
 
 _CANCELLED = ExecutionStatus.CANCELLED.value
-_QUEUED = ActionRunStatus.QUEUED.value
+_RUNNING = ActionRunStatus.RUNNING.value
+_FINISHED = ActionRunPhase.FINISHED.value
 
 
 class _Units(Protocol):
@@ -242,8 +254,11 @@ class ExecutionStorageBase(ABC):
 class ActionRunStorageBase(ABC):
     """:class:`ActionRunStorage` on a backend's hooks (see the module docstring).
 
-    ``_executions`` is the execution ledger of the same database: ``queue`` and ``requeue``
-    read the execution through it inside their own unit of work.
+    ``_executions`` is the execution ledger of the same database: every write reads the
+    execution its fence names through it, inside the write's own unit of work, so the check
+    and the write see one snapshot. Each write then loads the facts (the stored run, the
+    keyed run), lets the rules decide and applies what they allow; a damaged stored row
+    (:class:`DamagedRecord`) comes back as ``StorageFailure(kind=corrupt)``.
     """
 
     _db: _Units
@@ -261,6 +276,14 @@ class ActionRunStorageBase(ABC):
         """The page ``query`` names (rows fetched as ``limit + 1``, see ``action_run_page``)."""
 
     @abstractmethod
+    def _row(self, run_id: str) -> ActionRunRow | None:
+        """The stored run ``run_id`` at rest, None when there is none."""
+
+    @abstractmethod
+    def _keyed(self, execution_id: str, idempotency_key: str) -> ActionRunRow | None:
+        """The run of ``execution_id`` queued with ``idempotency_key``, None when unused."""
+
+    @abstractmethod
     def _run_exists(self, run_id: str) -> bool:
         """Whether a run has the id ``run_id``."""
 
@@ -269,31 +292,18 @@ class ActionRunStorageBase(ABC):
         """Store ``draft.row(...)`` under the next action-run sequence number."""
 
     @abstractmethod
-    def _requeue_facts(self, run_id: str) -> tuple[tuple[str, str], str, str] | None:
-        """The run's stored ``((status, phase), project_id, execution_id)``, or None."""
+    def _update(self, run_id: str, changes: dict[str, Any]) -> ActionRun:
+        """Set the at-rest ``changes`` (column -> value) on the stored run ``run_id``."""
 
     @abstractmethod
     def _requeued(self, run_id: str) -> ActionRun:
         """Store the run queued again (see ``ActionRunRow.requeued``)."""
 
-    @abstractmethod
-    def _start(self, run_id: str) -> Result[ActionRun, ActionRunError]:
-        """Start the run if :func:`decide_step` allows ``running``, else say why."""
-
-    @abstractmethod
-    def _record(self, write: PhaseWrite) -> Result[ActionRun, ActionRunError]:
-        """Store ``write`` if :func:`decide_step` allows its phase, else say why."""
-
-    @abstractmethod
-    def _finish(self, finish: RunFinish) -> Result[ActionRun, ActionRunError]:
-        """Finish the run if :func:`decide_step` allows the target, else say why (the stored
-        failure from :func:`final_failure_json` with the run's phase)."""
-
     # -- the methods of ActionRunStorage -------------------------------------------------------
 
     def get(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.get`; ``InvalidInput`` for an id that is not valid text."""
-        return and_then(check_run_id(run_id), self._get)
+        return self._sound("get action run", lambda: and_then(check_run_id(run_id), self._get))
 
     def list(
         self,
@@ -306,86 +316,144 @@ class ActionRunStorageBase(ABC):
     ) -> Result[Page[ActionRun], ActionRunError]:
         """See :meth:`ActionRunStorage.list`."""
         checked = check_action_run_listing(project_id, execution_id, status, limit, cursor)
-        return and_then(checked, self._list)
+        return self._sound("list action runs", lambda: and_then(checked, self._list))
 
-    def _open_execution(
-        self, project_id: str, execution_id: ExecutionId
-    ) -> Result[None, ActionRunError]:
-        """Whether a run of ``project_id`` may be queued in ``execution_id`` now."""
-        return decide_queue(project_id, execution_id, self._executions.get(execution_id))
-
-    def queue(self, new: NewActionRun) -> Result[ActionRun, ActionRunError]:
+    def queue(self, new: NewActionRun, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.queue`."""
-        return and_then(
-            check_new_action_run(new),
-            lambda draft: self._db.transact("queue action run", lambda: self._queue(draft)),
-        )
+        return self._write("queue action run", check_new_action_run(new, fence), self._queue)
 
-    def _queue(self, draft: ActionRunDraft) -> Result[ActionRun, ActionRunError]:
-        new = draft.new
-        return (
-            self._open_execution(new.project_id, new.execution_id)
-            .bind(lambda _: decide_new_run(new.id, new.id is not None and self._run_exists(new.id)))
-            .map(lambda _: self._insert(draft))
-        )
-
-    def requeue(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
+    def requeue(self, run_id: ActionRunId, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.requeue`."""
-        return and_then(
-            check_run_id(run_id),
-            lambda checked: self._db.transact("requeue action run", lambda: self._requeue(checked)),
-        )
+        return self._write("requeue action run", check_run_call(run_id, fence), self._requeue)
 
-    def _requeue(self, run_id: str) -> Result[ActionRun, ActionRunError]:
-        facts = self._requeue_facts(run_id)
-        stepped: Result[Any, ActionRunError] = decide_step(
-            run_id, None if facts is None else facts[0], _QUEUED
-        )
-        return stepped.bind(lambda _: self._requeue_allowed(run_id, facts))
-
-    def _requeue_allowed(
-        self, run_id: str, facts: tuple[tuple[str, str], str, str] | None
-    ) -> Result[ActionRun, ActionRunError]:
-        assert facts is not None  # decide_step refused a missing run
-        return self._open_execution(facts[1], ExecutionId(facts[2])).map(
-            lambda _: self._requeued(run_id)
-        )
-
-    def start(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
+    def start(self, run_id: ActionRunId, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.start`."""
-        return and_then(
-            check_run_id(run_id),
-            lambda checked: self._db.transact("start action run", lambda: self._start(checked)),
-        )
+        return self._write("start action run", check_run_call(run_id, fence), self._start)
 
     def record_writeback(
-        self, run_id: ActionRunId, outcome: PhaseOutcome
+        self, run_id: ActionRunId, fence: Fence, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.record_writeback`."""
-        return self._phase("record action run writeback", run_id, outcome, ActionRunPhase.WRITEBACK)
+        checked = check_phase(run_id, fence, outcome, ActionRunPhase.WRITEBACK)
+        return self._write("record action run writeback", checked, self._record)
 
     def record_effects(
-        self, run_id: ActionRunId, outcome: PhaseOutcome
+        self, run_id: ActionRunId, fence: Fence, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.record_effects`."""
-        return self._phase("record action run effects", run_id, outcome, ActionRunPhase.EFFECTS)
-
-    def _phase(
-        self, operation: str, run_id: str, outcome: PhaseOutcome, phase: ActionRunPhase
-    ) -> Result[ActionRun, ActionRunError]:
-        return and_then(
-            check_phase(run_id, outcome, phase),
-            lambda write: self._db.transact(operation, lambda: self._record(write)),
-        )
+        checked = check_phase(run_id, fence, outcome, ActionRunPhase.EFFECTS)
+        return self._write("record action run effects", checked, self._record)
 
     def finish(
         self,
         run_id: ActionRunId,
+        fence: Fence,
         status: ActionRunStatus,
         failure: ActionRunFailure | None = None,
     ) -> Result[ActionRun, ActionRunError]:
         """See :meth:`ActionRunStorage.finish`."""
-        return and_then(
-            check_run_finish(run_id, status, failure),
-            lambda finish: self._db.transact("finish action run", lambda: self._finish(finish)),
+        checked = check_run_finish(run_id, fence, status, failure)
+        return self._write("finish action run", checked, self._finish)
+
+    # -- the skeleton: validate -> unit of work -> authorise -> load -> decide -> apply --------
+
+    def _sound(
+        self, operation: str, fn: Callable[[], Result[T, ActionRunError]]
+    ) -> Result[T, ActionRunError]:
+        """``fn()``, with a damaged stored row returned as ``StorageFailure(kind=corrupt)``
+        (a write's unit of work has rolled back by then)."""
+        try:
+            return fn()
+        except DamagedRecord as error:
+            return Failure(damaged(operation, error))
+
+    def _write(
+        self,
+        operation: str,
+        checked: Result[C, InvalidInput],
+        decide: Callable[[C], Result[ActionRun, ActionRunError]],
+    ) -> Result[ActionRun, ActionRunError]:
+        """Run ``decide(call)`` on the checked call in one unit of work named ``operation``."""
+        return self._sound(
+            operation,
+            lambda: and_then(
+                checked, lambda call: self._db.transact(operation, lambda: decide(call))
+            ),
         )
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        """Whether the execution ``fence`` names allows the write (see :func:`decide_fence`)."""
+        return decide_fence(fence, project_id, self._executions.get(fence.execution_id))
+
+    def _held(self, run_id: str, fence: Fence) -> Result[ActionRunRow, ActionRunError]:
+        """The stored run, when the fence is current and the run one of its execution's."""
+        allowed = self._authorise(fence, None)
+        if isinstance(allowed, Failure):
+            return Failure(allowed.failure())
+        found = decide_run(run_id, self._row(run_id), fence)
+        if isinstance(found, Failure):
+            return Failure(found.failure())
+        return Success(found.unwrap())
+
+    def _queue(self, draft: ActionRunDraft) -> Result[ActionRun, ActionRunError]:
+        new = draft.new
+        allowed = self._authorise(draft.fence, new.project_id)
+        if isinstance(allowed, Failure):
+            return Failure(allowed.failure())
+        keyed = None
+        if new.idempotency_key is not None:
+            keyed = self._keyed(new.execution_id, new.idempotency_key)
+        taken = new.id is not None and keyed is None and self._run_exists(new.id)
+        decided = decide_new_run(draft, keyed, taken)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        replay = decided.unwrap()
+        return Success(self._insert(draft) if replay is None else replay)
+
+    def _requeue(self, call: RunCall) -> Result[ActionRun, ActionRunError]:
+        held = self._held(call.run_id, call.fence)
+        if isinstance(held, Failure):
+            return Failure(held.failure())
+        decided = decide_requeue(call.run_id, held.unwrap())
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        return Success(self._requeued(call.run_id))
+
+    def _start(self, call: RunCall) -> Result[ActionRun, ActionRunError]:
+        held = self._held(call.run_id, call.fence)
+        if isinstance(held, Failure):
+            return Failure(held.failure())
+        row = held.unwrap()
+        decided = decide_step(call.run_id, (row.status, row.phase), _RUNNING)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        changes = {"status": _RUNNING, "phase": _RUNNING, "started_at_ms": self._clock.now_ms()}
+        return Success(self._update(call.run_id, changes))
+
+    def _record(self, write: PhaseWrite) -> Result[ActionRun, ActionRunError]:
+        held = self._held(write.run_id, write.fence)
+        if isinstance(held, Failure):
+            return Failure(held.failure())
+        decided = decide_phase(write, held.unwrap())
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        repeat = decided.unwrap()
+        if repeat is not None:
+            return Success(repeat)
+        return Success(self._update(write.run_id, write.columns(self._clock.now_ms())))
+
+    def _finish(self, finish: RunFinish) -> Result[ActionRun, ActionRunError]:
+        held = self._held(finish.run_id, finish.fence)
+        if isinstance(held, Failure):
+            return Failure(held.failure())
+        row = held.unwrap()
+        decided = decide_step(finish.run_id, (row.status, row.phase), finish.target.value)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        changes = {
+            "status": finish.target.value,
+            "phase": _FINISHED,
+            "finished_at_ms": self._clock.now_ms(),
+            "failure": final_failure_json(finish.failure, row.phase),
+        }
+        return Success(self._update(finish.run_id, changes))

@@ -9,11 +9,12 @@ rolls back gives its numbers back with its rows. The rules (checks and decisions
 
 The live :class:`~runstore.services.ledger.ActionRunStorage`: the ``action_runs`` table.
 
-``queue`` and ``requeue`` look the execution up through :class:`ExecutionStorage` inside
-their own unit of work, on the same connection, so the check and the write see one snapshot
-(no other writer can finish the execution in between: the unit holds the write lock). Each
-lifecycle step is one conditional ``UPDATE ... RETURNING``; only when it matches no row is
-the stored state read to say why (``NotFound`` or ``IllegalTransition``). The rules live in
+Every write looks the execution its fence names up through :class:`ExecutionStorage` inside
+its own unit of work, on the same connection, so the check and the write see one snapshot
+(no other writer can claim or finish the execution in between: the unit holds the write
+lock). It then reads the run by its primary key, lets the rules decide and applies what they
+allow with one ``UPDATE ... RETURNING`` by id. The schema also refuses any insert or update
+of an action run whose execution is not running (migration 0007). The rules live in
 :mod:`runstore.services._ledger_rules`.
 """
 
@@ -34,26 +35,22 @@ from runstore.services._ledger_rules import (
     ACTION_RUN_COLUMNS,
     EXECUTION_COLUMNS,
     ActionRunDraft,
+    ActionRunRow,
     Claim,
     CreateFacts,
     ExecutionDraft,
     Listing,
-    PhaseWrite,
     Renew,
-    RunFinish,
     action_run_page,
     action_run_record,
-    decide_step,
     execution_page,
     execution_record,
-    final_failure_json,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
 from runstore.services.ledger import (
     ActionRun,
     ActionRunError,
-    ActionRunPhase,
     ActionRunStorage,
     Execution,
     ExecutionError,
@@ -224,12 +221,12 @@ def sqlite_execution_storage() -> Layer:
 _RUN_COLUMNS = ", ".join(ACTION_RUN_COLUMNS)
 
 _SELECT_ACTION_RUN = f"SELECT {_RUN_COLUMNS} FROM action_runs WHERE id = ?"
-_ACTION_RUN_STATE = "SELECT status, phase FROM action_runs WHERE id = ?"
-_REQUEUE_FACTS = "SELECT status, phase, project_id, execution_id FROM action_runs WHERE id = ?"
+_SELECT_KEYED_RUN = (
+    f"SELECT {_RUN_COLUMNS} FROM action_runs WHERE execution_id = ? AND idempotency_key = ?"
+)
 _INSERT_RUN = (
-    "INSERT INTO action_runs (id, project_id, execution_id, seq, action_id, input, status, "
-    "phase, attempt, queued_at_ms) VALUES (?, ?, ?, ?, ?, ?, 'queued', 'queued', 1, ?) "
-    f"RETURNING {_RUN_COLUMNS}"
+    f"INSERT INTO action_runs ({_RUN_COLUMNS}) "
+    f"VALUES ({', '.join('?' * len(ACTION_RUN_COLUMNS))}) RETURNING {_RUN_COLUMNS}"
 )
 _REQUEUE = (
     "UPDATE action_runs SET status = 'queued', phase = 'queued', attempt = attempt + 1, "
@@ -239,18 +236,18 @@ _REQUEUE = (
     f"failure = NULL WHERE id = ? RETURNING {_RUN_COLUMNS}"
 )
 _START = (
-    "UPDATE action_runs SET status = 'running', phase = 'running', started_at_ms = ? "
-    f"WHERE id = ? AND status = 'queued' RETURNING {_RUN_COLUMNS}"
-)
-_PHASE_GUARD = {
-    ActionRunPhase.WRITEBACK: "status = 'running' AND phase = 'running'",
-    ActionRunPhase.EFFECTS: "status = 'running' AND phase IN ('running', 'writeback')",
-}
-"""The states from which a phase may be recorded (as :func:`decide_step` has them)."""
-_FINISH = (
-    "UPDATE action_runs SET status = ?, phase = 'finished', finished_at_ms = ?, failure = ? "
+    "UPDATE action_runs SET status = ?, phase = ?, started_at_ms = ? "
     f"WHERE id = ? RETURNING {_RUN_COLUMNS}"
 )
+_FINISH = (
+    "UPDATE action_runs SET status = ?, phase = ?, finished_at_ms = ?, failure = ? "
+    f"WHERE id = ? RETURNING {_RUN_COLUMNS}"
+)
+_UPDATES = {
+    ("status", "phase", "started_at_ms"): _START,
+    ("status", "phase", "finished_at_ms", "failure"): _FINISH,
+}
+"""The statement text of the fixed updates (start, finish), so they are prepared once."""
 
 
 class SqliteActionRunStorage(ActionRunStorageBase):
@@ -304,59 +301,34 @@ class SqliteActionRunStorage(ActionRunStorageBase):
             lambda rows: action_run_page(rows, query.limit)
         )
 
+    def _row(self, run_id: str) -> ActionRunRow | None:
+        found = self._db.one(_SELECT_ACTION_RUN, (run_id,))
+        return None if found is None else ActionRunRow(*found)
+
+    def _keyed(self, execution_id: str, idempotency_key: str) -> ActionRunRow | None:
+        found = self._db.one(_SELECT_KEYED_RUN, (execution_id, idempotency_key))
+        return None if found is None else ActionRunRow(*found)
+
     def _run_exists(self, run_id: str) -> bool:
         return self._db.one("SELECT 1 FROM action_runs WHERE id = ?", (run_id,)) is not None
 
-    def _requeue_facts(self, run_id: str) -> tuple[tuple[str, str], str, str] | None:
-        found = self._db.one(_REQUEUE_FACTS, (run_id,))
-        return None if found is None else ((found[0], found[1]), found[2], found[3])
-
-    # -- writes: one conditional UPDATE; only when it matches no row, decide why ---------------
+    # -- writes: one UPDATE ... RETURNING by id (the rules decided on the loaded row) ----------
 
     def _insert(self, draft: ActionRunDraft) -> ActionRun:
         row = draft.row(next_counter(self._db, "action_run_seq"), self._clock.now_ms())
-        params = (row.id, row.project_id, row.execution_id, row.seq, row.action_id, row.input)
-        return action_run_record(self._db.execute(_INSERT_RUN, (*params, row.queued_at_ms))[0])
+        return action_run_record(self._db.execute(_INSERT_RUN, row)[0])
+
+    def _update(self, run_id: str, changes: dict[str, Any]) -> ActionRun:
+        sql = _UPDATES.get(tuple(changes))
+        if sql is None:
+            sql = (
+                f"UPDATE action_runs SET {', '.join(f'{name} = ?' for name in changes)} "
+                f"WHERE id = ? RETURNING {_RUN_COLUMNS}"
+            )
+        return action_run_record(self._db.execute(sql, (*changes.values(), run_id))[0])
 
     def _requeued(self, run_id: str) -> ActionRun:
         return action_run_record(self._db.execute(_REQUEUE, (self._clock.now_ms(), run_id))[0])
-
-    def _apply(
-        self, run_id: str, step: str, sql: str, params: tuple[Any, ...]
-    ) -> Result[ActionRun, ActionRunError]:
-        """Run a conditional ``UPDATE ... RETURNING``; when it matches no row, say why."""
-        rows = self._db.execute(sql, params)
-        if rows:
-            return Success(action_run_record(rows[0]))
-        state = self._db.one(_ACTION_RUN_STATE, (run_id,))
-        decided = decide_step(run_id, None if state is None else (state[0], state[1]), step)
-        if not isinstance(decided, Failure):  # pragma: no cover - the UPDATE and rules agree
-            raise AssertionError(f"action run {run_id!r} matched no row but allows {step}")
-        error: ActionRunError = decided.failure()
-        return Failure(error)
-
-    def _start(self, run_id: str) -> Result[ActionRun, ActionRunError]:
-        return self._apply(run_id, "running", _START, (self._clock.now_ms(), run_id))
-
-    def _record(self, write: PhaseWrite) -> Result[ActionRun, ActionRunError]:
-        columns = write.columns(self._clock.now_ms())
-        sql = (
-            f"UPDATE action_runs SET {', '.join(f'{name} = ?' for name in columns)} "
-            f"WHERE id = ? AND {_PHASE_GUARD[write.phase]} RETURNING {_RUN_COLUMNS}"
-        )
-        return self._apply(write.run_id, write.phase.value, sql, (*columns.values(), write.run_id))
-
-    def _finish(self, finish: RunFinish) -> Result[ActionRun, ActionRunError]:
-        state = self._db.one(_ACTION_RUN_STATE, (finish.run_id,))
-        allowed = decide_step(
-            finish.run_id, None if state is None else (state[0], state[1]), finish.target.value
-        )
-        return allowed.map(lambda at: self._end(finish, at[1]))
-
-    def _end(self, finish: RunFinish, phase: str) -> ActionRun:
-        stored = final_failure_json(finish.failure, phase)
-        params = (finish.target.value, self._clock.now_ms(), stored, finish.run_id)
-        return action_run_record(self._db.execute(_FINISH, params)[0])
 
 
 def _typed_action_runs(

@@ -21,6 +21,7 @@ The rules themselves are documented on the Protocols (:class:`ExecutionStorage`,
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
@@ -37,8 +38,17 @@ from runstore.services._primitives import (
     first_failure,
     text_problem,
 )
-from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.errors import (
+    Conflict,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    StorageFailure,
+    StorageFailureKind,
+)
 from runstore.services.ledger import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS,
     MAX_LEASE_MS,
     MAX_TEXT_CHARS,
     ActionRun,
@@ -50,7 +60,10 @@ from runstore.services.ledger import (
     ExecutionError,
     ExecutionFailure,
     ExecutionFinished,
+    ExecutionMismatch,
     ExecutionStatus,
+    Fence,
+    JsonValue,
     NewActionRun,
     NewExecution,
     PhaseFailed,
@@ -59,6 +72,7 @@ from runstore.services.ledger import (
     PhaseStatus,
     PhaseSucceeded,
     ProjectMismatch,
+    RetryRefused,
     StaleFencingToken,
 )
 from runstore.services.pagination import CursorCodec, Page, check_limit, page_of
@@ -68,16 +82,19 @@ __all__ = [
     "ACTION_RUN_CURSOR",
     "EXECUTION_COLUMNS",
     "EXECUTION_CURSOR",
+    "SQLITE_CORRUPT",
     "ActionRunDraft",
     "ActionRunRow",
     "Claim",
     "CreateFacts",
+    "DamagedRecord",
     "ExecutionDraft",
     "ExecutionRow",
     "Finish",
     "Listing",
     "PhaseWrite",
     "Renew",
+    "RunCall",
     "RunFinish",
     "action_run_page",
     "action_run_record",
@@ -87,6 +104,7 @@ __all__ = [
     "check_execution_id",
     "check_execution_listing",
     "check_failure",
+    "check_fence",
     "check_finish",
     "check_id",
     "check_new_action_run",
@@ -94,13 +112,18 @@ __all__ = [
     "check_outcome",
     "check_phase",
     "check_renew",
+    "check_run_call",
     "check_run_finish",
     "check_run_id",
+    "damaged",
     "decide_cancel",
     "decide_create",
+    "decide_fence",
     "decide_held",
     "decide_new_run",
-    "decide_queue",
+    "decide_phase",
+    "decide_requeue",
+    "decide_run",
     "decide_step",
     "execution_page",
     "execution_record",
@@ -128,6 +151,8 @@ _EXECUTION_STATUS = {status.value: status for status in ExecutionStatus}
 _RUN_STATUS = {status.value: status for status in ActionRunStatus}
 _RUN_PHASE = {phase.value: phase for phase in ActionRunPhase}
 _RUN_FINISHED = frozenset(s.value for s in ActionRunStatus if s.is_finished)
+_WRITEBACK = ActionRunPhase.WRITEBACK
+_EFFECTS = ActionRunPhase.EFFECTS
 
 
 # -- text, numbers and JSON as the ledger accepts them -------------------------------------------
@@ -634,7 +659,75 @@ def decide_cancel(
     return Success(None)
 
 
+# -- action runs: the fence ------------------------------------------------------------------
+
+
+def check_fence(fence: object) -> Result[Fence, InvalidInput]:
+    """Check the ``fence`` argument of an action-run write: a :class:`Fence` whose
+    ``execution_id`` is an id and whose ``fencing_token`` is an int ``>= 0``."""
+    if not isinstance(fence, Fence):
+        return Failure(InvalidInput("fence", f"must be a Fence, got {type(fence).__name__}"))
+    checked = first_failure(
+        check_id(fence.execution_id, "fence.execution_id"),
+        check_int(fence.fencing_token, "fence.fencing_token", minimum=0, maximum=None),
+    )
+    return checked.map(lambda _: fence)
+
+
+def decide_fence(
+    fence: Fence, project_id: str | None, execution: Result[Execution, ExecutionError]
+) -> Result[None, ActionRunError]:
+    """Decide whether the execution authorises an action-run write presenting ``fence``.
+
+    ``execution`` is what ``ExecutionStorage.get(fence.execution_id)`` returned in the write's
+    unit of work; ``project_id`` is the run's project when it is not yet stored (``queue``),
+    else None (a stored run's project is its execution's, by the schema). In order: the
+    lookup's failure (``NotFound``, ``Busy``, ...); ``ProjectMismatch``; ``ExecutionFinished``
+    (final); ``Conflict`` (still queued: nobody holds it); ``StaleFencingToken`` (claimed again
+    since the fence's token was handed out).
+    """
+    if isinstance(execution, Failure):
+        error: ActionRunError = execution.failure()
+        return Failure(error)
+    found = execution.unwrap()
+    key = fence.execution_id
+    if project_id is not None and found.project_id != project_id:
+        return Failure(ProjectMismatch("execution", key, project_id, found.project_id))
+    if found.status.is_finished:
+        return Failure(ExecutionFinished(key, found.status.value))
+    if found.status is not ExecutionStatus.RUNNING:
+        return Failure(
+            Conflict(
+                "execution",
+                key,
+                "only a running execution takes action-run writes",
+                expected=_RUNNING,
+                actual=found.status.value,
+            )
+        )
+    if fence.fencing_token != found.fencing_token:
+        return Failure(StaleFencingToken(key, fence.fencing_token, found.fencing_token))
+    return Success(None)
+
+
 # -- action runs: the at-rest form ----------------------------------------------------------
+
+
+SQLITE_CORRUPT = 11
+"""The result code a damaged row is reported with (SQLite's ``SQLITE_CORRUPT``, on every
+backend, so that both layers give the same ``StorageFailure``)."""
+
+
+class DamagedRecord(ValueError):
+    """A stored row breaks a rule the write side keeps (a backend bug or a hand-made row);
+    the layers turn it into ``StorageFailure(kind=corrupt)`` with :func:`damaged`."""
+
+
+def damaged(operation: str, error: DamagedRecord) -> StorageFailure:
+    """The failure a method returns when it read a damaged action-run row."""
+    return StorageFailure(
+        operation, StorageFailureKind.CORRUPT, SQLITE_CORRUPT, str(error), "action_runs"
+    )
 
 
 class ActionRunRow(NamedTuple):
@@ -661,13 +754,25 @@ class ActionRunRow(NamedTuple):
     effects_completed_at_ms: int | None = None
     effects_failure: str | None = None
     failure: str | None = None
+    idempotency_key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    request_digest: str | None = None
 
     def requeued(self, now_ms: int) -> ActionRunRow:
         """This failed run queued again at ``now_ms``: every phase field, time and failure
         reset, ``attempt + 1`` (what ``requeue`` stores)."""
         queued = ActionRunStatus.QUEUED.value
         return ActionRunRow(
-            *self[:4], queued, queued, self.seq, self.input, self.attempt + 1, now_ms
+            *self[:4],
+            queued,
+            queued,
+            self.seq,
+            self.input,
+            self.attempt + 1,
+            now_ms,
+            idempotency_key=self.idempotency_key,
+            max_attempts=self.max_attempts,
+            request_digest=self.request_digest,
         )
 
 
@@ -676,7 +781,11 @@ ACTION_RUN_COLUMNS = ActionRunRow._fields
 
 
 def action_run_record(row: Sequence[Any]) -> ActionRun:
-    """Return the :class:`ActionRun` an at-rest row holds (:data:`ACTION_RUN_COLUMNS`)."""
+    """Return the :class:`ActionRun` an at-rest row holds (:data:`ACTION_RUN_COLUMNS`).
+
+    Raises:
+        DamagedRecord: a stored writeback or effects failure names another phase.
+    """
     return ActionRun(
         row[0],
         row[1],
@@ -690,20 +799,28 @@ def action_run_record(row: Sequence[Any]) -> ActionRun:
         row[9],
         row[10],
         row[11],
-        None if row[12] is None else _phase_record(row[12], row[13], row[14], row[15]),
-        None if row[16] is None else _phase_record(row[16], row[17], None, row[18]),
+        None if row[12] is None else _phase_record(row[0], _WRITEBACK, row[12:16]),
+        None if row[16] is None else _phase_record(row[0], _EFFECTS, (*row[16:18], None, row[18])),
         None if row[19] is None else _load_run_failure(row[19]),
+        row[20],
+        row[21],
     )
 
 
-def _phase_record(
-    status: str, completed_at_ms: int, result: str | None, failure: str | None
-) -> PhaseRecord:
+def _phase_record(run_id: str, phase: ActionRunPhase, columns: Sequence[Any]) -> PhaseRecord:
+    """The phase record of stored ``(status, completed_at_ms, result, failure)``; the failure
+    must name ``phase``, as the write side stores it."""
+    status, completed_at_ms, result, failure_text = columns
+    failure = _load_run_failure(failure_text)
+    if failure is not None and failure.phase is not phase:
+        raise DamagedRecord(
+            f"action run {run_id!r}: its {phase} failure names phase {failure.phase}"
+        )
     return PhaseRecord(
         status=PhaseStatus(status),
         completed_at_ms=completed_at_ms,
         result=None if result is None else decode_json(result),
-        failure=_load_run_failure(failure),
+        failure=failure,
     )
 
 
@@ -715,12 +832,16 @@ def _dump_run_failure(failure: ActionRunFailure) -> str:
             "message": failure.message,
             "phase": None if failure.phase is None else str(failure.phase),
             "details": failure.details,
+            "code": failure.code,
+            "retryable": failure.retryable,
         },
         "failure",
     ).unwrap()
 
 
 def _load_run_failure(text: str | None) -> ActionRunFailure | None:
+    """The stored failure; ``code`` and ``retryable`` default for failures stored before
+    they existed (migration 0007)."""
     if text is None:
         return None
     data: Any = decode_json(text)
@@ -730,6 +851,8 @@ def _load_run_failure(text: str | None) -> ActionRunFailure | None:
         message=data["message"],
         phase=None if phase is None else ActionRunPhase(phase),
         details=data["details"],
+        code=data.get("code"),
+        retryable=data.get("retryable", False),
     )
 
 
@@ -743,10 +866,13 @@ def state_of(status: str, phase: str) -> str:
 
 @attrs.frozen
 class ActionRunDraft:
-    """A checked :class:`NewActionRun` with its input encoded."""
+    """A checked ``queue`` call: the :class:`NewActionRun` with its input encoded and its
+    request digest, and the checked fence."""
 
     new: NewActionRun
     input_json: str
+    digest: str
+    fence: Fence
 
     def row(self, seq: int, now_ms: int) -> ActionRunRow:
         """The row of the queued run this draft makes as number ``seq`` at ``now_ms``."""
@@ -762,14 +888,19 @@ class ActionRunDraft:
             self.input_json,
             1,  # attempt
             now_ms,  # queued_at_ms
+            idempotency_key=new.idempotency_key,
+            max_attempts=new.max_attempts,
+            request_digest=self.digest,
         )
 
 
-def check_new_action_run(new: object) -> Result[ActionRunDraft, InvalidInput]:
+def check_new_action_run(new: object, fence: object) -> Result[ActionRunDraft, InvalidInput]:
     """Check a :meth:`ActionRunStorage.queue` request (no storage is consulted).
 
-    In order: the type, ``project_id``, ``execution_id``, ``action_id``, ``id`` (ids),
-    ``input`` (JSON), then the reserved ``act_<n>`` ids.
+    In order: the type, ``project_id``, ``execution_id``, ``action_id``, ``id``,
+    ``idempotency_key`` (ids), ``input`` (JSON), ``max_attempts`` (``1..MAX_ATTEMPTS``), the
+    reserved ``act_<n>`` ids, then the fence (see :func:`check_fence`), which must name
+    ``new.execution_id``.
     """
     if not isinstance(new, NewActionRun):
         return Failure(InvalidInput("new", f"must be a NewActionRun, got {type(new).__name__}"))
@@ -778,17 +909,48 @@ def check_new_action_run(new: object) -> Result[ActionRunDraft, InvalidInput]:
         (new.execution_id, "execution_id"),
         (new.action_id, "action_id"),
         (new.id, "id"),
+        (new.idempotency_key, "idempotency_key"),
     )
     if isinstance(ids, Failure):
         return Failure(ids.failure())
     input_json = encode_json(new.input, "input")
     if isinstance(input_json, Failure):
         return Failure(input_json.failure())
+    attempts = check_int(new.max_attempts, "max_attempts", minimum=1, maximum=MAX_ATTEMPTS)
+    if isinstance(attempts, Failure):
+        return Failure(attempts.failure())
     if new.id is not None and GENERATED_ACTION_RUN_ID.fullmatch(new.id):
         return Failure(
             InvalidInput("id", "ids of the form act_<digits> are reserved for generated ids")
         )
-    return Success(ActionRunDraft(new, input_json.unwrap()))
+    checked = check_fence(fence)
+    if isinstance(checked, Failure):
+        return Failure(checked.failure())
+    if checked.unwrap().execution_id != new.execution_id:
+        return Failure(
+            InvalidInput(
+                "fence.execution_id",
+                f"names execution {checked.unwrap().execution_id!r}, "
+                f"the run {new.execution_id!r}",
+            )
+        )
+    return Success(ActionRunDraft(new, input_json.unwrap(), new.digest(), checked.unwrap()))
+
+
+@attrs.frozen
+class RunCall:
+    """A checked call on a stored run (``start``, ``requeue``): its id and fence."""
+
+    run_id: str
+    fence: Fence
+
+
+def check_run_call(run_id: object, fence: object) -> Result[RunCall, InvalidInput]:
+    """Check ``start`` and ``requeue``: the run id, then the fence."""
+    checked_id, checked = check_run_id(run_id), check_fence(fence)
+    return first_failure(checked_id, checked).map(
+        lambda _: RunCall(checked_id.unwrap(), checked.unwrap())
+    )
 
 
 def _check_run_failure(
@@ -807,9 +969,16 @@ def _check_run_failure(
         check_id(failure.name, f"{field}.name"),
         encode_json(failure.details, f"{field}.details"),
         _check_message(failure.message, f"{field}.message"),
+        _ids((failure.code, f"{field}.code")),
     )
     if isinstance(checked, Failure):
         return Failure(checked.failure())
+    if not isinstance(failure.retryable, bool):
+        return Failure(
+            InvalidInput(
+                f"{field}.retryable", f"must be a bool, got {type(failure.retryable).__name__}"
+            )
+        )
     given = failure.phase
     if given is not None:
         given = _RUN_PHASE.get(given) if isinstance(given, str) else None
@@ -817,7 +986,7 @@ def _check_run_failure(
             return Failure(
                 InvalidInput(f"{field}.phase", f"{describe(failure.phase)} is not a phase")
             )
-    if phase in (ActionRunPhase.WRITEBACK, ActionRunPhase.EFFECTS) and given not in (None, phase):
+    if phase in (_WRITEBACK, _EFFECTS) and given not in (None, phase):
         return Failure(
             InvalidInput(f"{field}.phase", f"a {phase} failure cannot name phase {given}")
         )
@@ -839,7 +1008,7 @@ def _check_outcome(
 ) -> Result[tuple[PhaseSucceeded | PhaseFailed, str | None], InvalidInput]:
     """:func:`check_outcome`, with the stored JSON of a success's result (None for a failure)."""
     if isinstance(outcome, PhaseSucceeded):
-        if phase is ActionRunPhase.EFFECTS and outcome.result is not None:
+        if phase is _EFFECTS and outcome.result is not None:
             return Failure(InvalidInput("outcome.result", "the effects phase has no result"))
         return encode_json(outcome.result, "outcome.result").map(lambda text: (outcome, text))
     if isinstance(outcome, PhaseFailed):
@@ -860,6 +1029,7 @@ class PhaseWrite:
     failure and for effects) and the ``failure_json`` (None for a success)."""
 
     run_id: str
+    fence: Fence
     phase: ActionRunPhase
     status: str
     result_json: str | None
@@ -874,37 +1044,61 @@ class PhaseWrite:
             f"{name}_completed_at_ms": now_ms,
             f"{name}_failure": self.failure_json,
         }
-        if self.phase is ActionRunPhase.WRITEBACK:
+        if self.phase is _WRITEBACK:
             changes["writeback_result"] = self.result_json
         return changes
 
+    def repeats(self, row: ActionRunRow) -> bool:
+        """Whether ``row`` already holds this phase with the same content: the same status,
+        result and failure, object keys in any order (types count: ``1``, ``1.0`` and
+        ``true`` differ)."""
+        if self.phase is _WRITEBACK:
+            stored = (row.writeback_status, row.writeback_result, row.writeback_failure)
+        else:
+            stored = (row.effects_status, None, row.effects_failure)
+        if stored[0] is None or stored[0] != self.status:
+            return False
+        return _same_json(stored[1], self.result_json) and _same_json(
+            _refreshed(stored[2]), self.failure_json
+        )
+
+
+def _refreshed(failure_json: str | None) -> str | None:
+    """A stored failure in today's form (``code`` and ``retryable`` of older rows filled)."""
+    failure = _load_run_failure(failure_json)
+    return None if failure is None else _dump_run_failure(failure)
+
+
+def _same_json(stored: str | None, given: str | None) -> bool:
+    if stored is None or given is None:
+        return stored is given
+    return _canonical(decode_json(stored)) == _canonical(decode_json(given))
+
+
+def _canonical(value: JsonValue) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
 
 def check_phase(
-    run_id: object, outcome: PhaseOutcome, phase: ActionRunPhase
+    run_id: object, fence: object, outcome: PhaseOutcome, phase: ActionRunPhase
 ) -> Result[PhaseWrite, InvalidInput]:
-    """Check ``record_writeback`` (``phase`` writeback) or ``record_effects``: the run id, then
-    the outcome (see :func:`check_outcome`)."""
-    checked_id = check_run_id(run_id)
-    if isinstance(checked_id, Failure):
-        return Failure(checked_id.failure())
+    """Check ``record_writeback`` (``phase`` writeback) or ``record_effects``: the run id and
+    the fence, then the outcome (see :func:`check_outcome`)."""
+    call = check_run_call(run_id, fence)
+    if isinstance(call, Failure):
+        return Failure(call.failure())
     checked = _check_outcome(outcome, phase)
     if isinstance(checked, Failure):
         return Failure(checked.failure())
     done, result_json = checked.unwrap()
+    run, checked_fence = call.unwrap().run_id, call.unwrap().fence
     if isinstance(done, PhaseFailed):
-        return Success(
-            PhaseWrite(
-                checked_id.unwrap(),
-                phase,
-                PhaseStatus.FAILED.value,
-                None,
-                _dump_run_failure(done.failure),
-            )
-        )
-    result = None if phase is ActionRunPhase.EFFECTS else result_json
-    return Success(
-        PhaseWrite(checked_id.unwrap(), phase, PhaseStatus.SUCCEEDED.value, result, None)
-    )
+        failed = PhaseStatus.FAILED.value
+        failure_json = _dump_run_failure(done.failure)
+        return Success(PhaseWrite(run, checked_fence, phase, failed, None, failure_json))
+    result = None if phase is _EFFECTS else result_json
+    succeeded = PhaseStatus.SUCCEEDED.value
+    return Success(PhaseWrite(run, checked_fence, phase, succeeded, result, None))
 
 
 @attrs.frozen
@@ -913,18 +1107,20 @@ class RunFinish:
     :func:`final_failure_json` fills it from the run's phase)."""
 
     run_id: str
+    fence: Fence
     target: ActionRunStatus
     failure: ActionRunFailure | None
 
 
 def check_run_finish(
-    run_id: object, status: object, failure: object
+    run_id: object, fence: object, status: object, failure: object
 ) -> Result[RunFinish, InvalidInput]:
-    """Check ``finish``: the run id, ``status`` (a final one), whether the failure fits it
-    (``failed`` needs one, ``succeeded`` takes none), then the failure itself."""
-    checked_id = check_run_id(run_id)
-    if isinstance(checked_id, Failure):
-        return Failure(checked_id.failure())
+    """Check ``finish``: the run id and the fence, ``status`` (a final one), whether the
+    failure fits it (``failed`` needs one, ``succeeded`` takes none), then the failure."""
+    call = check_run_call(run_id, fence)
+    if isinstance(call, Failure):
+        return Failure(call.failure())
+    run, checked_fence = call.unwrap().run_id, call.unwrap().fence
     target = _RUN_STATUS.get(status) if isinstance(status, str) else None
     if target is None:
         return Failure(InvalidInput("status", f"{describe(status)} is not an action run status"))
@@ -935,9 +1131,9 @@ def check_run_finish(
     if target is ActionRunStatus.FAILED and failure is None:
         return Failure(InvalidInput("failure", "a failed run needs a failure"))
     if failure is None:
-        return Success(RunFinish(checked_id.unwrap(), target, None))
+        return Success(RunFinish(run, checked_fence, target, None))
     return _check_run_failure(failure, "failure", phase=None).map(
-        lambda checked: RunFinish(checked_id.unwrap(), target, checked)
+        lambda checked: RunFinish(run, checked_fence, target, checked)
     )
 
 
@@ -954,34 +1150,43 @@ def final_failure_json(failure: ActionRunFailure | None, phase: str) -> str | No
 # -- action runs: decisions -----------------------------------------------------------------
 
 
-def decide_queue(
-    project_id: str, execution_id: str, execution: Result[Execution, ExecutionError]
-) -> Result[None, ActionRunError]:
-    """Decide whether a run of ``project_id`` may be queued (or requeued) in the execution.
+def decide_new_run(
+    draft: ActionRunDraft, keyed: ActionRunRow | None, id_taken: bool
+) -> Result[ActionRun | None, Conflict]:
+    """Decide a queue the fence allowed: ``Success(run)`` replays an earlier identical
+    request (return it as it is now), ``Success(None)`` means insert ``draft.row(...)``.
 
-    ``execution`` is what ``ExecutionStorage.get(execution_id)`` returned in the same unit of
-    work. In order: the lookup's failure (``NotFound``, ``Busy``, ...); ``ProjectMismatch``;
-    ``ExecutionFinished`` (it is final).
+    ``keyed`` is the run the request's idempotency key already names in the execution (None
+    when unused or not given); ``id_taken`` whether a run has the requested id. In order: a
+    used key with the same digest replays, with another is ``Conflict``; a taken id is
+    ``Conflict``.
     """
-    if isinstance(execution, Failure):
-        error: ExecutionError = execution.failure()
-        if isinstance(error, StaleFencingToken):  # pragma: no cover - get never returns it
-            raise TypeError("ExecutionStorage.get returned StaleFencingToken")
-        return Failure(error)
-    found = execution.unwrap()
-    if found.project_id != project_id:
-        return Failure(ProjectMismatch("execution", execution_id, project_id, found.project_id))
-    if found.status.is_finished:
-        return Failure(ExecutionFinished(execution_id, found.status.value))
+    new = draft.new
+    if keyed is not None:
+        if keyed.request_digest == draft.digest:
+            return Success(action_run_record(keyed))
+        return Failure(
+            Conflict(
+                "action_run",
+                keyed.id,
+                f"idempotency key {new.idempotency_key!r} was used for a different request",
+            )
+        )
+    if new.id is not None and id_taken:
+        return Failure(Conflict("action_run", new.id, "an action run with this id exists"))
     return Success(None)
 
 
-def decide_new_run(run_id: str | None, taken: bool) -> Result[None, Conflict]:
-    """Decide whether a queued run may take the requested ``run_id`` (None: a generated one);
-    ``taken`` is whether a run has it already (``Conflict``)."""
-    if run_id is not None and taken:
-        return Failure(Conflict("action_run", run_id, "an action run with this id exists"))
-    return Success(None)
+def decide_run(
+    run_id: str, row: ActionRunRow | None, fence: Fence
+) -> Result[ActionRunRow, NotFound | ExecutionMismatch]:
+    """Decide whether the stored run ``row`` (None: no such run) is one of the fence's
+    execution's runs: ``NotFound``, ``ExecutionMismatch``; return the row when it is."""
+    if row is None:
+        return Failure(NotFound("action_run", run_id))
+    if row.execution_id != fence.execution_id:
+        return Failure(ExecutionMismatch(run_id, fence.execution_id, row.execution_id))
+    return Success(row)
 
 
 def decide_step(
@@ -1010,3 +1215,33 @@ def decide_step(
     if allowed:
         return Success(state)
     return Failure(IllegalTransition("action_run", run_id, state_of(status, phase), step))
+
+
+def decide_phase(
+    write: PhaseWrite, row: ActionRunRow
+) -> Result[ActionRun | None, NotFound | IllegalTransition]:
+    """Decide a writeback or effects write on the stored run ``row`` (of the fence's
+    execution): ``Success(run)`` when ``row`` already holds the same outcome (a repeat,
+    nothing to write), ``Success(None)`` to store it, else the lifecycle's refusal."""
+    if write.repeats(row):
+        return Success(action_run_record(row))
+    return decide_step(write.run_id, (row.status, row.phase), write.phase.value).map(
+        lambda _: None
+    )
+
+
+def decide_requeue(
+    run_id: str, row: ActionRunRow
+) -> Result[None, NotFound | IllegalTransition | RetryRefused]:
+    """Decide a requeue of the stored run ``row``: ``IllegalTransition`` unless it failed,
+    then ``RetryRefused("not_retryable")`` unless its final failure is retryable, then
+    ``RetryRefused("attempts_exhausted")`` once ``attempt`` reached ``max_attempts``."""
+    stepped = decide_step(run_id, (row.status, row.phase), _QUEUED)
+    if isinstance(stepped, Failure):
+        return Failure(stepped.failure())
+    failure = _load_run_failure(row.failure)
+    if failure is None or not failure.retryable:
+        return Failure(RetryRefused(run_id, "not_retryable", row.attempt, row.max_attempts))
+    if row.attempt >= row.max_attempts:
+        return Failure(RetryRefused(run_id, "attempts_exhausted", row.attempt, row.max_attempts))
+    return Success(None)

@@ -28,9 +28,8 @@ else is refused as ``InvalidInput`` before anything is written.
 
 Action runs: the steps an execution performs, each with its own phases and failures.
 
-An *action run* belongs to exactly one execution of the same project (checked against the
-:class:`~runstore.services.ledger.ExecutionStorage` in the same unit of work when it is
-queued or re-queued) and follows one lifecycle::
+An *action run* belongs to exactly one execution of the same project and follows one
+lifecycle::
 
     queue ─▶ start ─▶ [record_writeback] ─▶ [record_effects] ─▶ finish(succeeded|failed|cancelled)
       │                                                           ▲
@@ -44,10 +43,48 @@ the lifecycle does not allow is ``IllegalTransition(state, target)`` where ``tar
 ``running`` (start), ``writeback``, ``effects``, the final status (finish) or ``queued``
 (requeue).
 
-A failure (:class:`ActionRunFailure`: name, message, phase, JSON details) is stored as one
-JSON object per phase (writeback, effects, final) and read back equal, Unicode and nested
-details included. The shape follows seed 002, which moved from three columns per phase to
-one structured value per phase.
+**Fencing.** Only the worker that holds the execution's claim may write its action runs:
+every write (``queue``, ``start``, ``record_writeback``, ``record_effects``, ``finish``,
+``requeue``) carries a :class:`Fence`, the execution's id and the fencing token ``claim``
+handed out (``Execution.fence``). The execution *authorises* the write when, read in the
+same unit of work, it exists, is in the run's project, is ``running`` and the fence's token
+is its current one; and the run must be one of that execution's runs. Seed 002 checks the
+named execution before an action run is written (``assertActionRunExecution``); runstore
+adds the claim's token, so a worker whose lease expired and whose execution another worker
+claimed again is refused (Kleppmann's fencing tokens, as executions use them). Refusals, in
+this order, after ``InvalidInput``:
+
+1. ``NotFound("execution", id)``; ``ProjectMismatch`` (``queue`` into another project's
+   execution); ``ExecutionFinished`` (it is final); ``Conflict(expected "running", actual
+   "queued")`` (nobody holds it yet); ``StaleFencingToken`` (it was claimed again).
+2. ``NotFound("action_run", id)``; ``ExecutionMismatch`` (the run belongs to another
+   execution than the fence names).
+3. The lifecycle (``IllegalTransition``) and the retry policy (``RetryRefused``).
+
+The fence is checked first, so a worker that lost its claim learns that whatever it asked.
+Nothing is written on any refusal. Runs left unfinished when their execution ends stay as
+they are (read them with ``get`` and ``list``); the schema refuses any write to an action
+run whose execution is not running, too.
+
+**Idempotency.** ``queue`` with an ``idempotency_key`` already used in the same execution
+returns the stored run when the request is the same (equal :meth:`NewActionRun.digest`),
+whatever its state now, and is ``Conflict`` otherwise, as ``ExecutionStorage.create`` does
+per project. Recording the same writeback or effects outcome again (equal content, object
+key order aside) returns the stored run unchanged, so a worker may repeat a call whose
+commit it did not see; another outcome for a phase already recorded stays
+``IllegalTransition``.
+
+**Retry policy.** A run may be queued again only when it failed, its final failure says
+``retryable=True`` and it has not used its ``max_attempts`` (set on :class:`NewActionRun`,
+default :data:`DEFAULT_MAX_ATTEMPTS`); otherwise ``RetryRefused`` names which.
+
+A failure (:class:`ActionRunFailure`: name, message, phase, JSON details, an optional
+machine-readable ``code`` and the ``retryable`` flag) is stored as one JSON object per phase
+(writeback, effects, final) and read back equal, Unicode and nested details included; a
+stored writeback or effects failure that names another phase is a damaged row and reads as
+``StorageFailure(kind=corrupt)``, as seed 002 checks a phase failure's phase when it parses
+one. The shape follows seed 002, which moved from three columns per phase to one
+structured value per phase.
 """
 
 from __future__ import annotations
@@ -73,6 +110,8 @@ from runstore.services.pagination import Page
 
 __all__ = [
     "DEFAULT_LIMIT",
+    "DEFAULT_MAX_ATTEMPTS",
+    "MAX_ATTEMPTS",
     "MAX_JSON_DEPTH",
     "MAX_LEASE_MS",
     "MAX_TEXT_CHARS",
@@ -88,8 +127,10 @@ __all__ = [
     "ExecutionFailure",
     "ExecutionFinished",
     "ExecutionId",
+    "ExecutionMismatch",
     "ExecutionStatus",
     "ExecutionStorage",
+    "Fence",
     "JsonValue",
     "NewActionRun",
     "NewExecution",
@@ -99,6 +140,7 @@ __all__ = [
     "PhaseStatus",
     "PhaseSucceeded",
     "ProjectMismatch",
+    "RetryRefused",
     "StaleFencingToken",
 ]
 
@@ -113,6 +155,13 @@ MAX_TEXT_CHARS = 256
 
 MAX_LEASE_MS = 86_400_000
 """Longest lease ``claim`` and ``renew`` grant: one day, in ms."""
+
+DEFAULT_MAX_ATTEMPTS = 3
+"""Attempts an action run gets unless its :class:`NewActionRun` says otherwise (the first
+and two requeues): the default of the AWS SDKs' "standard" retry mode."""
+
+MAX_ATTEMPTS = 100
+"""Largest ``max_attempts`` an action run may ask for."""
 
 
 class ExecutionStatus(StrEnum):
@@ -223,6 +272,20 @@ class Execution:
     fencing_token: int
     attempts: int
 
+    @property
+    def fence(self) -> Fence:
+        """The :class:`Fence` of this execution's latest claim (what action-run writes carry)."""
+        return Fence(self.id, self.fencing_token)
+
+
+@attrs.frozen
+class Fence:
+    """Who may write an execution's action runs: the execution ``execution_id`` and the
+    ``fencing_token`` its claim handed out (``claimed.fence``)."""
+
+    execution_id: ExecutionId
+    fencing_token: int
+
 
 @attrs.frozen
 class StaleFencingToken:
@@ -264,6 +327,40 @@ class ExecutionFinished:
 
     def __str__(self) -> str:
         return f"execution {self.execution_id!r} is already {self.status}"
+
+
+@attrs.frozen
+class ExecutionMismatch:
+    """Action run ``run_id`` belongs to execution ``actual``, not to ``presented`` (the one
+    the caller's fence names). Nothing was written."""
+
+    run_id: str
+    presented: str
+    actual: str
+
+    def __str__(self) -> str:
+        return (
+            f"action run {self.run_id!r} belongs to execution {self.actual!r}, "
+            f"not {self.presented!r}"
+        )
+
+
+@attrs.frozen
+class RetryRefused:
+    """Failed action run ``run_id`` may not be queued again: ``reason`` is
+    ``"not_retryable"`` (its final failure says ``retryable=False``) or
+    ``"attempts_exhausted"`` (``attempt`` reached ``max_attempts``). Nothing was written."""
+
+    run_id: str
+    reason: str
+    attempt: int
+    max_attempts: int
+
+    def __str__(self) -> str:
+        return (
+            f"action run {self.run_id!r} may not be retried: {self.reason} "
+            f"(attempt {self.attempt} of {self.max_attempts})"
+        )
 
 
 ExecutionError: TypeAlias = (
@@ -422,18 +519,22 @@ class PhaseStatus(StrEnum):
 
 @attrs.frozen
 class ActionRunFailure:
-    """A structured failure: ``name`` (non-empty), ``message``, the ``phase`` it happened in
-    and JSON ``details``.
+    """A structured failure: ``name`` (non-empty), ``message``, the ``phase`` it happened in,
+    JSON ``details``, an optional machine-readable ``code`` (identifier text, e.g.
+    ``"http_504"``) and whether the step may be tried again (``retryable``).
 
     ``phase`` None means "the phase it is recorded in": the writeback or effects phase for
     those phases' failures, the run's phase at ``finish`` for the final failure. Stored
-    failures always carry their phase.
+    failures always carry their phase. ``requeue`` looks at the final failure's
+    ``retryable``; failures stored before it existed read as ``code=None, retryable=False``.
     """
 
     name: str
     message: str
     phase: ActionRunPhase | None = None
     details: JsonValue = None
+    code: str | None = None
+    retryable: bool = False
 
 
 @attrs.frozen
@@ -469,8 +570,11 @@ class PhaseRecord:
 class NewActionRun:
     """A request to queue an action run of ``action_id`` in ``execution_id``.
 
-    ``id`` None generates ``act_<seq>`` (ids of that form are reserved); ``input`` is any
-    JSON value.
+    - ``id``: the caller's id, or None to generate ``act_<seq>`` (ids of that form are
+      reserved); ``input``: any JSON value.
+    - ``idempotency_key``: makes ``queue`` idempotent per execution (see ``queue``).
+    - ``max_attempts``: the retry policy, ``1..MAX_ATTEMPTS`` attempts in all (the first
+      included); ``requeue`` is refused once ``attempt`` reaches it.
     """
 
     project_id: str
@@ -478,6 +582,24 @@ class NewActionRun:
     action_id: str
     input: JsonValue = None
     id: ActionRunId | None = None
+    idempotency_key: str | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+    def digest(self) -> str:
+        """Return the sha256 (hex) that decides whether two ``queue`` requests are "the same".
+
+        Covers ``id`` (when given), ``action_id``, ``input`` and ``max_attempts``, with object
+        keys sorted. ``project_id``, ``execution_id`` and ``idempotency_key`` select the
+        stored request and are not part of it.
+        """
+        canonical = json.dumps(
+            [self.id, self.action_id, self.input, self.max_attempts],
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
+            allow_nan=False,
+        )
+        return hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
 @attrs.frozen
@@ -485,9 +607,10 @@ class ActionRun:
     """One stored action run.
 
     ``seq`` is its position in the database-wide queue order (dense, never reused);
-    ``attempt`` starts at 1 and grows with each ``requeue``; times are epoch ms
-    (``started_at_ms``/``finished_at_ms`` None until then); ``writeback``/``effects`` are
-    None until recorded; ``failure`` is the final failure (failed or cancelled runs).
+    ``attempt`` starts at 1 and grows with each ``requeue``, up to ``max_attempts``; times
+    are epoch ms (``started_at_ms``/``finished_at_ms`` None until then);
+    ``writeback``/``effects`` are None until recorded; ``failure`` is the final failure
+    (failed or cancelled runs); ``idempotency_key`` is the key it was queued with.
     """
 
     id: ActionRunId
@@ -505,6 +628,8 @@ class ActionRun:
     writeback: PhaseRecord | None
     effects: PhaseRecord | None
     failure: ActionRunFailure | None
+    idempotency_key: str | None
+    max_attempts: int
 
     @property
     def state(self) -> str:
@@ -519,6 +644,9 @@ ActionRunError: TypeAlias = (
     | InvalidInput
     | ProjectMismatch
     | ExecutionFinished
+    | StaleFencingToken
+    | ExecutionMismatch
+    | RetryRefused
     | Busy
     | StorageFailure
 )
@@ -530,59 +658,69 @@ class ActionRunStorage(Protocol):
     """The durable record of action runs.
 
     Live: :class:`runstore.layers.SqliteActionRunStorage`; in memory:
-    :class:`runstore.layers.InMemoryActionRunStorage`. Each write is one unit of work.
+    :class:`runstore.layers.InMemoryActionRunStorage`. Each write is one unit of work and
+    carries the :class:`Fence` of the execution's current claim; the refusals every write
+    shares (the fence, then the run) and their order are in the module docstring, as
+    "the fence's failures" below. ``InvalidInput`` (checked first, nothing consulted) also
+    covers a fence that is not a :class:`Fence` with an id and a token ``>= 0``.
     """
 
-    def queue(self, new: NewActionRun) -> Result[ActionRun, ActionRunError]:
+    def queue(self, new: NewActionRun, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """Queue a new run (status and phase ``queued``, attempt 1) at the clock's now.
 
-        Checked in the same unit of work, in this order: ``InvalidInput`` (bad text, non-JSON
-        input, a reserved ``act_<n>`` id); ``NotFound("execution", id)``; ``ProjectMismatch``
-        (the execution is in another project); ``ExecutionFinished`` (it is final);
-        ``Conflict`` (the run id exists).
+        ``InvalidInput`` (bad text, non-JSON input, a reserved ``act_<n>`` id,
+        ``max_attempts`` outside ``1..MAX_ATTEMPTS``, a fence naming another execution than
+        ``new``); the fence's failures (``ProjectMismatch`` when ``new.project_id`` is not the
+        execution's); then, with an ``idempotency_key`` already used in the execution, the
+        stored run for the same request (equal :meth:`NewActionRun.digest`) or ``Conflict``;
+        ``Conflict`` when the run id exists.
         """
         ...
 
-    def requeue(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
+    def requeue(self, run_id: ActionRunId, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """Queue a failed run again: phase fields, times and failures reset, ``attempt + 1``.
 
-        ``NotFound``; ``IllegalTransition(state, "queued")`` unless it failed;
-        ``ExecutionFinished`` when its execution is final.
+        The fence's failures; ``IllegalTransition(state, "queued")`` unless it failed;
+        ``RetryRefused("not_retryable")`` when its final failure is not ``retryable``;
+        ``RetryRefused("attempts_exhausted")`` when ``attempt == max_attempts``.
         """
         ...
 
-    def start(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
+    def start(self, run_id: ActionRunId, fence: Fence) -> Result[ActionRun, ActionRunError]:
         """Move a queued run to running (``started_at_ms`` = now).
 
-        ``NotFound``; ``IllegalTransition(state, "running")`` unless it is queued.
+        The fence's failures; ``IllegalTransition(state, "running")`` unless it is queued.
         """
         ...
 
     def record_writeback(
-        self, run_id: ActionRunId, outcome: PhaseOutcome
+        self, run_id: ActionRunId, fence: Fence, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """Record the writeback phase of a running run that has not entered a later phase.
 
-        ``InvalidInput`` (non-JSON result or details, a failure naming another phase);
-        ``NotFound``; ``IllegalTransition(state, "writeback")`` unless the phase is
-        ``running``.
+        The same outcome again (already recorded, equal content) returns the stored run
+        unchanged. ``InvalidInput`` (non-JSON result or details, a failure naming another
+        phase); the fence's failures; ``IllegalTransition(state, "writeback")`` unless the
+        phase is ``running`` or it is such a repeat.
         """
         ...
 
     def record_effects(
-        self, run_id: ActionRunId, outcome: PhaseOutcome
+        self, run_id: ActionRunId, fence: Fence, outcome: PhaseOutcome
     ) -> Result[ActionRun, ActionRunError]:
         """Record the effects phase of a running run (after writeback, if any).
 
-        ``InvalidInput`` (a result, non-JSON details, a failure naming another phase);
-        ``NotFound``; ``IllegalTransition(state, "effects")`` unless the phase is
-        ``running`` or ``writeback``.
+        The same outcome again returns the stored run unchanged. ``InvalidInput`` (a result,
+        non-JSON details, a failure naming another phase); the fence's failures;
+        ``IllegalTransition(state, "effects")`` unless the phase is ``running`` or
+        ``writeback`` or it is such a repeat.
         """
         ...
 
     def finish(
         self,
         run_id: ActionRunId,
+        fence: Fence,
         status: ActionRunStatus,
         failure: ActionRunFailure | None = None,
     ) -> Result[ActionRun, ActionRunError]:
@@ -590,12 +728,13 @@ class ActionRunStorage(Protocol):
 
         A queued run may only be ``cancelled``. ``succeeded`` takes no failure, ``failed``
         requires one, ``cancelled`` may carry one; a failure without a phase gets the run's
-        phase. ``InvalidInput``; ``NotFound``; ``IllegalTransition(state, status)``.
+        phase. ``InvalidInput``; the fence's failures; ``IllegalTransition(state, status)``.
         """
         ...
 
     def get(self, run_id: ActionRunId) -> Result[ActionRun, ActionRunError]:
-        """Return the run ``run_id``; ``NotFound("action_run", id)`` if none."""
+        """Return the run ``run_id``; ``NotFound("action_run", id)`` if none;
+        ``StorageFailure(kind=corrupt)`` for a stored phase failure naming another phase."""
         ...
 
     def list(

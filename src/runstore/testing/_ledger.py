@@ -53,6 +53,8 @@ from runstore.layers import (
 from runstore.services.clock import FixedClock
 from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
 from runstore.services.ledger import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS,
     MAX_JSON_DEPTH,
     MAX_LEASE_MS,
     ActionRun,
@@ -65,8 +67,10 @@ from runstore.services.ledger import (
     ExecutionFailure,
     ExecutionFinished,
     ExecutionId,
+    ExecutionMismatch,
     ExecutionStatus,
     ExecutionStorage,
+    Fence,
     JsonValue,
     NewActionRun,
     NewExecution,
@@ -76,6 +80,7 @@ from runstore.services.ledger import (
     PhaseStatus,
     PhaseSucceeded,
     ProjectMismatch,
+    RetryRefused,
     StaleFencingToken,
 )
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
@@ -163,13 +168,16 @@ def execution_failures() -> st.SearchStrategy[ExecutionFailure]:
 def action_run_failures(
     phase: st.SearchStrategy[ActionRunPhase | None] | None = None,
 ) -> st.SearchStrategy[ActionRunFailure]:
-    """Structured action-run failures; ``phase`` defaults to None or any phase."""
+    """Structured action-run failures; ``phase`` defaults to None or any phase; ``code`` is
+    None or an identifier, ``retryable`` either."""
     return st.builds(
         ActionRunFailure,
         name=ledger_identifiers(max_size=16),
         message=st.text(max_size=40),
         phase=phase if phase is not None else st.none() | st.sampled_from(list(ActionRunPhase)),
         details=ledger_json_values(max_leaves=6),
+        code=st.none() | ledger_identifiers(max_size=12),
+        retryable=st.booleans(),
     )
 
 
@@ -195,6 +203,7 @@ PROJECTS = ("p1", "p2")
 CALLER_EXECUTION_IDS = ("e-a", "e-b", "e-c")
 CALLER_RUN_IDS = ("r-a", "r-b")
 KEYS = ("k1", "k2")
+RUN_KEYS = ("rk1", "rk2")
 
 
 @attrs.frozen
@@ -234,6 +243,9 @@ class LedgerMachine(RuleBasedStateMachine):
         self.finished: dict[str, Execution] = {}
         self.cursors: list[str] = []
         self.run_cursors: list[str] = []
+        self.stale_tokens: dict[str, list[int]] = {}
+        self.queued: list[NewActionRun] = []
+        self.outcomes: dict[tuple[str, ActionRunPhase], PhaseOutcome] = {}
 
     def teardown(self) -> None:
         self._stack.close()
@@ -269,8 +281,17 @@ class LedgerMachine(RuleBasedStateMachine):
             return ExecutionId(data.draw(st.sampled_from(self.execution_ids)))
         return ExecutionId(data.draw(st.sampled_from(["missing", "exe_999"])))
 
-    def _run_id(self, data: st.DataObject) -> ActionRunId:
-        """A known action run nine times in ten, else one that does not exist."""
+    def _run_id(self, data: st.DataObject, *states: str) -> ActionRunId:
+        """Mostly a run in one of ``states`` whose execution is running (so the write can
+        succeed), else a known action run nine times in ten, else one that does not exist."""
+        if states and not self._wild(data):
+            fitting = []
+            for run_id in self.run_ids:
+                run = self.model.action_runs.get(ActionRunId(run_id)).unwrap()
+                if run.state in states and run.execution_id in self.running_tokens:
+                    fitting.append(run_id)
+            if fitting:
+                return ActionRunId(data.draw(st.sampled_from(fitting)))
         if self.run_ids and data.draw(st.integers(0, 9)) > 0:
             return ActionRunId(data.draw(st.sampled_from(self.run_ids)))
         return ActionRunId("no-such-run")
@@ -279,8 +300,30 @@ class LedgerMachine(RuleBasedStateMachine):
         """Whether to send arguments that do not fit together (one call in five)."""
         return data.draw(st.integers(0, 4)) == 0
 
+    def _fence(self, data: st.DataObject, execution_id: str) -> Fence:
+        """The execution's current fence, mostly; one call in five a stale token (from before
+        its latest claim), a token that was never handed out, or another execution's fence."""
+        latest = self.tokens.get(execution_id, 0)
+        if not self._wild(data):
+            return Fence(ExecutionId(execution_id), latest)
+        choice = data.draw(st.integers(0, 2))
+        if choice == 0 and self.stale_tokens.get(execution_id):
+            stale = data.draw(st.sampled_from(self.stale_tokens[execution_id]))
+            return Fence(ExecutionId(execution_id), stale)
+        if choice == 1 or not self.tokens:
+            return Fence(ExecutionId(execution_id), latest + 1)
+        other = data.draw(st.sampled_from(sorted(self.tokens)))
+        return Fence(ExecutionId(other), self.tokens[other])
+
+    def _run_fence(self, data: st.DataObject, run_id: str) -> Fence:
+        """A fence for a write on ``run_id``, around the fence of the run's own execution."""
+        stored = self.model.action_runs.get(ActionRunId(run_id))
+        if isinstance(stored, Success):
+            return self._fence(data, stored.unwrap().execution_id)
+        return self._fence(data, data.draw(st.sampled_from(self.execution_ids or ["missing"])))
+
     @initialize()
-    def seed_one_execution_per_project(self) -> None:
+    def seed_one_running_execution_per_project(self) -> None:
         for project in PROJECTS:
             new = NewExecution(project_id=project, name="seed")
             got = self.same(
@@ -289,12 +332,15 @@ class LedgerMachine(RuleBasedStateMachine):
                 self.subject.executions.create(new),
             )
             self._note_execution(got)
-            run = NewActionRun(project_id=project, execution_id=got.unwrap().id, action_id="seed")
+            self._claim(project, "w0", 1_000)
+            execution_id = got.unwrap().id
+            run = NewActionRun(project_id=project, execution_id=execution_id, action_id="seed")
+            fence = Fence(execution_id, self.tokens[execution_id])
             self._note_run(
                 self.same(
-                    f"queue({run!r})",
-                    self.model.action_runs.queue(run),
-                    self.subject.action_runs.queue(run),
+                    f"queue({run!r}, {fence!r})",
+                    self.model.action_runs.queue(run, fence),
+                    self.subject.action_runs.queue(run, fence),
                 )
             )
 
@@ -362,6 +408,9 @@ class LedgerMachine(RuleBasedStateMachine):
         lease_ms=st.sampled_from([1, 50, 1_000, 1_000, 1_000, 0, MAX_LEASE_MS + 1]),
     )
     def claim(self, project: str, owner: str, lease_ms: int) -> None:
+        self._claim(project, owner, lease_ms)
+
+    def _claim(self, project: str, owner: str, lease_ms: int) -> None:
         got = self.same(
             f"claim({project!r}, {owner!r}, {lease_ms})",
             self.model.executions.claim(project, owner, lease_ms),
@@ -374,12 +423,29 @@ class LedgerMachine(RuleBasedStateMachine):
                     f"claim handed out token {execution.fencing_token} after {self.highest_token}"
                 )
             self.highest_token = execution.fencing_token
+            if execution.id in self.tokens:
+                self.stale_tokens.setdefault(execution.id, []).append(self.tokens[execution.id])
             self.tokens[execution.id] = execution.fencing_token
             self.running_tokens[execution.id] = execution.fencing_token
 
     @rule(ms=st.sampled_from([0, 1, 10, 100, 2_000]))
     def advance_clock(self, ms: int) -> None:
         self.clock.advance(ms)
+
+    @rule(data=st.data(), owner=st.sampled_from(["w1", "w2"]))
+    def claim_again_after_the_lease(self, data: st.DataObject, owner: str) -> None:
+        """Let a running execution's lease expire and claim its project until another worker
+        holds it (its earlier fence goes stale) or nothing is claimable."""
+        if not self.running_tokens:
+            return
+        execution_id = data.draw(st.sampled_from(sorted(self.running_tokens)))
+        before = self.running_tokens[execution_id]
+        project = self.model.executions.get(ExecutionId(execution_id)).unwrap().project_id
+        self.clock.advance(MAX_LEASE_MS)
+        for _ in range(4):
+            self._claim(project, owner, 1_000)
+            if self.tokens[execution_id] != before:
+                return
 
     def _claimed_id(self, data: st.DataObject) -> ExecutionId:
         """Mostly an execution some claim returned, so finish and renew can succeed."""
@@ -516,6 +582,8 @@ class LedgerMachine(RuleBasedStateMachine):
         action=st.sampled_from(["fetch", "write"]),
         input=ledger_json_values(max_leaves=3),
         caller_id=st.none() | st.sampled_from(CALLER_RUN_IDS),
+        key=st.none() | st.sampled_from(RUN_KEYS),
+        max_attempts=st.sampled_from([1, 2, DEFAULT_MAX_ATTEMPTS, 0]),
     )
     def queue(
         self,
@@ -524,8 +592,10 @@ class LedgerMachine(RuleBasedStateMachine):
         action: str,
         input: JsonValue,
         caller_id: str | None,
+        key: str | None,
+        max_attempts: int,
     ) -> None:
-        execution_id = self._execution_id(data)
+        execution_id = self._claimed_id(data)
         own = self.model.executions.get(execution_id)
         if isinstance(own, Success) and not self._wild(data):
             project = own.unwrap().project_id
@@ -535,49 +605,116 @@ class LedgerMachine(RuleBasedStateMachine):
             action_id=action,
             input=input,
             id=None if caller_id is None else ActionRunId(caller_id),
+            idempotency_key=key,
+            max_attempts=max_attempts,
         )
+        self.queued.append(new)
+        self._queue(new, self._fence(data, execution_id))
+
+    def _queue(self, new: NewActionRun, fence: Fence) -> None:
         got = self.same(
-            f"queue({new!r})",
-            self.model.action_runs.queue(new),
-            self.subject.action_runs.queue(new),
+            f"queue({new!r}, {fence!r})",
+            self.model.action_runs.queue(new, fence),
+            self.subject.action_runs.queue(new, fence),
         )
         self._note_run(got)
 
+    @rule(data=st.data(), change=st.sampled_from(["none", "none", "input", "action"]))
+    def queue_again(self, data: st.DataObject, change: str) -> None:
+        """Resend an earlier queue request (a replay when it has a key, else a new run or a
+        taken id), or a changed one (a conflict when the key was used)."""
+        if not self.queued:
+            return
+        new = data.draw(st.sampled_from(self.queued))
+        if change == "input":
+            new = attrs.evolve(new, input=["changed", new.input])
+        elif change == "action":
+            new = attrs.evolve(new, action_id="other")
+        self._queue(new, self._fence(data, new.execution_id))
+
     @rule(data=st.data())
     def requeue(self, data: st.DataObject) -> None:
-        run_id = self._run_id(data)
+        run_id = self._run_id(data, "failed")
+        fence = self._run_fence(data, run_id)
         self.same(
-            f"requeue({run_id!r})",
-            self.model.action_runs.requeue(run_id),
-            self.subject.action_runs.requeue(run_id),
+            f"requeue({run_id!r}, {fence!r})",
+            self.model.action_runs.requeue(run_id, fence),
+            self.subject.action_runs.requeue(run_id, fence),
         )
+
+    @rule(data=st.data(), retryable=st.booleans(), tries=st.integers(1, 3))
+    def fail_and_requeue(self, data: st.DataObject, retryable: bool, tries: int) -> None:
+        """Start and fail a run, then requeue it, ``tries`` times (the retry policy: refused
+        once the failure is not retryable or the attempts are used up)."""
+        run_id = self._run_id(data, "queued", "running", "writeback", "effects")
+        fence = self._run_fence(data, run_id)
+        model, subject = self.model.action_runs, self.subject.action_runs
+        failure = ActionRunFailure("Flaky", "try again", code="flaky", retryable=retryable)
+        for _ in range(tries):
+            started = model.start(run_id, fence), subject.start(run_id, fence)
+            self.same(f"start({run_id!r}, {fence!r})", *started)
+            self.same(
+                f"finish_run({run_id!r}, failed)",
+                model.finish(run_id, fence, ActionRunStatus.FAILED, failure),
+                subject.finish(run_id, fence, ActionRunStatus.FAILED, failure),
+            )
+            self.same(
+                f"requeue({run_id!r}, {fence!r})",
+                model.requeue(run_id, fence),
+                subject.requeue(run_id, fence),
+            )
 
     @rule(data=st.data())
     def start(self, data: st.DataObject) -> None:
-        run_id = self._run_id(data)
+        run_id = self._run_id(data, "queued")
+        fence = self._run_fence(data, run_id)
         self.same(
-            f"start({run_id!r})",
-            self.model.action_runs.start(run_id),
-            self.subject.action_runs.start(run_id),
+            f"start({run_id!r}, {fence!r})",
+            self.model.action_runs.start(run_id, fence),
+            self.subject.action_runs.start(run_id, fence),
         )
+
+    def _record(
+        self, run_id: ActionRunId, fence: Fence, phase: ActionRunPhase, outcome: PhaseOutcome
+    ) -> None:
+        model, subject = self.model.action_runs, self.subject.action_runs
+        if phase is ActionRunPhase.WRITEBACK:
+            expected = model.record_writeback(run_id, fence, outcome)
+            got = subject.record_writeback(run_id, fence, outcome)
+        else:
+            expected = model.record_effects(run_id, fence, outcome)
+            got = subject.record_effects(run_id, fence, outcome)
+        self.same(f"record_{phase}({run_id!r}, {fence!r}, {outcome!r})", expected, got)
+        if isinstance(got, Success):
+            self.outcomes[(run_id, phase)] = outcome
 
     @rule(data=st.data(), outcome=phase_outcomes(ActionRunPhase.WRITEBACK))
     def record_writeback(self, data: st.DataObject, outcome: PhaseOutcome) -> None:
-        run_id = self._run_id(data)
-        self.same(
-            f"record_writeback({run_id!r}, {outcome!r})",
-            self.model.action_runs.record_writeback(run_id, outcome),
-            self.subject.action_runs.record_writeback(run_id, outcome),
-        )
+        run_id = self._run_id(data, "running")
+        self._record(run_id, self._run_fence(data, run_id), ActionRunPhase.WRITEBACK, outcome)
 
     @rule(data=st.data(), outcome=phase_outcomes(ActionRunPhase.EFFECTS))
     def record_effects(self, data: st.DataObject, outcome: PhaseOutcome) -> None:
-        run_id = self._run_id(data)
-        self.same(
-            f"record_effects({run_id!r}, {outcome!r})",
-            self.model.action_runs.record_effects(run_id, outcome),
-            self.subject.action_runs.record_effects(run_id, outcome),
-        )
+        run_id = self._run_id(data, "running", "writeback")
+        self._record(run_id, self._run_fence(data, run_id), ActionRunPhase.EFFECTS, outcome)
+
+    @rule(data=st.data(), change=st.booleans())
+    def record_again(self, data: st.DataObject, change: bool) -> None:
+        """Repeat a recorded phase outcome, its objects' keys reversed (a no-op returning the
+        stored run), or send another outcome for it (refused)."""
+        if not self.outcomes:
+            return
+        run_id, phase = data.draw(st.sampled_from(sorted(self.outcomes)))
+        outcome = self.outcomes[(run_id, phase)]
+        if change:
+            outcome = (
+                PhaseFailed(ActionRunFailure("Changed", "another outcome"))
+                if isinstance(outcome, PhaseSucceeded)
+                else PhaseSucceeded()
+            )
+        elif isinstance(outcome, PhaseSucceeded):
+            outcome = PhaseSucceeded(_reversed_keys(outcome.result))
+        self._record(ActionRunId(run_id), self._run_fence(data, run_id), phase, outcome)
 
     @rule(
         data=st.data(),
@@ -587,17 +724,18 @@ class LedgerMachine(RuleBasedStateMachine):
     def finish_run(
         self, data: st.DataObject, status: ActionRunStatus, failure: ActionRunFailure | None
     ) -> None:
-        run_id = self._run_id(data)
+        run_id = self._run_id(data, "queued", "running", "writeback", "effects")
+        fence = self._run_fence(data, run_id)
         if not self._wild(data):
             status = data.draw(st.sampled_from(sorted(s for s in ActionRunStatus if s.is_finished)))
             if status is ActionRunStatus.SUCCEEDED:
                 failure = None
             elif status is ActionRunStatus.FAILED and failure is None:
-                failure = ActionRunFailure("Error", "failed")
+                failure = ActionRunFailure("Error", "failed", retryable=True)
         self.same(
-            f"finish_run({run_id!r}, {status}, {failure!r})",
-            self.model.action_runs.finish(run_id, status, failure),
-            self.subject.action_runs.finish(run_id, status, failure),
+            f"finish_run({run_id!r}, {fence!r}, {status}, {failure!r})",
+            self.model.action_runs.finish(run_id, fence, status, failure),
+            self.subject.action_runs.finish(run_id, fence, status, failure),
         )
 
     @rule(data=st.data())
@@ -1035,37 +1173,228 @@ class LedgerContract:
     # -- action runs ---------------------------------------------------------------------------
 
     def _execution(self, ledger: Ledger, project: str = "p") -> Execution:
-        return ledger.executions.create(NewExecution(project, "job")).unwrap()
+        """A fresh execution of ``project``, claimed (running) by worker ``w``."""
+        made = ledger.executions.create(NewExecution(project, "job")).unwrap()
+        claimed = ledger.executions.claim(project, "w", 1_000).unwrap()
+        assert claimed is not None
+        assert claimed.id == made.id
+        return claimed
+
+    def _writes(
+        self, ledger: Ledger, run: ActionRun, fence: Fence
+    ) -> dict[str, Result[ActionRun, Any]]:
+        """Every action-run write on ``run`` presenting ``fence`` (and a queue beside it)."""
+        runs = ledger.action_runs
+        new = NewActionRun(run.project_id, fence.execution_id, "other")
+        return {
+            "queue": runs.queue(new, fence),
+            "start": runs.start(run.id, fence),
+            "record_writeback": runs.record_writeback(run.id, fence, PhaseSucceeded()),
+            "record_effects": runs.record_effects(run.id, fence, PhaseSucceeded()),
+            "finish": runs.finish(run.id, fence, ActionRunStatus.CANCELLED),
+            "requeue": runs.requeue(run.id, fence),
+        }
 
     def test_queue_checks_the_execution(self, ledger: Ledger) -> None:
         mine = self._execution(ledger)
-        assert ledger.action_runs.queue(NewActionRun("p", ExecutionId("gone"), "a")) == Failure(
-            NotFound("execution", "gone")
+        gone = Fence(ExecutionId("gone"), mine.fencing_token)
+        assert ledger.action_runs.queue(NewActionRun("p", gone.execution_id, "a"), gone) == (
+            Failure(NotFound("execution", "gone"))
         )
-        assert ledger.action_runs.queue(NewActionRun("q", mine.id, "a")) == Failure(
+        assert ledger.action_runs.queue(NewActionRun("q", mine.id, "a"), mine.fence) == Failure(
             ProjectMismatch("execution", mine.id, "q", "p")
         )
         ledger.executions.cancel(mine.id).unwrap()
-        assert ledger.action_runs.queue(NewActionRun("p", mine.id, "a")) == Failure(
+        assert ledger.action_runs.queue(NewActionRun("p", mine.id, "a"), mine.fence) == Failure(
             ExecutionFinished(mine.id, "cancelled")
         )
         assert ledger.action_runs.list("p").unwrap().items == ()
         assert ledger.action_runs.list("q").unwrap().items == ()
 
+    def test_a_stale_worker_is_refused_every_action_run_write(self, ledger: Ledger) -> None:
+        """Worker ``w`` lost its lease and ``w2`` claimed the execution again: every write
+        presenting ``w``'s fence is ``StaleFencingToken`` and changes nothing."""
+        mine = self._execution(ledger)
+        run = ledger.action_runs.queue(NewActionRun("p", mine.id, "a"), mine.fence).unwrap()
+        started = ledger.action_runs.start(run.id, mine.fence).unwrap()
+        ledger.clock.advance(1_000)
+        again = ledger.executions.claim("p", "w2", 1_000).unwrap()
+        assert again is not None
+        assert again.id == mine.id
+        stale = Failure(StaleFencingToken(mine.id, mine.fencing_token, again.fencing_token))
+        assert self._writes(ledger, started, mine.fence) == dict.fromkeys(
+            ("queue", "start", "record_writeback", "record_effects", "finish", "requeue"), stale
+        )
+        assert ledger.action_runs.list("p").unwrap().items == (started,)
+        done = ledger.action_runs.finish(run.id, again.fence, ActionRunStatus.SUCCEEDED)
+        assert done.unwrap().status is ActionRunStatus.SUCCEEDED
+
+    def test_an_execution_that_is_not_running_takes_no_action_run_writes(
+        self, ledger: Ledger
+    ) -> None:
+        mine = self._execution(ledger)
+        run = ledger.action_runs.queue(NewActionRun("p", mine.id, "a"), mine.fence).unwrap()
+        queued = ledger.executions.create(NewExecution("p", "later")).unwrap()
+        waiting = Failure(
+            Conflict(
+                "execution",
+                queued.id,
+                "only a running execution takes action-run writes",
+                expected="running",
+                actual="queued",
+            )
+        )
+        assert ledger.action_runs.queue(NewActionRun("p", queued.id, "a"), queued.fence) == (
+            waiting
+        )
+        ledger.executions.finish(mine.id, mine.fencing_token, ExecutionStatus.SUCCEEDED).unwrap()
+        finished = Failure(ExecutionFinished(mine.id, "succeeded"))
+        assert self._writes(ledger, run, mine.fence) == dict.fromkeys(
+            ("queue", "start", "record_writeback", "record_effects", "finish", "requeue"),
+            finished,
+        )
+        assert ledger.action_runs.list("p").unwrap().items == (run,)
+
+    def test_the_fence_must_name_the_runs_execution(self, ledger: Ledger) -> None:
+        one = self._execution(ledger)
+        two = self._execution(ledger)
+        run = ledger.action_runs.queue(NewActionRun("p", one.id, "a"), one.fence).unwrap()
+        mismatch = Failure(ExecutionMismatch(run.id, two.id, one.id))
+        writes = self._writes(ledger, run, two.fence)
+        assert writes.pop("queue").unwrap().execution_id == two.id
+        assert writes == dict.fromkeys(writes, mismatch)
+        crossed = ledger.action_runs.queue(NewActionRun("p", one.id, "a"), two.fence)
+        assert isinstance(crossed.failure(), InvalidInput)
+        assert ledger.action_runs.get(run.id) == Success(run)
+
+    @pytest.mark.parametrize(
+        "fence",
+        [
+            None,
+            ("e", 1),
+            Fence(ExecutionId(""), 1),
+            Fence(ExecutionId("e"), -1),
+            Fence(ExecutionId("e"), True),
+            Fence(ExecutionId("e"), 1.0),  # type: ignore[arg-type]
+        ],
+    )
+    def test_bad_fences_are_invalid(self, ledger: Ledger, fence: Any) -> None:
+        mine = self._execution(ledger)
+        run = ledger.action_runs.queue(NewActionRun("p", mine.id, "a"), mine.fence).unwrap()
+        new = NewActionRun("p", mine.id, "b")
+        assert isinstance(ledger.action_runs.queue(new, fence).failure(), InvalidInput)
+        assert isinstance(ledger.action_runs.start(run.id, fence).failure(), InvalidInput)
+        assert ledger.action_runs.list("p").unwrap().items == (run,)
+
+    def test_queue_with_a_used_key_replays_or_conflicts(self, ledger: Ledger) -> None:
+        mine, other = self._execution(ledger), self._execution(ledger)
+        new = NewActionRun("p", mine.id, "a", input={"x": 1, "y": [1.0]}, idempotency_key="k")
+        first = ledger.action_runs.queue(new, mine.fence).unwrap()
+        assert first.idempotency_key == "k"
+        ledger.clock.advance(5)
+        reordered = attrs.evolve(new, input={"y": [1.0], "x": 1})
+        assert ledger.action_runs.queue(reordered, mine.fence) == Success(first)
+        started = ledger.action_runs.start(first.id, mine.fence).unwrap()
+        assert ledger.action_runs.queue(new, mine.fence) == Success(started)
+        for changed in (
+            attrs.evolve(new, input={"x": 1.0, "y": [1.0]}),
+            attrs.evolve(new, action_id="b"),
+            attrs.evolve(new, max_attempts=1),
+            attrs.evolve(new, id=ActionRunId("mine")),
+        ):
+            assert ledger.action_runs.queue(changed, mine.fence) == Failure(
+                Conflict(
+                    "action_run",
+                    first.id,
+                    "idempotency key 'k' was used for a different request",
+                )
+            )
+        elsewhere = attrs.evolve(new, execution_id=other.id)
+        assert ledger.action_runs.queue(elsewhere, other.fence).unwrap().id != first.id
+        assert len(ledger.action_runs.list("p").unwrap().items) == 2
+
+    def test_the_same_phase_outcome_again_returns_the_stored_run(self, ledger: Ledger) -> None:
+        mine = self._execution(ledger)
+        runs, fence = ledger.action_runs, mine.fence
+        run = runs.queue(NewActionRun("p", mine.id, "a"), fence).unwrap()
+        runs.start(run.id, fence).unwrap()
+        wrote = runs.record_writeback(run.id, fence, PhaseSucceeded({"a": 1, "b": [2]})).unwrap()
+        ledger.clock.advance(1)
+        again = PhaseSucceeded({"b": [2], "a": 1})
+        assert runs.record_writeback(run.id, fence, again) == Success(wrote)
+        effects = PhaseFailed(ActionRunFailure("Timeout", "504", code="http_504", retryable=True))
+        affected = runs.record_effects(run.id, fence, effects).unwrap()
+        ledger.clock.advance(1)
+        assert runs.record_writeback(run.id, fence, again) == Success(affected)
+        assert runs.record_effects(run.id, fence, effects) == Success(affected)
+        for other in (PhaseSucceeded({"a": 1.0, "b": [2]}), PhaseSucceeded()):
+            assert runs.record_writeback(run.id, fence, other) == Failure(
+                IllegalTransition("action_run", run.id, "effects", "writeback")
+            )
+        assert runs.record_effects(run.id, fence, PhaseSucceeded()) == Failure(
+            IllegalTransition("action_run", run.id, "effects", "effects")
+        )
+        done = runs.finish(run.id, fence, ActionRunStatus.SUCCEEDED).unwrap()
+        assert runs.record_effects(run.id, fence, effects) == Success(done)
+        assert runs.get(run.id) == Success(done)
+
+    def test_requeue_follows_the_retry_policy(self, ledger: Ledger) -> None:
+        mine = self._execution(ledger)
+        runs, fence = ledger.action_runs, mine.fence
+
+        def fail(run: ActionRun, retryable: bool) -> ActionRun:
+            runs.start(run.id, fence).unwrap()
+            failure = ActionRunFailure("E", "m", code="e", retryable=retryable)
+            return runs.finish(run.id, fence, ActionRunStatus.FAILED, failure).unwrap()
+
+        run = runs.queue(NewActionRun("p", mine.id, "a", max_attempts=2), fence).unwrap()
+        assert run.max_attempts == 2
+        failed = fail(run, retryable=False)
+        assert failed.failure is not None
+        assert (failed.failure.code, failed.failure.retryable) == ("e", False)
+        assert runs.requeue(run.id, fence) == Failure(
+            RetryRefused(run.id, "not_retryable", 1, 2)
+        )
+        other = runs.queue(NewActionRun("p", mine.id, "b", max_attempts=2), fence).unwrap()
+        fail(other, retryable=True)
+        second = runs.requeue(other.id, fence).unwrap()
+        assert (second.attempt, second.status) == (2, ActionRunStatus.QUEUED)
+        last = fail(second, retryable=True)
+        assert runs.requeue(other.id, fence) == Failure(
+            RetryRefused(other.id, "attempts_exhausted", 2, 2)
+        )
+        assert runs.get(other.id) == Success(last)
+        default = runs.queue(NewActionRun("p", mine.id, "c"), fence).unwrap()
+        assert default.max_attempts == DEFAULT_MAX_ATTEMPTS
+
+    @pytest.mark.parametrize("max_attempts", [0, -1, MAX_ATTEMPTS + 1, True, 1.5])
+    def test_bad_retry_policies_are_invalid(self, ledger: Ledger, max_attempts: Any) -> None:
+        mine = self._execution(ledger)
+        new = NewActionRun("p", mine.id, "a", max_attempts=max_attempts)
+        assert isinstance(ledger.action_runs.queue(new, mine.fence).failure(), InvalidInput)
+        assert ledger.action_runs.list("p").unwrap().items == ()
+
     def test_a_taken_or_reserved_run_id_is_refused(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        ledger.action_runs.queue(NewActionRun("p", execution.id, "a", id=ActionRunId("r"))).unwrap()
-        again = ledger.action_runs.queue(NewActionRun("p", execution.id, "a", id=ActionRunId("r")))
+        fence = execution.fence
+        ledger.action_runs.queue(
+            NewActionRun("p", execution.id, "a", id=ActionRunId("r")), fence
+        ).unwrap()
+        again = ledger.action_runs.queue(
+            NewActionRun("p", execution.id, "a", id=ActionRunId("r")), fence
+        )
         assert again.failure() == Conflict("action_run", "r", "an action run with this id exists")
         reserved = ledger.action_runs.queue(
-            NewActionRun("p", execution.id, "a", id=ActionRunId("act_3"))
+            NewActionRun("p", execution.id, "a", id=ActionRunId("act_3")), fence
         )
         assert isinstance(reserved.failure(), InvalidInput)
 
     def test_the_whole_lifecycle(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        runs = ledger.action_runs
-        queued = runs.queue(NewActionRun("p", execution.id, "write", input={"n": "ü"})).unwrap()
+        runs, fence = ledger.action_runs, execution.fence
+        queued = runs.queue(
+            NewActionRun("p", execution.id, "write", input={"n": "ü"}), fence
+        ).unwrap()
         assert (queued.id, queued.status, queued.phase, queued.attempt) == (
             "act_1",
             "queued",
@@ -1073,21 +1402,21 @@ class LedgerContract:
             1,
         )
         ledger.clock.advance(1)
-        started = runs.start(queued.id).unwrap()
+        started = runs.start(queued.id, fence).unwrap()
         assert (started.status, started.phase, started.started_at_ms) == (
             "running",
             "running",
             T0_MS + 1,
         )
         ledger.clock.advance(1)
-        wrote = runs.record_writeback(queued.id, PhaseSucceeded({"rows": [1, 2]})).unwrap()
+        wrote = runs.record_writeback(queued.id, fence, PhaseSucceeded({"rows": [1, 2]})).unwrap()
         assert wrote.phase is ActionRunPhase.WRITEBACK
         assert wrote.writeback == PhaseRecord(
             PhaseStatus.SUCCEEDED, T0_MS + 2, {"rows": [1, 2]}, None
         )
         ledger.clock.advance(1)
         effects_failure = ActionRunFailure("Timeout", "webhook 504", details={"tries": 3})
-        affected = runs.record_effects(queued.id, PhaseFailed(effects_failure)).unwrap()
+        affected = runs.record_effects(queued.id, fence, PhaseFailed(effects_failure)).unwrap()
         assert affected.effects == PhaseRecord(
             PhaseStatus.FAILED,
             T0_MS + 3,
@@ -1095,73 +1424,90 @@ class LedgerContract:
             attrs.evolve(effects_failure, phase=ActionRunPhase.EFFECTS),
         )
         ledger.clock.advance(1)
-        done = runs.finish(
-            queued.id, ActionRunStatus.FAILED, ActionRunFailure("Effects", "failed")
-        ).unwrap()
+        final = ActionRunFailure("Effects", "failed", retryable=True)
+        done = runs.finish(queued.id, fence, ActionRunStatus.FAILED, final).unwrap()
         assert (done.status, done.phase, done.finished_at_ms) == ("failed", "finished", T0_MS + 4)
-        assert done.failure == ActionRunFailure("Effects", "failed", ActionRunPhase.EFFECTS)
+        assert done.failure == attrs.evolve(final, phase=ActionRunPhase.EFFECTS)
         assert runs.get(queued.id) == Success(done)
         ledger.clock.advance(1)
-        again = runs.requeue(queued.id).unwrap()
+        again = runs.requeue(queued.id, fence).unwrap()
         assert again == attrs.evolve(queued, attempt=2, queued_at_ms=T0_MS + 5)
 
     def test_phases_are_optional_and_ordered(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        runs = ledger.action_runs
-        run = runs.queue(NewActionRun("p", execution.id, "a")).unwrap()
+        runs, fence = ledger.action_runs, execution.fence
+        run = runs.queue(NewActionRun("p", execution.id, "a"), fence).unwrap()
 
         def illegal(state: str, step: str) -> Failure[IllegalTransition]:
             return Failure(IllegalTransition("action_run", run.id, state, step))
 
-        assert runs.record_writeback(run.id, PhaseSucceeded()) == illegal("queued", "writeback")
-        assert runs.record_effects(run.id, PhaseSucceeded()) == illegal("queued", "effects")
-        assert runs.finish(run.id, ActionRunStatus.SUCCEEDED) == illegal("queued", "succeeded")
-        runs.start(run.id).unwrap()
-        assert runs.start(run.id) == illegal("running", "running")
-        runs.record_effects(run.id, PhaseSucceeded()).unwrap()
-        assert runs.record_writeback(run.id, PhaseSucceeded()) == illegal("effects", "writeback")
-        assert runs.record_effects(run.id, PhaseSucceeded()) == illegal("effects", "effects")
-        runs.finish(run.id, ActionRunStatus.SUCCEEDED).unwrap()
-        assert runs.requeue(run.id) == illegal("succeeded", "queued")
-        assert runs.finish(run.id, ActionRunStatus.CANCELLED) == illegal("succeeded", "cancelled")
-        assert runs.start(run.id) == illegal("succeeded", "running")
+        assert runs.record_writeback(run.id, fence, PhaseSucceeded()) == illegal(
+            "queued", "writeback"
+        )
+        assert runs.record_effects(run.id, fence, PhaseSucceeded()) == illegal(
+            "queued", "effects"
+        )
+        assert runs.finish(run.id, fence, ActionRunStatus.SUCCEEDED) == illegal(
+            "queued", "succeeded"
+        )
+        runs.start(run.id, fence).unwrap()
+        assert runs.start(run.id, fence) == illegal("running", "running")
+        runs.record_effects(run.id, fence, PhaseSucceeded()).unwrap()
+        assert runs.record_writeback(run.id, fence, PhaseSucceeded()) == illegal(
+            "effects", "writeback"
+        )
+        runs.finish(run.id, fence, ActionRunStatus.SUCCEEDED).unwrap()
+        assert runs.requeue(run.id, fence) == illegal("succeeded", "queued")
+        assert runs.finish(run.id, fence, ActionRunStatus.CANCELLED) == illegal(
+            "succeeded", "cancelled"
+        )
+        assert runs.start(run.id, fence) == illegal("succeeded", "running")
 
     def test_a_queued_run_may_be_cancelled(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        run = ledger.action_runs.queue(NewActionRun("p", execution.id, "a")).unwrap()
+        fence = execution.fence
+        run = ledger.action_runs.queue(NewActionRun("p", execution.id, "a"), fence).unwrap()
         done = ledger.action_runs.finish(
-            run.id, ActionRunStatus.CANCELLED, ActionRunFailure("Stop", "")
+            run.id, fence, ActionRunStatus.CANCELLED, ActionRunFailure("Stop", "")
         ).unwrap()
         assert done.failure == ActionRunFailure("Stop", "", ActionRunPhase.QUEUED)
 
     def test_phase_failures_must_name_their_own_phase(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        run = ledger.action_runs.queue(NewActionRun("p", execution.id, "a")).unwrap()
-        ledger.action_runs.start(run.id).unwrap()
+        runs, fence = ledger.action_runs, execution.fence
+        run = runs.queue(NewActionRun("p", execution.id, "a"), fence).unwrap()
+        runs.start(run.id, fence).unwrap()
         wrong = PhaseFailed(ActionRunFailure("E", "m", ActionRunPhase.EFFECTS))
+        assert isinstance(runs.record_writeback(run.id, fence, wrong).failure(), InvalidInput)
         assert isinstance(
-            ledger.action_runs.record_writeback(run.id, wrong).failure(), InvalidInput
+            runs.record_effects(run.id, fence, PhaseSucceeded(1)).failure(), InvalidInput
         )
-        assert isinstance(
-            ledger.action_runs.record_effects(run.id, PhaseSucceeded(1)).failure(), InvalidInput
-        )
-        assert ledger.action_runs.get(run.id).unwrap().phase is ActionRunPhase.RUNNING
+        for bad in (
+            ActionRunFailure("E", "m", code=""),
+            ActionRunFailure("E", "m", code="\x00"),
+            ActionRunFailure("E", "m", retryable=1),  # type: ignore[arg-type]
+        ):
+            assert isinstance(
+                runs.record_writeback(run.id, fence, PhaseFailed(bad)).failure(), InvalidInput
+            )
+        assert runs.get(run.id).unwrap().phase is ActionRunPhase.RUNNING
 
     def test_requeue_needs_a_failed_run_of_an_open_execution(self, ledger: Ledger) -> None:
         execution = self._execution(ledger)
-        run = ledger.action_runs.queue(NewActionRun("p", execution.id, "a")).unwrap()
-        assert ledger.action_runs.requeue(run.id) == Failure(
+        runs, fence = ledger.action_runs, execution.fence
+        run = runs.queue(NewActionRun("p", execution.id, "a"), fence).unwrap()
+        assert runs.requeue(run.id, fence) == Failure(
             IllegalTransition("action_run", run.id, "queued", "queued")
         )
-        ledger.action_runs.start(run.id).unwrap()
-        ledger.action_runs.finish(
-            run.id, ActionRunStatus.FAILED, ActionRunFailure("E", "m")
+        runs.start(run.id, fence).unwrap()
+        runs.finish(
+            run.id, fence, ActionRunStatus.FAILED, ActionRunFailure("E", "m", retryable=True)
         ).unwrap()
         ledger.executions.cancel(execution.id).unwrap()
-        assert ledger.action_runs.requeue(run.id) == Failure(
+        assert runs.requeue(run.id, fence) == Failure(
             ExecutionFinished(execution.id, "cancelled")
         )
-        assert ledger.action_runs.get(run.id).unwrap().status is ActionRunStatus.FAILED
+        assert runs.get(run.id).unwrap().status is ActionRunStatus.FAILED
 
     @given(
         failure=action_run_failures(st.just(ActionRunPhase.WRITEBACK)), result=ledger_json_values()
@@ -1178,31 +1524,35 @@ class LedgerContract:
     ) -> None:
         with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             services = _services(container)
-            execution = services.executions.create(NewExecution("p", "job")).unwrap()
-            runs = services.action_runs
-            a = runs.queue(NewActionRun("p", execution.id, "a", input=result)).unwrap()
-            b = runs.queue(NewActionRun("p", execution.id, "b")).unwrap()
+            services.executions.create(NewExecution("p", "job")).unwrap()
+            execution = services.executions.claim("p", "w", 1_000).unwrap()
+            assert execution is not None
+            runs, fence = services.action_runs, execution.fence
+            a = runs.queue(NewActionRun("p", execution.id, "a", input=result), fence).unwrap()
+            b = runs.queue(NewActionRun("p", execution.id, "b"), fence).unwrap()
             for run in (a, b):
-                runs.start(run.id).unwrap()
-            wrote = runs.record_writeback(a.id, PhaseFailed(failure)).unwrap()
+                runs.start(run.id, fence).unwrap()
+            wrote = runs.record_writeback(a.id, fence, PhaseFailed(failure)).unwrap()
             assert wrote.writeback is not None
             assert wrote.writeback.failure == failure
             assert _exact(runs.get(a.id).unwrap().input) == _exact(result)
-            runs.record_writeback(b.id, PhaseSucceeded(result)).unwrap()
+            runs.record_writeback(b.id, fence, PhaseSucceeded(result)).unwrap()
             stored = runs.get(b.id).unwrap().writeback
             assert stored is not None
             assert _exact(stored.result) == _exact(result)
-            done = runs.finish(a.id, ActionRunStatus.FAILED, failure).unwrap()
+            done = runs.finish(a.id, fence, ActionRunStatus.FAILED, failure).unwrap()
             assert runs.get(a.id) == Success(done)
             assert done.failure == failure
 
     def test_runs_list_in_queue_order_with_filters(self, ledger: Ledger) -> None:
         one, two = self._execution(ledger), self._execution(ledger)
         made = [
-            ledger.action_runs.queue(NewActionRun("p", (one, two)[i % 2].id, f"a{i}")).unwrap()
+            ledger.action_runs.queue(
+                NewActionRun("p", (one, two)[i % 2].id, f"a{i}"), (one, two)[i % 2].fence
+            ).unwrap()
             for i in range(5)
         ]
-        ledger.action_runs.start(made[2].id).unwrap()
+        ledger.action_runs.start(made[2].id, one.fence).unwrap()
         page = ledger.action_runs.list("p", execution_id=one.id, limit=2).unwrap()
         assert [r.id for r in page.items] == [made[0].id, made[2].id]
         assert page.has_more
@@ -1214,6 +1564,15 @@ class LedgerContract:
         running = ledger.action_runs.list("p", status=ActionRunStatus.RUNNING).unwrap()
         assert [r.id for r in running.items] == [made[2].id]
         assert ledger.action_runs.list("q").unwrap() == Page((), False, None)
+
+
+def _reversed_keys(value: JsonValue) -> JsonValue:
+    """``value`` with the keys of every object in reverse order (the same content)."""
+    if isinstance(value, dict):
+        return {k: _reversed_keys(v) for k, v in reversed(value.items())}
+    if isinstance(value, list):
+        return [_reversed_keys(v) for v in value]
+    return value
 
 
 def _exact(value: Any) -> Any:
