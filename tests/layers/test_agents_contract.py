@@ -10,7 +10,12 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from runstore.layers import Layer, in_memory, sqlite
-from runstore.testing import AgentsContract, agents_broken_sequence_layer, agents_state_machine
+from runstore.testing import (
+    AgentsContract,
+    agents_broken_fencing_layer,
+    agents_broken_sequence_layer,
+    agents_state_machine,
+)
 
 _counter = itertools.count()
 
@@ -51,19 +56,44 @@ def test_state_machine_sqlite_file(tmp_path: Path) -> None:
     )
 
 
+_FIND_BUG = settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    phases=[Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
 def test_contract_fails_a_layer_that_reuses_sequence_numbers() -> None:
     machine = agents_state_machine(agents_broken_sequence_layer)
     with pytest.raises(AssertionError, match="seq"):
-        run_state_machine_as_test(
-            machine,
-            settings=settings(
-                max_examples=300,
-                deadline=None,
-                database=None,
-                phases=[Phase.generate],
-                suppress_health_check=[HealthCheck.too_slow],
-            ),
-        )
+        run_state_machine_as_test(machine, settings=_FIND_BUG)
+
+
+def test_contract_fails_a_layer_that_ignores_the_fencing_token() -> None:
+    machine = agents_state_machine(agents_broken_fencing_layer)
+    with pytest.raises(AssertionError, match="is stale"):
+        run_state_machine_as_test(machine, settings=_FIND_BUG)
+
+
+def test_the_late_worker_script_catches_an_unfenced_finish() -> None:
+    """The scenario the machine finds, scripted: a worker finishes with an older token."""
+    for factory, broken in ((in_memory, False), (agents_broken_fencing_layer, True)):
+        machine = agents_state_machine(factory)()
+        try:
+            machine.first_threads(["p1", "p1"])
+            machine.start_run("r1", "t1", None, "w1", 1)
+            machine.tick(1)
+            machine.reclaim_run("r1", "w2", 60_000)
+            if broken:
+                with pytest.raises(AssertionError, match="is stale"):
+                    machine.late_worker("r1", "finish")
+            else:
+                machine.late_worker("r1", "finish")
+                machine.same_state()
+        finally:
+            machine.teardown()
 
 
 def test_the_retry_turn_script_catches_sequence_reuse() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from runstore.services.agents import (
 from runstore.services.errors import StorageFailure, StorageFailureKind
 
 AGENT_TABLES = {
+    "agent_counters",
     "agent_threads",
     "agent_runs",
     "agent_messages",
@@ -64,6 +66,10 @@ def _thread_row(db: SqliteDatabase, thread_id: str = "t") -> tuple[Any, ...] | N
 
 def _row_counts(db: SqliteDatabase) -> dict[str, int]:
     return {table: db.scalar(f"SELECT count(*) FROM {table}") for table in sorted(AGENT_TABLES)}
+
+
+LEASE = 60_000
+"""The lease these tests grant (ms)."""
 
 
 # -- schema and plans ------------------------------------------------------------------------
@@ -149,15 +155,20 @@ def test_deleting_a_thread_removes_its_rows_from_every_table(
     for thread in ("t", "keep"):
         if thread == "keep":
             agents.threads.create(thread, project_id="p").unwrap()
-        agents.runs.start(f"{thread}-run", thread_id=thread).unwrap()
+        run = agents.runs.start(f"{thread}-run", thread_id=thread, owner="w", lease_ms=LEASE)
+        token = run.unwrap().fencing_token
         agents.messages.append_many(
             thread,
-            [NewMessage(role="user", content=i, run_id=f"{thread}-run") for i in range(5)],
+            [
+                NewMessage(role="user", content=i, run_id=f"{thread}-run", fencing_token=token)
+                for i in range(5)
+            ],
         ).unwrap()
         agents.checkpoints.create(
             f"{thread}-cp",
             thread_id=thread,
             run_id=f"{thread}-run",
+            fencing_token=token,
             summary="s",
             through_seq=3,
             observed_head_seq=5,
@@ -174,7 +185,7 @@ def test_deleting_a_thread_removes_its_rows_from_every_table(
     ]
     assert set(tables) == AGENT_TABLES, "a new agent table must be added to this test"
     owner = {"agent_threads": "key", "agent_message_bodies": "id >> 32"}
-    for table in tables:
+    for table in set(tables) - {"agent_counters"}:  # the counters belong to no thread
         column = owner.get(table, "thread_key")
         assert db.scalar(f"SELECT count(*) FROM {table} WHERE {column} = ?", (keys["t"],)) == 0
         kept = db.scalar(f"SELECT count(*) FROM {table} WHERE {column} = ?", (keys["keep"],))
@@ -188,9 +199,13 @@ def test_deleting_a_thread_removes_its_rows_from_every_table(
 
 
 def test_deleting_by_run_deletes_the_bodies_too(db: SqliteDatabase, agents: AgentStorage) -> None:
-    agents.runs.start("r", thread_id="t").unwrap()
+    token = agents.runs.start("r", thread_id="t", owner="w", lease_ms=LEASE).unwrap().fencing_token
     agents.messages.append_many(
-        "t", [NewMessage(role="tool", content="x" * 5000, run_id="r") for _ in range(20)]
+        "t",
+        [
+            NewMessage(role="tool", content="x" * 5000, run_id="r", fencing_token=token)
+            for _ in range(20)
+        ],
     ).unwrap()
     agents.messages.append("t", role="user", content="kept").unwrap()
     assert agents.messages.delete_by_run("t", "r") == Success(20)
@@ -248,7 +263,7 @@ def test_a_host_unit_that_fails_after_an_append_undoes_it(
 
     def host_unit() -> Failure[str]:
         agents.messages.append("t", role="user", content="inside").unwrap()
-        agents.runs.start("r", thread_id="t").unwrap()
+        agents.runs.start("r", thread_id="t", owner="w", lease_ms=LEASE).unwrap()
         return Failure("host gave up")
 
     assert db.transact("host", host_unit) == Failure("host gave up")
@@ -312,7 +327,7 @@ def start_worker(path: str, run_id: str, start_at: float) -> str:
     with build(sqlite(path)) as container:
         agents: AgentStorage = container.get(AgentStorage)
         time.sleep(max(0.0, start_at - time.time()))
-        result = agents.runs.start(run_id, thread_id="shared")
+        result = agents.runs.start(run_id, thread_id="shared", owner=run_id, lease_ms=LEASE)
     if isinstance(result, Success):
         return "started"
     error = result.failure()
@@ -376,7 +391,10 @@ def test_single_flight_holds_across_processes(tmp_path: Path) -> None:
             with build(sqlite(path)) as container:
                 agents: AgentStorage = container.get(AgentStorage)
                 assert agents.threads.get("shared").unwrap().active_run_id == winner
-                agents.runs.finish(winner, status=AgentRunStatus.SUCCEEDED).unwrap()
+                token = agents.runs.get(winner).unwrap().fencing_token
+                agents.runs.finish(
+                    winner, fencing_token=token, status=AgentRunStatus.SUCCEEDED
+                ).unwrap()
 
 
 def test_the_stored_json_is_plain_text(db: SqliteDatabase, agents: AgentStorage) -> None:
@@ -387,3 +405,54 @@ def test_the_stored_json_is_plain_text(db: SqliteDatabase, agents: AgentStorage)
     assert db.scalar("SELECT json_extract(content, '$.text') FROM agent_message_bodies") == (
         "שלום 😀"
     )
+
+
+def lease_worker(path: str, action: str, token: int, start_at: float) -> tuple[str, int]:
+    """Do ``action`` on run ``r`` of thread ``shared`` from a process of its own at
+    ``start_at`` (epoch s); return the outcome's type name and the run's token after it."""
+    with build(sqlite(path)) as container:
+        agents: AgentStorage = container.get(AgentStorage)
+        time.sleep(max(0.0, start_at - time.time()))
+        if action == "start":
+            result: Any = agents.runs.start("r", thread_id="shared", owner="a", lease_ms=200)
+        elif action == "reclaim":
+            result = agents.runs.reclaim("r", owner=f"b{os.getpid()}", lease_ms=LEASE)
+        elif action == "append":
+            result = agents.messages.append(
+                "shared", role="assistant", content=action, run_id="r", fencing_token=token
+            )
+        else:
+            result = agents.runs.finish(
+                "r", fencing_token=token, status=AgentRunStatus.SUCCEEDED
+            )
+        kind = "Success" if isinstance(result, Success) else type(result.failure()).__name__
+        return kind, agents.runs.get("r").unwrap().fencing_token
+
+
+def test_a_stale_worker_is_refused_across_processes(tmp_path: Path) -> None:
+    """Worker ``a`` starts a run and stalls past its lease; of the processes that race to
+    reclaim it exactly one wins; ``a``'s later append and finish are refused and write
+    nothing; the winner's go through."""
+    path = str(tmp_path / "lease.db")
+    with build(sqlite(path)) as container:
+        container.get(AgentStorage).threads.create("shared", project_id="p").unwrap()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(PROCESSES) as pool:
+        started, old = pool.apply(lease_worker, (path, "start", 0, 0.0))
+        assert started == "Success"
+        at = time.time() + 1.0  # past the 200 ms lease, with every process ready
+        raced = pool.starmap(lease_worker, [(path, "reclaim", 0, at)] * PROCESSES)
+        assert sorted(kind for kind, _ in raced) == ["Conflict"] * (PROCESSES - 1) + ["Success"]
+        (new,) = {token for _, token in raced}
+        assert new > old
+        assert pool.apply(lease_worker, (path, "append", old, 0.0)) == ("StaleFencingToken", new)
+        assert pool.apply(lease_worker, (path, "finish", old, 0.0)) == ("StaleFencingToken", new)
+        assert pool.apply(lease_worker, (path, "append", new, 0.0)) == ("Success", new)
+        assert pool.apply(lease_worker, (path, "finish", new, 0.0)) == ("Success", new)
+    with build(sqlite(path)) as container:
+        agents: AgentStorage = container.get(AgentStorage)
+        thread = agents.threads.get("shared").unwrap()
+        assert (thread.head_seq, thread.active_run_id) == (1, None)
+        run = agents.runs.get("r").unwrap()
+        assert (run.status, run.attempts, run.fencing_token) == ("succeeded", 2, new)
+        assert str(run.owner).startswith("b")

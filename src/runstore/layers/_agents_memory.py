@@ -14,6 +14,7 @@ from datetime import datetime
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.layers._agents_shared import AgentRunStoreBase, ThreadListingBase
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._tags import AGENT_STORAGE
@@ -21,8 +22,6 @@ from runstore.layers._unit_of_work import TxDict
 from runstore.services import _agents_rules as rules
 from runstore.services.agents import (
     AgentError,
-    AgentRun,
-    AgentRunFailure,
     AgentRunStatus,
     AgentStorage,
     ContextCheckpoint,
@@ -61,6 +60,13 @@ class _State:
         self.checkpoints: TxDict[str, ContextCheckpoint] = db.mirror()
         self.checkpoint_numbers: TxDict[tuple[str, int], str] = db.mirror()
         self.checkpoint_by_run: TxDict[str, str] = db.mirror()
+        self.counters: TxDict[str, int] = db.mirror()
+
+    def next(self, name: str) -> int:
+        """Take the next value of counter ``name`` (see ``rules.Counter``)."""
+        value = self.counters.get(name, 0) + 1
+        self.counters[name] = value
+        return value
 
     def put_thread(self, row: rules.ThreadRow) -> None:
         self.threads[row.id] = row
@@ -85,6 +91,10 @@ class _State:
         return None if latest_id is None else self.checkpoints[latest_id]
 
 
+def _seq(row: rules.ThreadRow | rules.RunRow) -> int:
+    return row.seq
+
+
 def _message(thread_id: str, seq: int, row: rules.MessageDraft) -> Message:
     return rules.message_record(
         ThreadId(thread_id),
@@ -98,11 +108,12 @@ def _message(thread_id: str, seq: int, row: rules.MessageDraft) -> Message:
     )
 
 
-class InMemoryThreadStore:
+class InMemoryThreadStore(ThreadListingBase):
     """Threads in memory; see :class:`~runstore.services.agents.ThreadStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
+        self._db = state.db
 
     def create(
         self,
@@ -111,20 +122,28 @@ class InMemoryThreadStore:
         project_id: str,
         title: str = "",
         metadata: Mapping[str, JsonValue] | None = None,
+        agent_id: str | None = None,
+        owner_id: str | None = None,
         at: datetime | int | None = None,
     ) -> Result[Thread, AgentError]:
         """Create an open, empty thread (see ``ThreadStore.create``)."""
         s = self._s
-        checked = rules.check_thread_create(thread_id, project_id, title, metadata, at, s.clock)
+        checked = rules.check_thread_create(
+            thread_id, project_id, title, metadata, agent_id, owner_id, at, s.clock
+        )
         if isinstance(checked, Failure):
             return checked
         request = checked.unwrap()
 
         def unit() -> Result[Thread, AgentError]:
-            decided = rules.decide_thread_create(s.threads.get(request.thread_id), request)
+            decided = rules.decide_thread_create(s.threads.get(request.thread_id), request, s.next)
             return rules.write_decided(decided, s.put_thread).map(rules.thread_record)
 
         return s.db.transact("create thread", unit)
+
+    def _thread_rows(self, query: rules.ThreadListing) -> list[rules.ThreadRow]:
+        rows = sorted((r for r in self._s.threads.values() if query.admits(r)), key=_seq)
+        return rows[: query.limit + 1]
 
     def get(self, thread_id: str) -> Result[Thread, AgentError]:
         """Return the thread (see ``ThreadStore.get``)."""
@@ -182,62 +201,36 @@ class InMemoryThreadStore:
         return s.db.transact("delete thread", unit)
 
 
-class InMemoryAgentRunStore:
+class InMemoryAgentRunStore(AgentRunStoreBase):
     """Runs in memory; see :class:`~runstore.services.agents.AgentRunStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
+        self._db = state.db
+        self._clock = state.clock
+        self._executions = state.executions
 
-    def start(
-        self,
-        run_id: str,
-        *,
-        thread_id: str,
-        execution_id: str | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[AgentRun, AgentError]:
-        """Start the thread's one active run (see ``AgentRunStore.start``)."""
-        s = self._s
-        checked = rules.check_run_start(run_id, thread_id, execution_id, at, s.clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
+    def _run_row(self, run_id: str) -> rules.RunRow | None:
+        return self._s.runs.get(run_id)
 
-        def unit() -> Result[AgentRun, AgentError]:
-            thread = s.threads.get(request.thread_id)
-            existing = s.runs.get(request.run_id)
-            decided = rules.decide_run_start(thread, existing, request, s.executions)
-            return rules.write_decided(decided, s.put_run).map(rules.run_record)
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        return self._s.threads.get(thread_id)
 
-        return s.db.transact("start agent run", unit)
+    def _next(self, name: str) -> int:
+        return self._s.next(name)
 
-    def finish(
-        self,
-        run_id: str,
-        *,
-        status: AgentRunStatus,
-        failure: AgentRunFailure | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[AgentRun, AgentError]:
-        """Finish a running run (see ``AgentRunStore.finish``)."""
-        s = self._s
-        checked = rules.check_run_finish(run_id, status, failure, at, s.clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
+    def _write_run(self, row: rules.RunRow, *, new: bool) -> None:
+        del new  # a dict stores both alike
+        self._s.put_run(row)
 
-        def unit() -> Result[AgentRun, AgentError]:
-            decided = rules.decide_run_finish(s.runs.get(request.run_id), request)
-            return rules.write_decided(decided, s.put_run).map(rules.run_record)
+    def _run_rows(self, run_ids: Sequence[str]) -> list[rules.RunRow]:
+        return [row for run_id in run_ids if (row := self._s.runs.get(run_id)) is not None]
 
-        return s.db.transact("finish agent run", unit)
-
-    def get(self, run_id: str) -> Result[AgentRun, AgentError]:
-        """Return the run (see ``AgentRunStore.get``)."""
-        checked = rules.check_id(run_id, "run_id")
-        if isinstance(checked, Failure):
-            return checked
-        return rules.require_run(self._s.runs.get(run_id), run_id).map(rules.run_record)
+    def _thread_runs(self, query: rules.RunListing) -> list[rules.RunRow] | None:
+        if query.thread_id not in self._s.threads:
+            return None
+        rows = sorted((r for r in self._s.runs.values() if query.admits(r)), key=_seq)
+        return rows[: query.limit + 1]
 
 
 class InMemoryMessageStore(rules.AppendsOne):
@@ -392,6 +385,7 @@ class InMemoryCheckpointStore:
         *,
         thread_id: str,
         run_id: str,
+        fencing_token: int,
         summary: str,
         through_seq: int,
         observed_head_seq: int,
@@ -403,6 +397,7 @@ class InMemoryCheckpointStore:
             checkpoint_id,
             thread_id,
             run_id,
+            fencing_token,
             summary,
             through_seq,
             observed_head_seq,
@@ -436,6 +431,16 @@ class InMemoryCheckpointStore:
         found = rules.require_thread(self._s.threads.get(thread_id), thread_id)
         return found.map(self._s.latest_checkpoint)
 
+    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """Return the checkpoint the run created, or None (see ``CheckpointStore.for_run``)."""
+        s = self._s
+        checked = rules.check_id(run_id, "run_id")
+        if isinstance(checked, Failure):
+            return checked
+        found = rules.require_run(s.runs.get(run_id), run_id)
+        mine = s.checkpoint_by_run.get(run_id)
+        return found.map(lambda _: None if mine is None else s.checkpoints[mine])
+
 
 class InMemoryAgentStorage(
     rules.AgentStores[
@@ -450,11 +455,14 @@ class InMemoryAgentStorage(
     message_store_class: type[InMemoryMessageStore] = InMemoryMessageStore
     """The message store to build (a test may swap in a deliberately broken one)."""
 
+    run_store_class: type[InMemoryAgentRunStore] = InMemoryAgentRunStore
+    """The run store to build (likewise)."""
+
     def __init__(self, db: InMemoryDatabase, clock: Clock, executions: ExecutionStorage) -> None:
         state = _State(db, clock, executions)
         super().__init__(
             InMemoryThreadStore(state),
-            InMemoryAgentRunStore(state),
+            self.run_store_class(state),
             self.message_store_class(state),
             InMemoryCheckpointStore(state),
         )

@@ -1,4 +1,5 @@
-"""The live agent stores: threads, runs, messages and checkpoints in SQLite (migration 0004).
+"""The live agent stores: threads, runs, messages and checkpoints in SQLite (migrations 0004
+and 0008).
 
 Every write is one unit of work on the container's :class:`SqliteDatabase` (``BEGIN
 IMMEDIATE``), so the thread's counter row, the messages and the checks between them commit
@@ -19,6 +20,7 @@ from typing import Any, TypeVar
 import apsw
 from returns.result import Failure, Result, Success
 
+from runstore.layers._agents_shared import AgentRunStoreBase, ThreadListingBase
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
@@ -26,8 +28,6 @@ from runstore.layers._tags import AGENT_STORAGE
 from runstore.services import _agents_rules as rules
 from runstore.services.agents import (
     AgentError,
-    AgentRun,
-    AgentRunFailure,
     AgentRunStatus,
     AgentStorage,
     ContextCheckpoint,
@@ -62,16 +62,18 @@ BODY_STRIDE = 2**32
 """A body's rowid is ``thread_key * BODY_STRIDE + seq`` (migration 0004 bounds both)."""
 
 _THREAD_COLUMNS = (
-    "t.key, t.id, t.project_id, t.title, t.metadata, t.status,"
+    "t.key, t.id, t.project_id, t.seq, t.agent_id, t.owner_id, t.title, t.metadata, t.status,"
     " (SELECT r.id FROM agent_runs r WHERE r.thread_key = t.key AND r.status = 'running'),"
     " t.head_seq, t.message_count, t.last_message_at_ms, t.checkpoint_count,"
     " t.created_at_ms, t.updated_at_ms"
 )
 
 _RUN_COLUMNS = (
-    "r.key, r.id, t.id, t.project_id, r.execution_id, r.status, r.failure,"
+    "r.key, r.id, t.id, t.project_id, r.execution_id, r.seq, r.status, r.owner,"
+    " r.lease_expires_at_ms, r.fencing_token, r.attempts, r.failure, r.queued_at_ms,"
     " r.started_at_ms, r.finished_at_ms"
 )
+_RUNS = f"SELECT {_RUN_COLUMNS} FROM agent_runs r JOIN agent_threads t ON t.key = r.thread_key"
 
 _CHECKPOINT_COLUMNS = (
     "c.id, t.id, r.id, c.number, c.previous_id, c.summary, c.through_seq,"
@@ -82,6 +84,22 @@ _HEADER_COLUMNS = (
     "m.seq, m.role, r.id, m.input_tokens, m.output_tokens, m.cache_read_tokens,"
     " m.cache_write_tokens, m.cost, m.created_at_ms, m.thread_key"
 )
+
+
+def _thread_row(row: Row) -> rules.ThreadRow:
+    """The thread of a row of ``_THREAD_COLUMNS`` (its key first)."""
+    return rules.ThreadRow(
+        row[1], row[2], row[3], row[4], row[5], row[6], row[7], ThreadStatus(row[8]), row[9],
+        row[10], row[11], row[12], row[13], row[14], row[15],
+    )
+
+
+def _run_row(row: Row) -> rules.RunRow:
+    """The run of a row of ``_RUN_COLUMNS`` (its key first)."""
+    return rules.RunRow(
+        row[1], row[2], row[3], row[4], row[5], AgentRunStatus(row[6]), row[7], row[8], row[9],
+        row[10], row[11], row[12], row[13], row[14],
+    )
 
 
 def _facts(found: Keyed[R] | None) -> R | None:
@@ -109,11 +127,7 @@ class _Base:
         row = self._db.one(
             f"SELECT {_THREAD_COLUMNS} FROM agent_threads t WHERE t.id = ?", (thread_id,)
         )
-        if row is None:
-            return None
-        return row[0], rules.ThreadRow(
-            row[1], row[2], row[3], row[4], ThreadStatus(row[5]), *row[6:]
-        )
+        return None if row is None else (row[0], _thread_row(row))
 
     def _thread_key(self, thread_id: str) -> int | None:
         key: int | None = self._db.scalar(
@@ -122,16 +136,15 @@ class _Base:
         return key
 
     def _run(self, run_id: str) -> Keyed[rules.RunRow] | None:
-        row = self._db.one(
-            f"SELECT {_RUN_COLUMNS} FROM agent_runs r JOIN agent_threads t ON t.key = r.thread_key"
-            " WHERE r.id = ?",
-            (run_id,),
-        )
-        if row is None:
-            return None
-        return row[0], rules.RunRow(
-            row[1], row[2], row[3], row[4], AgentRunStatus(row[5]), *row[6:]
-        )
+        row = self._db.one(f"{_RUNS} WHERE r.id = ?", (run_id,))
+        return None if row is None else (row[0], _run_row(row))
+
+    def _next(self, name: str) -> int:
+        """Take the next value of counter ``name`` (see ``rules.Counter``)."""
+        value: int = self._db.execute(
+            "UPDATE agent_counters SET value = value + 1 WHERE name = ? RETURNING value", (name,)
+        )[0][0]
+        return value
 
     def _checkpoint(self, where: str, params: tuple[Any, ...]) -> ContextCheckpoint | None:
         row = self._db.one(
@@ -143,8 +156,28 @@ class _Base:
         return None if row is None else ContextCheckpoint(*row)
 
 
-class SqliteThreadStore(_Base):
+class SqliteThreadStore(_Base, ThreadListingBase):
     """Threads in ``agent_threads``; see :class:`~runstore.services.agents.ThreadStore`."""
+
+    _db: SqliteDatabase
+
+    def _thread_rows(self, query: rules.ThreadListing) -> list[rules.ThreadRow]:
+        where = ["t.project_id = ?", "t.seq > ?"]
+        params: list[str | int] = [query.project_id, query.after_seq]
+        for column, value in (
+            ("agent_id", query.agent_id),
+            ("status", query.status),
+            ("owner_id", query.owner_id),
+        ):
+            if value is not None:
+                where.append(f"t.{column} = ?")
+                params.append(str(value))
+        rows = self._db.execute(
+            f"SELECT {_THREAD_COLUMNS} FROM agent_threads t WHERE {' AND '.join(where)}"
+            " ORDER BY t.seq LIMIT ?",
+            (*params, query.limit + 1),
+        )
+        return [_thread_row(row) for row in rows]
 
     def create(
         self,
@@ -153,21 +186,29 @@ class SqliteThreadStore(_Base):
         project_id: str,
         title: str = "",
         metadata: Mapping[str, JsonValue] | None = None,
+        agent_id: str | None = None,
+        owner_id: str | None = None,
         at: datetime | int | None = None,
     ) -> Result[Thread, AgentError]:
         """Create an open, empty thread (see ``ThreadStore.create``)."""
-        checked = rules.check_thread_create(thread_id, project_id, title, metadata, at, self._clock)
+        checked = rules.check_thread_create(
+            thread_id, project_id, title, metadata, agent_id, owner_id, at, self._clock
+        )
         if isinstance(checked, Failure):
             return checked
         request = checked.unwrap()
 
         def insert(row: rules.ThreadRow) -> None:
             self._db.execute(
-                "INSERT INTO agent_threads (id, project_id, title, metadata, status,"
-                " created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO agent_threads (id, project_id, seq, agent_id, owner_id, title,"
+                " metadata, status, created_at_ms, updated_at_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row.id,
                     row.project_id,
+                    row.seq,
+                    row.agent_id,
+                    row.owner_id,
                     row.title,
                     row.metadata_json,
                     str(row.status),
@@ -177,7 +218,8 @@ class SqliteThreadStore(_Base):
             )
 
         def unit() -> Result[Thread, AgentError]:
-            decided = rules.decide_thread_create(_facts(self._thread(request.thread_id)), request)
+            thread = _facts(self._thread(request.thread_id))
+            decided = rules.decide_thread_create(thread, request, self._next)
             return rules.write_decided(decided, insert).map(rules.thread_record)
 
         return self._db.transact("create thread", unit)
@@ -238,80 +280,89 @@ class SqliteThreadStore(_Base):
         return self._db.transact("delete thread", unit)
 
 
-class SqliteAgentRunStore(_Base):
+_INSERT_RUN = (
+    "INSERT INTO agent_runs (id, thread_key, seq, execution_id, status, owner,"
+    " lease_expires_at_ms, fencing_token, attempts, failure, queued_at_ms, started_at_ms,"
+    " finished_at_ms) VALUES (?, (SELECT key FROM agent_threads WHERE id = ?),"
+    " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPDATE_RUN = (
+    "UPDATE agent_runs SET status = ?, owner = ?, lease_expires_at_ms = ?, fencing_token = ?,"
+    " attempts = ?, failure = ?, started_at_ms = ?, finished_at_ms = ? WHERE id = ?"
+)
+
+
+class SqliteAgentRunStore(_Base, AgentRunStoreBase):
     """Runs in ``agent_runs``; see :class:`~runstore.services.agents.AgentRunStore`."""
+
+    _db: SqliteDatabase
 
     def __init__(self, db: SqliteDatabase, clock: Clock, executions: ExecutionStorage) -> None:
         super().__init__(db, clock)
         self._executions = executions
 
-    def start(
-        self,
-        run_id: str,
-        *,
-        thread_id: str,
-        execution_id: str | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[AgentRun, AgentError]:
-        """Start the thread's one active run (see ``AgentRunStore.start``)."""
-        checked = rules.check_run_start(run_id, thread_id, execution_id, at, self._clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
+    def _run_row(self, run_id: str) -> rules.RunRow | None:
+        return _facts(self._run(run_id))
 
-        def unit() -> Result[AgentRun, AgentError]:
-            thread = self._thread(request.thread_id)
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        return _facts(self._thread(thread_id))
 
-            def insert(row: rules.RunRow) -> None:
-                assert thread is not None
-                self._db.execute(
-                    "INSERT INTO agent_runs (id, thread_key, execution_id, status, started_at_ms)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (row.id, thread[0], row.execution_id, str(row.status), row.started_at_ms),
-                )
-
-            existing = _facts(self._run(request.run_id))
-            decided = rules.decide_run_start(_facts(thread), existing, request, self._executions)
-            return rules.write_decided(decided, insert).map(rules.run_record)
-
-        return self._db.transact("start agent run", unit)
-
-    def finish(
-        self,
-        run_id: str,
-        *,
-        status: AgentRunStatus,
-        failure: AgentRunFailure | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[AgentRun, AgentError]:
-        """Finish a running run (see ``AgentRunStore.finish``)."""
-        checked = rules.check_run_finish(run_id, status, failure, at, self._clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
-
-        def store(row: rules.RunRow) -> None:
+    def _write_run(self, row: rules.RunRow, *, new: bool) -> None:
+        if new:
             self._db.execute(
-                "UPDATE agent_runs SET status = ?, failure = ?, finished_at_ms = ? WHERE id = ?",
-                (str(row.status), row.failure_json, row.finished_at_ms, row.id),
+                _INSERT_RUN,
+                (
+                    row.id,
+                    row.thread_id,
+                    row.seq,
+                    row.execution_id,
+                    str(row.status),
+                    row.owner,
+                    row.lease_expires_at_ms,
+                    row.fencing_token,
+                    row.attempts,
+                    row.failure_json,
+                    row.queued_at_ms,
+                    row.started_at_ms,
+                    row.finished_at_ms,
+                ),
             )
+            return
+        self._db.execute(
+            _UPDATE_RUN,
+            (
+                str(row.status),
+                row.owner,
+                row.lease_expires_at_ms,
+                row.fencing_token,
+                row.attempts,
+                row.failure_json,
+                row.started_at_ms,
+                row.finished_at_ms,
+                row.id,
+            ),
+        )
 
-        def unit() -> Result[AgentRun, AgentError]:
-            decided = rules.decide_run_finish(_facts(self._run(request.run_id)), request)
-            return rules.write_decided(decided, store).map(rules.run_record)
+    def _run_rows(self, run_ids: Sequence[str]) -> list[rules.RunRow]:
+        if not run_ids:
+            return []
+        marks = ", ".join("?" * len(run_ids))
+        rows = self._db.execute(f"{_RUNS} WHERE r.id IN ({marks})", tuple(run_ids))
+        return [_run_row(row) for row in rows]
 
-        return self._db.transact("finish agent run", unit)
-
-    def get(self, run_id: str) -> Result[AgentRun, AgentError]:
-        """Return the run (see ``AgentRunStore.get``)."""
-        checked = rules.check_id(run_id, "run_id")
-        if isinstance(checked, Failure):
-            return checked
-
-        def read() -> Result[AgentRun, AgentError]:
-            return rules.require_run(_facts(self._run(run_id)), run_id).map(rules.run_record)
-
-        return self._db.read("get agent run", read)
+    def _thread_runs(self, query: rules.RunListing) -> list[rules.RunRow] | None:
+        key = self._thread_key(query.thread_id)
+        if key is None:
+            return None
+        where = "r.thread_key = ? AND r.seq > ?"
+        params: list[str | int] = [key, query.after_seq]
+        if query.status is not None:
+            where += " AND r.status = ?"
+            params.append(str(query.status))
+        rows = self._db.execute(
+            f"{_RUNS} WHERE {where} ORDER BY r.seq LIMIT ?", (*params, query.limit + 1)
+        )
+        return [_run_row(row) for row in rows]
 
 
 _INSERT_HEADER = (
@@ -533,6 +584,7 @@ class SqliteCheckpointStore(_Base):
         *,
         thread_id: str,
         run_id: str,
+        fencing_token: int,
         summary: str,
         through_seq: int,
         observed_head_seq: int,
@@ -544,6 +596,7 @@ class SqliteCheckpointStore(_Base):
             checkpoint_id,
             thread_id,
             run_id,
+            fencing_token,
             summary,
             through_seq,
             observed_head_seq,
@@ -613,6 +666,20 @@ class SqliteCheckpointStore(_Base):
             return Success(self._latest(thread))
 
         return self._db.read("latest checkpoint", read)
+
+    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """Return the checkpoint the run created, or None (see ``CheckpointStore.for_run``)."""
+        checked = rules.check_id(run_id, "run_id")
+        if isinstance(checked, Failure):
+            return checked
+
+        def read() -> Result[ContextCheckpoint | None, AgentError]:
+            run = self._run(run_id)
+            if run is None:
+                return Failure(NotFound("agent_run", run_id))
+            return Success(self._checkpoint("c.run_key = ?", (run[0],)))
+
+        return self._db.read("checkpoint of run", read)
 
 
 class SqliteAgentStorage(

@@ -255,10 +255,13 @@ def journal_problems(
                 )
             )
     journalled = {a.id for a in applied}
+    earlier: set[str] = set()  # names an earlier migration creates: a rebuild re-creates them
     for migration in shipped:
+        created = {n.lower() for n in migration.creates}
+        own, earlier = created - earlier, earlier | created
         if migration.id in journalled:
             continue
-        present = sorted(n for n in migration.creates if n.lower() in existing)
+        present = sorted(n for n in migration.creates if n.lower() in existing & own)
         if present:
             problems.append(
                 HalfAppliedMigration(

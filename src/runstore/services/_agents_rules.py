@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from typing import Generic, TypeVar
 
 import attrs
@@ -68,15 +69,17 @@ from runstore.services.agents import (
 from runstore.services.clock import Clock
 from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
 from runstore.services.ledger import (
+    MAX_LEASE_MS,
     ExecutionFinished,
     ExecutionId,
     ExecutionStorage,
     ProjectMismatch,
     StaleFencingToken,
 )
-from runstore.services.pagination import MAX_PAGE_SIZE, CursorCodec, Page
+from runstore.services.pagination import MAX_PAGE_SIZE, CursorCodec, Page, page_of
 
 T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
 
 MESSAGE_CURSOR = CursorCodec("agent_messages", arity=2)
 """The cursor of a message page: ``(seq, direction)``, direction 0 forward, 1 newest first."""
@@ -187,8 +190,8 @@ def check_failure(
         if member is None:
             return Failure(InvalidInput("status", f"unknown run status {describe(status)}"))
         status = member
-    if status is AgentRunStatus.RUNNING:
-        return Failure(InvalidInput("status", "a run finishes with a final status, not running"))
+    if not status.is_finished:
+        return Failure(InvalidInput("status", f"a run finishes with a final status, not {status}"))
     if failure is None:
         if status is AgentRunStatus.FAILED:
             return Failure(InvalidInput("failure", "a failed run needs an AgentRunFailure"))
@@ -253,6 +256,9 @@ class ThreadRow:
 
     id: str
     project_id: str
+    seq: int
+    agent_id: str | None
+    owner_id: str | None
     title: str
     metadata_json: str
     status: ThreadStatus
@@ -267,15 +273,22 @@ class ThreadRow:
 
 @attrs.frozen
 class RunRow:
-    """A run as stored: :class:`AgentRun` with its failure still JSON text."""
+    """A run as stored: :class:`AgentRun` (same fields, same order) with its failure still
+    JSON text."""
 
     id: str
     thread_id: str
     project_id: str
     execution_id: str | None
+    seq: int
     status: AgentRunStatus
+    owner: str | None
+    lease_expires_at_ms: int | None
+    fencing_token: int
+    attempts: int
     failure_json: str | None
-    started_at_ms: int
+    queued_at_ms: int
+    started_at_ms: int | None
     finished_at_ms: int | None
 
 
@@ -286,6 +299,9 @@ def thread_record(row: ThreadRow) -> Thread:
     return Thread(
         id=ThreadId(row.id),
         project_id=row.project_id,
+        seq=row.seq,
+        agent_id=row.agent_id,
+        owner_id=row.owner_id,
         title=row.title,
         metadata=metadata,
         status=row.status,
@@ -306,8 +322,14 @@ def run_record(row: RunRow) -> AgentRun:
         thread_id=ThreadId(row.thread_id),
         project_id=row.project_id,
         execution_id=row.execution_id,
+        seq=row.seq,
         status=row.status,
+        owner=row.owner,
+        lease_expires_at_ms=row.lease_expires_at_ms,
+        fencing_token=row.fencing_token,
+        attempts=row.attempts,
         failure=decode_failure(row.failure_json),
+        queued_at_ms=row.queued_at_ms,
         started_at_ms=row.started_at_ms,
         finished_at_ms=row.finished_at_ms,
     )
@@ -371,6 +393,23 @@ def check_run_in_thread(
     return Success(row)
 
 
+Counter = Callable[[str], int]
+"""A backend's counters: ``counter(name)`` takes the next value of counter ``name`` (from 1,
+dense, never reused, given back only when the unit of work rolls back)."""
+
+THREAD_SEQ = "thread_seq"
+"""The counter of :attr:`Thread.seq`."""
+
+RUN_SEQ = "run_seq"
+"""The counter of :attr:`AgentRun.seq`."""
+
+FENCING_TOKEN = "fencing_token"
+"""The counter of agent-run fencing tokens (one for the whole database)."""
+
+COUNTERS = (THREAD_SEQ, RUN_SEQ, FENCING_TOKEN)
+"""Every counter of the agent stores."""
+
+
 @attrs.frozen
 class Decided(Generic[T]):
     """A decision: the ``row`` that answers the request, and whether the layer must ``write``
@@ -404,11 +443,20 @@ class ThreadCreate:
     project_id: str
     title: str
     metadata_json: str
+    agent_id: str | None
+    owner_id: str | None
     at_ms: int
 
 
 def check_thread_create(
-    thread_id: object, project_id: object, title: object, metadata: object, at: object, clock: Clock
+    thread_id: object,
+    project_id: object,
+    title: object,
+    metadata: object,
+    agent_id: object,
+    owner_id: object,
+    at: object,
+    clock: Clock,
 ) -> Result[ThreadCreate, InvalidInput]:
     """Check the arguments of :meth:`ThreadStore.create`, in that order."""
     return _combine(
@@ -417,19 +465,24 @@ def check_thread_create(
         check_id(project_id, "project_id"),
         check_title(title),
         encode_object(metadata, "metadata"),
+        check_optional(agent_id, "agent_id", check_id),
+        check_optional(owner_id, "owner_id", check_id),
         resolve_at(at, clock),
     )
 
 
 def decide_thread_create(
-    existing: ThreadRow | None, request: ThreadCreate
+    existing: ThreadRow | None, request: ThreadCreate, counter: Counter
 ) -> Result[Decided[ThreadRow], AgentError]:
-    """A new open, empty thread; the stored one when the same create is repeated (metadata
-    compared regardless of key order); ``Conflict`` when the id exists with other values."""
+    """A new open, empty thread (its ``seq`` the next of :data:`THREAD_SEQ`); the stored one
+    when the same create is repeated (metadata compared regardless of key order);
+    ``Conflict`` when the id exists with other values."""
     if existing is not None:
         if (
             existing.project_id == request.project_id
             and existing.title == request.title
+            and existing.agent_id == request.agent_id
+            and existing.owner_id == request.owner_id
             and canonical_json(existing.metadata_json) == canonical_json(request.metadata_json)
         ):
             return Success(Decided(existing, write=False))
@@ -437,6 +490,9 @@ def decide_thread_create(
     row = ThreadRow(
         id=request.thread_id,
         project_id=request.project_id,
+        seq=counter(THREAD_SEQ),
+        agent_id=request.agent_id,
+        owner_id=request.owner_id,
         title=request.title,
         metadata_json=request.metadata_json,
         status=ThreadStatus.OPEN,
@@ -497,29 +553,287 @@ def decide_thread_update(
     return Success(Decided(changed, write=True))
 
 
-# -- runs ---------------------------------------------------------------------------------------
+# -- listings of threads and runs -------------------------------------------------------------
+
+THREAD_CURSOR = CursorCodec("agent_threads")
+"""The cursor of a thread page: the ``seq`` of its last thread."""
+
+RUN_CURSOR = CursorCodec("agent_runs")
+"""The cursor of a run page: the ``seq`` of its last run."""
+
+
+def _check_limit(limit: object) -> Result[int, InvalidQuery]:
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        return Failure(InvalidQuery("limit", f"must be an integer, got {type(limit).__name__}"))
+    if limit < 1:
+        return Failure(InvalidQuery("limit", f"must be at least 1, got {limit}"))
+    if limit > MAX_PAGE_SIZE:
+        return Failure(InvalidQuery("limit", f"must be at most {MAX_PAGE_SIZE}, got {limit}"))
+    return Success(int(limit))
+
+
+def _check_after(codec: CursorCodec, cursor: object) -> Result[int, InvalidQuery]:
+    """The ``seq`` a listing continues after (0 from the start)."""
+    decoded = codec.decode(cursor)
+    if isinstance(decoded, Failure):
+        return Failure(InvalidQuery("cursor", decoded.failure().reason))
+    keys = decoded.unwrap()
+    if keys is None:
+        return Success(0)
+    if keys[0] < 0:
+        return Failure(InvalidQuery("cursor", f"not a cursor of this listing ({codec.kind})"))
+    return Success(keys[0])
+
+
+def _check_enum(kind: type[E], value: object) -> Result[E | None, InvalidQuery]:
+    if value is None:
+        return Success(value)
+    member = member_of(kind, value)
+    if member is not None:
+        return Success(member)
+    return Failure(InvalidQuery("status", f"unknown status {describe(value)}"))
 
 
 @attrs.frozen
-class RunStart:
-    """A checked :meth:`AgentRunStore.start`."""
+class ThreadListing:
+    """A checked :meth:`ThreadStore.list`: threads of the project with ``seq > after_seq``
+    and the filters given, ``limit`` of them (a backend fetches ``limit + 1``)."""
+
+    project_id: str
+    agent_id: str | None
+    status: ThreadStatus | None
+    owner_id: str | None
+    limit: int
+    after_seq: int
+
+    def admits(self, row: ThreadRow) -> bool:
+        """Whether ``row`` belongs to the listing (the in-memory layer's filter)."""
+        return (
+            row.project_id == self.project_id
+            and row.seq > self.after_seq
+            and (self.agent_id is None or row.agent_id == self.agent_id)
+            and (self.status is None or row.status is self.status)
+            and (self.owner_id is None or row.owner_id == self.owner_id)
+        )
+
+
+def check_thread_listing(
+    project_id: object,
+    agent_id: object,
+    status: object,
+    owner_id: object,
+    limit: object,
+    cursor: object,
+) -> Result[ThreadListing, AgentError]:
+    """Check the arguments of :meth:`ThreadStore.list`: the query (``limit``, ``status``,
+    ``cursor``: ``InvalidQuery``), then the ids (``InvalidInput``)."""
+    query = (
+        _check_limit(limit),
+        _check_enum(ThreadStatus, status),
+        _check_after(THREAD_CURSOR, cursor),
+    )
+    ids = (
+        check_id(project_id, "project_id"),
+        check_optional(agent_id, "agent_id", check_id),
+        check_optional(owner_id, "owner_id", check_id),
+    )
+    for checked in (*query, *ids):
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(
+        ThreadListing(
+            ids[0].unwrap(),
+            ids[1].unwrap(),  # type: ignore[arg-type]
+            query[1].unwrap(),
+            ids[2].unwrap(),  # type: ignore[arg-type]
+            query[0].unwrap(),
+            query[2].unwrap(),
+        )
+    )
+
+
+def thread_page(rows: Sequence[ThreadRow], limit: int) -> Page[Thread]:
+    """The page of threads fetched as ``limit + 1`` rows in ``seq`` order."""
+    page = page_of(rows, limit, lambda row: THREAD_CURSOR.encode(row.seq))
+    return Page(tuple(map(thread_record, page.items)), page.has_more, page.next_cursor)
+
+
+@attrs.frozen
+class RunListing:
+    """A checked :meth:`AgentRunStore.list`: runs of the thread with ``seq > after_seq``, in
+    ``status`` when given, ``limit`` of them (a backend fetches ``limit + 1``)."""
+
+    thread_id: str
+    status: AgentRunStatus | None
+    limit: int
+    after_seq: int
+
+    def admits(self, row: RunRow) -> bool:
+        """Whether ``row`` belongs to the listing (the in-memory layer's filter)."""
+        return (
+            row.thread_id == self.thread_id
+            and row.seq > self.after_seq
+            and (self.status is None or row.status is self.status)
+        )
+
+
+def check_run_listing(
+    thread_id: object, status: object, limit: object, cursor: object
+) -> Result[RunListing, AgentError]:
+    """Check the arguments of :meth:`AgentRunStore.list`: the query, then the thread id."""
+    checks = (
+        _check_limit(limit),
+        _check_enum(AgentRunStatus, status),
+        _check_after(RUN_CURSOR, cursor),
+        check_id(thread_id, "thread_id"),
+    )
+    for checked in checks:
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(
+        RunListing(
+            checks[3].unwrap(),
+            checks[1].unwrap(),
+            checks[0].unwrap(),
+            checks[2].unwrap(),
+        )
+    )
+
+
+def run_page(rows: Sequence[RunRow], limit: int) -> Page[AgentRun]:
+    """The page of runs fetched as ``limit + 1`` rows in ``seq`` order."""
+    page = page_of(rows, limit, lambda row: RUN_CURSOR.encode(row.seq))
+    return Page(tuple(map(run_record, page.items)), page.has_more, page.next_cursor)
+
+
+def check_run_ids(run_ids: object) -> Result[tuple[str, ...], AgentError]:
+    """Check the argument of :meth:`AgentRunStore.get_many`: a sequence of at most
+    :data:`MAX_PAGE_SIZE` ids (``InvalidQuery``), each valid (``InvalidInput("run_ids[i]")``);
+    return them once each, in the order given."""
+    if isinstance(run_ids, str | bytes) or not isinstance(run_ids, Sequence):
+        return Failure(InvalidQuery("run_ids", "must be a sequence of run ids, not one"))
+    if len(run_ids) > MAX_PAGE_SIZE:
+        return Failure(InvalidQuery("run_ids", f"at most {MAX_PAGE_SIZE} ids, got {len(run_ids)}"))
+    for index, run_id in enumerate(run_ids):
+        checked = check_id(run_id, f"run_ids[{index}]")
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(tuple(dict.fromkeys(run_ids)))
+
+
+def runs_in_order(ids: Sequence[str], rows: Sequence[RunRow]) -> tuple[AgentRun, ...]:
+    """The records of the found ``rows``, in the order of ``ids``."""
+    by_id = {row.id: row for row in rows}
+    return tuple(run_record(by_id[run_id]) for run_id in ids if run_id in by_id)
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+def check_lease(lease_ms: object) -> Result[int, InvalidInput]:
+    """Check a lease: an int of ms in ``1..MAX_LEASE_MS`` (the ledger's limits)."""
+    return check_int(lease_ms, "lease_ms", minimum=1, maximum=MAX_LEASE_MS)
+
+
+def check_token(token: object) -> Result[int, InvalidInput]:
+    """Check a fencing token: an int >= 0."""
+    return check_int(token, "fencing_token", minimum=0, maximum=None)
+
+
+@attrs.frozen
+class RunQueue:
+    """A checked :meth:`AgentRunStore.queue`, or a :meth:`AgentRunStore.start` (then with the
+    ``owner`` and ``lease_ms`` of the claim); ``now_ms`` is the clock's time leases count
+    from."""
 
     run_id: str
     thread_id: str
     execution_id: str | None
     at_ms: int
+    owner: str | None
+    lease_ms: int
+    now_ms: int
 
 
-def check_run_start(
+def check_run_queue(
     run_id: object, thread_id: object, execution_id: object, at: object, clock: Clock
-) -> Result[RunStart, InvalidInput]:
-    """Check the arguments of :meth:`AgentRunStore.start`, in that order."""
+) -> Result[RunQueue, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.queue`, in that order."""
     return _combine(
-        RunStart,
+        lambda run, thread, execution, at_ms: RunQueue(
+            run, thread, execution, at_ms, None, 0, clock.now_ms()
+        ),
         check_id(run_id, "run_id"),
         check_id(thread_id, "thread_id"),
         check_optional(execution_id, "execution_id", check_id),
         resolve_at(at, clock),
+    )
+
+
+def check_run_start(
+    run_id: object,
+    thread_id: object,
+    owner: object,
+    lease_ms: object,
+    execution_id: object,
+    at: object,
+    clock: Clock,
+) -> Result[RunQueue, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.start`, in that order."""
+    return _combine(
+        lambda run, thread, worker, lease, execution, at_ms: RunQueue(
+            run, thread, execution, at_ms, worker, lease, clock.now_ms()
+        ),
+        check_id(run_id, "run_id"),
+        check_id(thread_id, "thread_id"),
+        check_id(owner, "owner"),
+        check_lease(lease_ms),
+        check_optional(execution_id, "execution_id", check_id),
+        resolve_at(at, clock),
+    )
+
+
+@attrs.frozen
+class RunClaim:
+    """A checked :meth:`AgentRunStore.claim` or :meth:`AgentRunStore.reclaim`."""
+
+    run_id: str
+    owner: str
+    lease_ms: int
+    now_ms: int
+
+
+def check_run_claim(
+    run_id: object, owner: object, lease_ms: object, clock: Clock
+) -> Result[RunClaim, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.claim` (and ``reclaim``), in that order."""
+    return _combine(
+        lambda run, worker, lease: RunClaim(run, worker, lease, clock.now_ms()),
+        check_id(run_id, "run_id"),
+        check_id(owner, "owner"),
+        check_lease(lease_ms),
+    )
+
+
+@attrs.frozen
+class RunRenew:
+    """A checked :meth:`AgentRunStore.renew`."""
+
+    run_id: str
+    fencing_token: int
+    lease_ms: int
+    now_ms: int
+
+
+def check_run_renew(
+    run_id: object, fencing_token: object, lease_ms: object, clock: Clock
+) -> Result[RunRenew, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.renew`, in that order."""
+    return _combine(
+        lambda run, token, lease: RunRenew(run, token, lease, clock.now_ms()),
+        check_id(run_id, "run_id"),
+        check_token(fencing_token),
+        check_lease(lease_ms),
     )
 
 
@@ -543,21 +857,46 @@ def check_execution(
     return Success(None)
 
 
-def decide_run_start(
+def _claimed(row: RunRow, owner: str, lease_ms: int, now_ms: int, counter: Counter) -> RunRow:
+    """``row`` claimed by ``owner``: running under a lease until ``now_ms + lease_ms``, a fresh
+    fencing token, one more attempt; ``started_at_ms`` keeps the first claim."""
+    return attrs.evolve(
+        row,
+        status=AgentRunStatus.RUNNING,
+        owner=owner,
+        lease_expires_at_ms=now_ms + lease_ms,
+        fencing_token=counter(FENCING_TOKEN),
+        attempts=row.attempts + 1,
+        started_at_ms=now_ms if row.started_at_ms is None else row.started_at_ms,
+    )
+
+
+def _slot_free(thread: ThreadRow, run_id: str) -> Result[None, AgentError]:
+    """The single-flight rule: ``ActiveRunExists`` while another run of the thread runs."""
+    active = thread.active_run_id
+    if active is not None and active != run_id:
+        return Failure(ActiveRunExists(thread.id, active))
+    return Success(None)
+
+
+def decide_run_queue(
     thread: ThreadRow | None,
     existing: RunRow | None,
-    request: RunStart,
+    request: RunQueue,
     ledger: ExecutionStorage,
+    counter: Counter,
 ) -> Result[Decided[RunRow], AgentError]:
-    """The new running row, or the stored one for a repeated start; the failures of
-    :meth:`AgentRunStore.start` in its order, ending with the single-flight rule
-    (``ActiveRunExists``). The execution is read from ``ledger`` only when it is reached."""
+    """The new run (queued, or running for a ``start``), or the stored one for a repeated
+    request; the failures of :meth:`AgentRunStore.queue` / ``start`` in their order, a
+    ``start`` ending with the single-flight rule. The execution is read from ``ledger``
+    only when it is reached; ``counter`` is called only for a new run."""
     if thread is None:
         return Failure(NotFound("thread", request.thread_id))
     if existing is not None:
         if (
             existing.thread_id == request.thread_id
             and existing.execution_id == request.execution_id
+            and (request.owner is None or existing.owner == request.owner)
         ):
             return Success(Decided(existing, write=False))
         return Failure(
@@ -569,39 +908,159 @@ def decide_run_start(
         checked = check_execution(ledger, request.execution_id, thread.project_id)
         if isinstance(checked, Failure):
             return checked
-    if thread.active_run_id is not None:
-        return Failure(ActiveRunExists(request.thread_id, thread.active_run_id))
+    if request.owner is not None:
+        free = _slot_free(thread, request.run_id)
+        if isinstance(free, Failure):
+            return Failure(free.failure())
     row = RunRow(
         id=request.run_id,
         thread_id=request.thread_id,
         project_id=thread.project_id,
         execution_id=request.execution_id,
-        status=AgentRunStatus.RUNNING,
+        seq=counter(RUN_SEQ),
+        status=AgentRunStatus.QUEUED,
+        owner=None,
+        lease_expires_at_ms=None,
+        fencing_token=0,
+        attempts=0,
         failure_json=None,
-        started_at_ms=request.at_ms,
+        queued_at_ms=request.at_ms,
+        started_at_ms=None,
         finished_at_ms=None,
     )
+    if request.owner is not None:
+        row = _claimed(row, request.owner, request.lease_ms, request.now_ms, counter)
+        row = attrs.evolve(row, started_at_ms=request.at_ms)
     return Success(Decided(row, write=True))
+
+
+def decide_run_claim(
+    row: RunRow | None,
+    thread: ThreadRow | None,
+    request: RunClaim,
+    ledger: ExecutionStorage,
+    counter: Counter,
+) -> Result[Decided[RunRow], AgentError]:
+    """The claimed run, or the stored one when its holder repeats the claim under a live
+    lease; the failures of :meth:`AgentRunStore.claim` in its order. ``thread`` is the run's
+    thread (None only when ``row`` is)."""
+    if row is None or thread is None:
+        return Failure(NotFound("agent_run", request.run_id))
+    if (
+        row.status is AgentRunStatus.RUNNING
+        and row.owner == request.owner
+        and not _expired(row, request.now_ms)
+    ):
+        return Success(Decided(row, write=False))
+    if row.status is not AgentRunStatus.QUEUED:
+        return Failure(
+            IllegalTransition("agent_run", request.run_id, str(row.status), "running")
+        )
+    if thread.status is ThreadStatus.ARCHIVED:
+        return Failure(Conflict("thread", thread.id, "thread is archived"))
+    if row.execution_id is not None:
+        checked = check_execution(ledger, row.execution_id, row.project_id)
+        if isinstance(checked, Failure):
+            return checked
+    free = _slot_free(thread, row.id)
+    if isinstance(free, Failure):
+        return Failure(free.failure())
+    claimed = _claimed(row, request.owner, request.lease_ms, request.now_ms, counter)
+    return Success(Decided(claimed, write=True))
+
+
+def _expired(row: RunRow, now_ms: int) -> bool:
+    """Whether the lease of a running run has expired (expiry <= now, as the ledger's; a run
+    without an expiry, one written before leases, counts as expired)."""
+    return row.lease_expires_at_ms is None or row.lease_expires_at_ms <= now_ms
+
+
+def held(row: RunRow | None, run_id: str, token: int) -> Result[RunRow, AgentError]:
+    """The fencing rule: the run's row when ``token`` is its latest; ``NotFound("agent_run")``
+    when there is no run, ``StaleFencingToken(run_id, token, current)`` otherwise."""
+    if row is None:
+        return Failure(NotFound("agent_run", run_id))
+    if token != row.fencing_token:
+        return Failure(StaleFencingToken(run_id, token, row.fencing_token))
+    return Success(row)
+
+
+def _not_running(row: RunRow, reason: str) -> Failure[AgentError]:
+    return Failure(
+        Conflict("agent_run", row.id, reason, expected="running", actual=str(row.status))
+    )
+
+
+def decide_run_renew(row: RunRow | None, request: RunRenew) -> Result[Decided[RunRow], AgentError]:
+    """The run with its lease until ``now + lease_ms``; the failures of
+    :meth:`AgentRunStore.renew` in its order."""
+    found = held(row, request.run_id, request.fencing_token)
+    if isinstance(found, Failure):
+        return Failure(found.failure())
+    current = found.unwrap()
+    if current.status is not AgentRunStatus.RUNNING:
+        return _not_running(current, "only a running run has a lease")
+    renewed = attrs.evolve(current, lease_expires_at_ms=request.now_ms + request.lease_ms)
+    return Success(Decided(renewed, write=True))
+
+
+def decide_run_reclaim(
+    row: RunRow | None, request: RunClaim, counter: Counter
+) -> Result[Decided[RunRow], AgentError]:
+    """The run taken over by ``request.owner`` with a fresh token; the failures of
+    :meth:`AgentRunStore.reclaim` in its order."""
+    if row is None:
+        return Failure(NotFound("agent_run", request.run_id))
+    if row.status is not AgentRunStatus.RUNNING:
+        return _not_running(row, "only a running run can be reclaimed")
+    if not _expired(row, request.now_ms):
+        return Failure(
+            Conflict(
+                "agent_run",
+                row.id,
+                "lease is still held",
+                expected=str(row.lease_expires_at_ms),
+                actual=str(request.now_ms),
+            )
+        )
+    reclaimed = _claimed(row, request.owner, request.lease_ms, request.now_ms, counter)
+    return Success(Decided(reclaimed, write=True))
 
 
 @attrs.frozen
 class RunFinish:
-    """A checked :meth:`AgentRunStore.finish`."""
+    """A checked :meth:`AgentRunStore.finish` (``fencing_token`` None: a ``cancel``)."""
 
     run_id: str
+    fencing_token: int | None
     status: AgentRunStatus
     failure_json: str | None
     at_ms: int
 
 
 def check_run_finish(
-    run_id: object, status: object, failure: object, at: object, clock: Clock
+    run_id: object, fencing_token: object, status: object, failure: object, at: object, clock: Clock
 ) -> Result[RunFinish, InvalidInput]:
     """Check the arguments of :meth:`AgentRunStore.finish`, in that order."""
     return _combine(
-        lambda checked_id, final, at_ms: RunFinish(checked_id, final[0], final[1], at_ms),
+        lambda checked_id, token, final, at_ms: RunFinish(
+            checked_id, token, final[0], final[1], at_ms
+        ),
         check_id(run_id, "run_id"),
+        check_token(fencing_token),
         check_failure(status, failure),
+        resolve_at(at, clock),
+    )
+
+
+def check_run_cancel(
+    run_id: object, failure: object, at: object, clock: Clock
+) -> Result[RunFinish, InvalidInput]:
+    """Check the arguments of :meth:`AgentRunStore.cancel`, in that order."""
+    return _combine(
+        lambda checked_id, final, at_ms: RunFinish(checked_id, None, final[0], final[1], at_ms),
+        check_id(run_id, "run_id"),
+        check_failure(AgentRunStatus.CANCELLED, failure),
         resolve_at(at, clock),
     )
 
@@ -609,18 +1068,30 @@ def check_run_finish(
 def decide_run_finish(
     row: RunRow | None, request: RunFinish
 ) -> Result[Decided[RunRow], AgentError]:
-    """The finished row; the stored one when the same finish is repeated; ``NotFound``;
-    ``IllegalTransition`` when the run already finished otherwise."""
+    """The finished row; the stored one when the same finish (or cancel) is repeated; the
+    failures of :meth:`AgentRunStore.finish` (with a token) or ``cancel`` (without one) in
+    their order."""
     if row is None:
         return Failure(NotFound("agent_run", request.run_id))
-    if row.status is not AgentRunStatus.RUNNING:
-        if row.status is request.status and row.failure_json == request.failure_json:
-            return Success(Decided(row, write=False))
+    if request.fencing_token is not None:
+        found = held(row, request.run_id, request.fencing_token)
+        if isinstance(found, Failure):
+            return Failure(found.failure())
+    replay = row.status is request.status and row.failure_json == request.failure_json
+    if row.status.is_finished and replay:
+        return Success(Decided(row, write=False))
+    if row.status.is_finished or (
+        row.status is AgentRunStatus.QUEUED and request.fencing_token is not None
+    ):
         return Failure(
             IllegalTransition("agent_run", request.run_id, str(row.status), str(request.status))
         )
     finished = attrs.evolve(
-        row, status=request.status, failure_json=request.failure_json, finished_at_ms=request.at_ms
+        row,
+        status=request.status,
+        failure_json=request.failure_json,
+        lease_expires_at_ms=None,
+        finished_at_ms=request.at_ms,
     )
     return Success(Decided(finished, write=True))
 
@@ -638,11 +1109,24 @@ class MessageDraft:
     usage: TokenUsage
     cost_text: str | None
     at_ms: int
+    fencing_token: int | None
+
+
+def _check_message_token(message: NewMessage) -> Result[int | None, InvalidInput]:
+    """A message's fencing token: required with a run, refused without one."""
+    token = message.fencing_token
+    if message.run_id is None:
+        if token is None:
+            return Success(None)
+        return Failure(InvalidInput("fencing_token", "a token is given only with its run_id"))
+    if token is None:
+        return Failure(InvalidInput("fencing_token", "a message of a run carries its token"))
+    return check_token(token)
 
 
 def check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, InvalidInput]:
     """Check one :class:`NewMessage` (fields ``role``, ``run_id``, ``content``, ``usage``,
-    ``cost``, ``at``, in that order)."""
+    ``cost``, ``at``, ``fencing_token``, in that order)."""
     return _combine(
         MessageDraft,
         check_text(message.role, "role", max_chars=MAX_ROLE_CHARS, allow_nul=True),
@@ -651,6 +1135,7 @@ def check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, Inv
         check_usage(message.usage),
         encode_cost(message.cost),
         resolve_at(message.at, clock),
+        _check_message_token(message),
     )
 
 
@@ -722,7 +1207,8 @@ def decide_append(
     in :func:`message_run_ids` (None when missing).
 
     Failures, in order: ``NotFound("thread")``; ``Conflict("thread is archived")``;
-    ``NotFound("agent_run")`` or ``Conflict`` (a run of another thread).
+    ``NotFound("agent_run")`` or ``Conflict`` (a run of another thread); then, message by
+    message, ``StaleFencingToken`` and ``Conflict("run is not running")``.
     """
     if head is None:
         return Failure(NotFound("thread", request.thread_id))
@@ -735,7 +1221,24 @@ def decide_append(
         checked = check_run_in_thread(row, run_id, request.thread_id)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
+    for draft in request.drafts:
+        if draft.run_id is not None:
+            writer = running_holder(runs[draft.run_id], draft.run_id, draft.fencing_token or 0)
+            if isinstance(writer, Failure):
+                return Failure(writer.failure())
     return Success(range(head.head_seq + 1, head.head_seq + count + 1))
+
+
+def running_holder(row: RunRow | None, run_id: str, token: int) -> Result[RunRow, AgentError]:
+    """The rule of every write on a run's behalf: :func:`held` (``NotFound``,
+    ``StaleFencingToken``), then ``Conflict("run is not running")`` unless it runs."""
+    found = held(row, run_id, token)
+    if isinstance(found, Failure):
+        return found
+    current = found.unwrap()
+    if current.status is not AgentRunStatus.RUNNING:
+        return _not_running(current, "run is not running")
+    return found
 
 
 def appended_messages(
@@ -898,13 +1401,14 @@ class AppendsOne:
         role: str,
         content: JsonValue,
         run_id: str | None = None,
+        fencing_token: int | None = None,
         usage: TokenUsage | None = None,
         cost: Decimal | None = None,
         at: datetime | int | None = None,
     ) -> Result[Message, AgentError]:
         """Append one message (see ``MessageStore.append_many``)."""
         usage = TokenUsage() if usage is None else usage
-        message = NewMessage(role, content, run_id, usage, cost, at)
+        message = NewMessage(role, content, run_id, usage, cost, at, fencing_token)
         return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
 
 
@@ -918,6 +1422,7 @@ class CheckpointDraft:
     checkpoint_id: str
     thread_id: str
     run_id: str
+    fencing_token: int
     expected_latest_id: str | None
     summary: str
     through_seq: int
@@ -929,6 +1434,7 @@ def check_checkpoint(
     checkpoint_id: object,
     thread_id: object,
     run_id: object,
+    fencing_token: object,
     summary: object,
     through_seq: object,
     observed_head_seq: object,
@@ -937,17 +1443,19 @@ def check_checkpoint(
     clock: Clock,
 ) -> Result[CheckpointDraft, InvalidInput]:
     """Check the arguments of :meth:`CheckpointStore.create` (see there for the rules): the
-    ids, the summary, the sequence numbers (``through_seq <= observed_head_seq``), ``at``."""
+    ids, the token, the summary, the sequence numbers (``through_seq <= observed_head_seq``),
+    ``at``."""
     ids = (
         check_id(checkpoint_id, "checkpoint_id"),
         check_id(thread_id, "thread_id"),
         check_id(run_id, "run_id"),
     )
+    token = check_token(fencing_token)
     expected = check_optional(expected_latest_id, "expected_latest_id", check_id)
     text = check_text(summary, "summary", max_chars=MAX_CONTENT_BYTES // 4, allow_nul=True)
     through = check_int(through_seq, "through_seq", minimum=1)
     head = check_int(observed_head_seq, "observed_head_seq", minimum=1)
-    failed = first_failure(*ids, expected, text, through, head)
+    failed = first_failure(*ids, token, expected, text, through, head)
     if isinstance(failed, Failure):
         return Failure(failed.failure())
     if through.unwrap() > head.unwrap():
@@ -959,6 +1467,7 @@ def check_checkpoint(
             checkpoint_id=ids[0].unwrap(),
             thread_id=ids[1].unwrap(),
             run_id=ids[2].unwrap(),
+            fencing_token=token.unwrap(),
             expected_latest_id=expected.unwrap(),  # type: ignore[arg-type]
             summary=text.unwrap(),
             through_seq=through.unwrap(),
@@ -990,7 +1499,9 @@ def decide_checkpoint(
     thread = facts.thread
     if thread is None:
         return Failure(NotFound("thread", draft.thread_id))
-    run = check_run_in_thread(facts.run, draft.run_id, draft.thread_id)
+    run = check_run_in_thread(facts.run, draft.run_id, draft.thread_id).bind(
+        lambda row: held(row, draft.run_id, draft.fencing_token)
+    )
     if isinstance(run, Failure):
         return Failure(run.failure())
     stored = facts.mine
@@ -1011,11 +1522,8 @@ def decide_checkpoint(
                 actual=stored.id,
             )
         )
-    status = run.unwrap().status
-    if status is not AgentRunStatus.RUNNING:
-        return Failure(
-            Conflict("agent_run", draft.run_id, "run is not running", actual=str(status))
-        )
+    if run.unwrap().status is not AgentRunStatus.RUNNING:
+        return _not_running(run.unwrap(), "run is not running")
     if facts.id_taken:
         return Failure(Conflict("checkpoint", draft.checkpoint_id, "checkpoint id taken"))
     latest = facts.latest
@@ -1101,22 +1609,33 @@ class AgentStores(Generic[TS, RS, MS, CS]):
 
 
 __all__ = [
+    "COUNTERS",
+    "FENCING_TOKEN",
     "MESSAGE_CURSOR",
     "NO_USAGE",
+    "RUN_CURSOR",
+    "RUN_SEQ",
+    "THREAD_CURSOR",
+    "THREAD_SEQ",
     "AgentStores",
     "Append",
     "AppendsOne",
     "CheckpointDraft",
     "CheckpointFacts",
+    "Counter",
     "Decided",
     "JsonValue",
     "ListQuery",
     "MessageDraft",
+    "RunClaim",
     "RunFinish",
+    "RunListing",
+    "RunQueue",
+    "RunRenew",
     "RunRow",
-    "RunStart",
     "ThreadCreate",
     "ThreadHead",
+    "ThreadListing",
     "ThreadRow",
     "ThreadUpdate",
     "appended_messages",
@@ -1127,23 +1646,35 @@ __all__ = [
     "check_execution",
     "check_failure",
     "check_id",
+    "check_lease",
     "check_list",
     "check_list_query",
     "check_message",
     "check_message_ref",
     "check_messages",
+    "check_run_cancel",
+    "check_run_claim",
     "check_run_finish",
+    "check_run_ids",
     "check_run_in_thread",
+    "check_run_listing",
+    "check_run_queue",
+    "check_run_renew",
     "check_run_start",
     "check_thread_create",
+    "check_thread_listing",
     "check_thread_status",
     "check_thread_update",
     "check_title",
+    "check_token",
     "check_usage",
     "decide_append",
     "decide_checkpoint",
+    "decide_run_claim",
     "decide_run_finish",
-    "decide_run_start",
+    "decide_run_queue",
+    "decide_run_reclaim",
+    "decide_run_renew",
     "decide_thread_create",
     "decide_thread_update",
     "decode_cost",
@@ -1151,11 +1682,16 @@ __all__ = [
     "encode_content",
     "encode_cost",
     "encode_object",
+    "held",
     "message_page",
     "message_record",
     "message_run_ids",
     "require_run",
     "require_thread",
     "resolve_at",
+    "run_page",
+    "running_holder",
+    "runs_in_order",
+    "thread_page",
     "write_decided",
 ]

@@ -5,8 +5,9 @@ What an agent runtime keeps between turns (seed 002). ``AgentStorage`` bundles f
 - ``threads`` (:class:`ThreadStore`): a conversation of one project, with its title, JSON
   metadata, status, the run currently active on it, and counters kept in the same unit of
   work as the messages (``head_seq``, ``message_count``, ``last_message_at_ms``).
-- ``runs`` (:class:`AgentRunStore`): one turn of work on a thread. At most one run per thread
-  is ``running`` at a time (single flight); a run may belong to an execution of the ledger of
+- ``runs`` (:class:`AgentRunStore`): one turn of work on a thread. A run is ``queued``, then
+  claimed by a worker under a lease, ``running``, then final. At most one run per thread is
+  ``running`` at a time (single flight); a run may belong to an execution of the ledger of
   the same project.
 - ``messages`` (:class:`MessageStore`): the transcript. Each message gets the next sequence
   number of its thread from the thread's counter row: dense (1, 2, 3, ...) and never reused,
@@ -14,6 +15,17 @@ What an agent runtime keeps between turns (seed 002). ``AgentStorage`` bundles f
 - ``checkpoints`` (:class:`CheckpointStore`): compaction summaries, created by
   compare-and-swap against the thread's head and latest checkpoint. The transcript itself is
   never rewritten.
+
+Workers and fencing (as the ledger's executions, :mod:`runstore.services.ledger`): ``claim``
+(or ``start``) moves a run to ``running`` for an ``owner`` under a lease of ``lease_ms``
+milliseconds, measured on the :class:`~runstore.services.Clock`, and hands out a *fencing
+token*: a number larger than every agent-run token handed out before in the database.
+``renew`` extends the lease; once it has expired, ``reclaim`` gives the run to another
+worker with a new token, so a crashed worker does not hold its thread's single-flight slot
+forever. Every write made on behalf of a run (appending its messages, creating its
+checkpoint, finishing it) carries the token; an older one is ``StaleFencingToken`` and
+nothing is written (Kleppmann, "How to do distributed locking", 2016). A lease that expired
+but was not reclaimed does not invalidate its token.
 
 Ids of threads, runs and checkpoints are chosen by the caller (any non-empty text up to
 :data:`MAX_ID_CHARS` characters), so a write whose outcome is unknown can be repeated safely.
@@ -29,7 +41,8 @@ for exact round trip (``str`` keys, ``list`` not ``tuple``, finite floats, nesti
 Every method returns a ``Result`` whose failure is one :data:`AgentError`. The checks of a
 write happen in this order, identically in every layer: the arguments (``InvalidInput`` /
 ``InvalidQuery``), then existence (``NotFound``), then the rules of stored state
-(``Conflict``, ``IllegalTransition``, ``ActiveRunExists``). A failed write changes nothing.
+(``StaleFencingToken``, ``Conflict``, ``IllegalTransition``, ``ActiveRunExists``). A failed
+write changes nothing.
 """
 
 from __future__ import annotations
@@ -52,7 +65,11 @@ from runstore.services.errors import (
     NotFound,
     StorageFailure,
 )
-from runstore.services.ledger import ExecutionFinished, ProjectMismatch
+from runstore.services.ledger import (
+    ExecutionFinished,
+    ProjectMismatch,
+    StaleFencingToken,
+)
 from runstore.services.pagination import Page
 
 __all__ = [
@@ -128,8 +145,15 @@ class ThreadStatus(StrEnum):
 
 
 class AgentRunStatus(StrEnum):
-    """``running`` until finished; the others are final."""
+    """``queued`` until claimed, ``running`` until finished; the others are final::
 
+        queued ──claim──▶ running ──finish──▶ succeeded | failed | cancelled
+           │                 │  ▲
+           │                 └──┘ renew, reclaim (after the lease expired)
+           └──────cancel──────▶ cancelled ◀──cancel── running
+    """
+
+    QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
@@ -138,7 +162,7 @@ class AgentRunStatus(StrEnum):
     @property
     def is_finished(self) -> bool:
         """Whether the status is final."""
-        return self is not AgentRunStatus.RUNNING
+        return self is not AgentRunStatus.RUNNING and self is not AgentRunStatus.QUEUED
 
 
 # -- error values ----------------------------------------------------------------------------
@@ -174,6 +198,7 @@ AgentError: TypeAlias = (
     | InvalidInput
     | InvalidQuery
     | ActiveRunExists
+    | StaleFencingToken
     | ProjectMismatch
     | ExecutionFinished
     | Busy
@@ -194,11 +219,17 @@ class Thread:
     of the stored message with the highest sequence number (``None`` with no messages);
     ``active_run_id`` is the run now ``running`` on it, if any; ``checkpoint_count`` counts
     its context checkpoints. ``updated_at_ms`` moves with every change of title, metadata,
-    status or messages. Times are epoch ms.
+    status or messages. Times are epoch ms. ``seq`` is its place in the database's creation
+    order of threads (from 1, never reused, the order of :meth:`ThreadStore.list`);
+    ``agent_id`` names the agent that converses in it and ``owner_id`` whom it belongs to
+    (both the host's ids, or None), given at create.
     """
 
     id: ThreadId
     project_id: str
+    seq: int
+    agent_id: str | None
+    owner_id: str | None
     title: str
     metadata: dict[str, JsonValue]
     status: ThreadStatus
@@ -225,17 +256,30 @@ class AgentRunFailure:
 class AgentRun:
     """One run on a thread; ``execution_id`` names the ledger execution it belongs to, if any.
 
-    ``failure`` is set for ``failed`` runs (always) and ``cancelled`` ones (when given).
-    Times are epoch ms; ``finished_at_ms`` is ``None`` while running.
+    - ``seq``: its place in the database's creation order of runs (from 1, never reused; the
+      order of :meth:`AgentRunStore.list`).
+    - ``owner``: the worker of its latest claim (None while it was never claimed);
+      ``lease_expires_at_ms``: until when that worker holds it (None unless running);
+      ``fencing_token``: the token of its latest claim (0 while never claimed);
+      ``attempts``: how many times it was claimed (``start``, ``claim`` and ``reclaim``).
+    - ``failure`` is set for ``failed`` runs (always) and ``cancelled`` ones (when given).
+    - Times are epoch ms: ``queued_at_ms`` when it was queued (or started), ``started_at_ms``
+      its first claim (None while queued), ``finished_at_ms`` None until it is final.
     """
 
     id: AgentRunId
     thread_id: ThreadId
     project_id: str
     execution_id: str | None
+    seq: int
     status: AgentRunStatus
+    owner: str | None
+    lease_expires_at_ms: int | None
+    fencing_token: int
+    attempts: int
     failure: AgentRunFailure | None
-    started_at_ms: int
+    queued_at_ms: int
+    started_at_ms: int | None
     finished_at_ms: int | None
 
 
@@ -251,7 +295,8 @@ class TokenUsage:
 
 @attrs.frozen
 class NewMessage:
-    """A message to append: its ``role``, JSON ``content``, the run that produced it, its token
+    """A message to append: its ``role``, JSON ``content``, the run that produced it with that
+    run's ``fencing_token`` (required with a ``run_id``, refused without one), its token
     usage and exact ``cost`` (a ``Decimal`` in the host's currency unit, or ``None``), and
     ``at`` (aware datetime or epoch ms; ``None`` reads the clock)."""
 
@@ -261,6 +306,7 @@ class NewMessage:
     usage: TokenUsage = TokenUsage()
     cost: Decimal | None = None
     at: datetime | int | None = None
+    fencing_token: int | None = None
 
 
 @attrs.frozen
@@ -311,17 +357,44 @@ class ThreadStore(Protocol):
         project_id: str,
         title: str = "",
         metadata: Mapping[str, JsonValue] | None = None,
+        agent_id: str | None = None,
+        owner_id: str | None = None,
         at: datetime | int | None = None,
     ) -> Result[Thread, AgentError]:
-        """Create an open thread with no messages.
+        """Create an open thread with no messages, of ``agent_id`` and ``owner_id`` if given.
 
-        Repeating the same create (same project, title and metadata) returns the stored
-        thread unchanged, so a retry is safe. Creating an id that was deleted starts a new,
-        empty thread: only ``create`` ever makes a thread; no other write brings one back.
+        Repeating the same create (same project, title, metadata, agent and owner) returns
+        the stored thread unchanged, so a retry is safe. Creating an id that was deleted
+        starts a new, empty thread: only ``create`` ever makes a thread; no other write
+        brings one back.
 
         Failures: ``InvalidInput`` (an empty or over-long id, a lone surrogate, metadata that
         is not a JSON object, a naive ``at``); ``Conflict`` when the id exists with other
         values.
+        """
+        ...
+
+    def list(
+        self,
+        project_id: str,
+        *,
+        agent_id: str | None = None,
+        status: ThreadStatus | None = None,
+        owner_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Result[Page[Thread], AgentError]:
+        """Return one page of the project's threads, oldest first (ascending ``seq``).
+
+        Only threads of ``agent_id``, in ``status`` and of ``owner_id`` are listed (each
+        filter when given). Paging follows :mod:`runstore.services.pagination`: at most
+        ``limit`` threads, ``has_more`` and an opaque ``next_cursor`` (kind
+        ``agent_threads``) to pass back with the same filters. An unknown project is an
+        empty page.
+
+        Failures: ``InvalidQuery`` (``limit`` outside 1..1000, a cursor this listing did not
+        produce, an unknown ``status``); ``InvalidInput`` (a project, agent or owner id that
+        is not valid text).
         """
         ...
 
@@ -356,9 +429,16 @@ class ThreadStore(Protocol):
 
 @runtime_checkable
 class AgentRunStore(Protocol):
-    """Start, finish and read the runs of threads."""
+    """Queue, claim, lease, finish and read the runs of threads.
 
-    def start(
+    The fenced methods (``renew``, ``finish``, and the writes of the other stores made on a
+    run's behalf) check, in this order: the arguments (``InvalidInput``), the run
+    (``NotFound``), then the token: one that is not the run's latest is
+    ``StaleFencingToken(run_id, presented, current)`` (the ledger's error value, its
+    ``execution_id`` naming the run), and then the run's status.
+    """
+
+    def queue(
         self,
         run_id: str,
         *,
@@ -366,20 +446,84 @@ class AgentRunStore(Protocol):
         execution_id: str | None = None,
         at: datetime | int | None = None,
     ) -> Result[AgentRun, AgentError]:
-        """Start ``run_id`` on an open thread as its one active run.
+        """Queue ``run_id`` on an open thread for a worker to :meth:`claim`.
 
-        When ``execution_id`` is given, the execution is read from the ledger in the same
-        unit of work: it must exist, belong to the thread's project, and not be finished.
-        Repeating a start with the same thread and execution returns the stored run (in
-        whatever status it has reached), so a retry is safe.
+        A thread may have any number of queued runs. When ``execution_id`` is given, the
+        execution is read from the ledger in the same unit of work: it must exist, belong to
+        the thread's project, and not be finished. Repeating a queue with the same thread and
+        execution returns the stored run (in whatever status it has reached).
 
-        Failures, in this order: ``InvalidInput``; ``NotFound`` (the thread);
-        ``Conflict`` when ``run_id`` exists with another thread or execution, or the thread
-        is archived; ``NotFound("execution", id)``; ``ProjectMismatch`` when the execution
-        is of another project (``expected`` the thread's project, ``actual`` the
-        execution's); ``ExecutionFinished`` when it is final; ``ActiveRunExists`` when
+        Failures, in this order: ``InvalidInput``; ``NotFound`` (the thread); ``Conflict``
+        when ``run_id`` exists with another thread or execution (or, for :meth:`start`,
+        another owner), or the thread is archived; ``NotFound("execution", id)``;
+        ``ProjectMismatch`` (``expected`` the thread's project, ``actual`` the execution's);
+        ``ExecutionFinished``.
+        """
+        ...
+
+    def start(
+        self,
+        run_id: str,
+        *,
+        thread_id: str,
+        owner: str,
+        lease_ms: int,
+        execution_id: str | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """Queue ``run_id`` and claim it for ``owner`` in one unit of work (see :meth:`queue`
+        and :meth:`claim`): the thread's one running run, with a fresh fencing token.
+
+        Repeating a start with the same thread, execution and owner returns the stored run
+        (in whatever status it has reached, with its token), so a retry is safe.
+
+        Failures: those of :meth:`queue` (``lease_ms`` outside 1..``MAX_LEASE_MS`` of the
+        ledger, or an invalid ``owner``, is ``InvalidInput``), then ``ActiveRunExists`` when
         another run of the thread is running (of N concurrent starts exactly one succeeds).
-        The same error values as action runs use for their execution check.
+        """
+        ...
+
+    def claim(
+        self, run_id: str, *, owner: str, lease_ms: int
+    ) -> Result[AgentRun, AgentError]:
+        """Move the queued run to ``running`` for ``owner`` until ``now + lease_ms`` (ms).
+
+        The run gets a fencing token larger than every one handed out before and one more
+        attempt; it takes its thread's single-flight slot. Claiming again, by the same owner,
+        a run that owner holds under a live lease returns it unchanged (a retry).
+
+        Failures, in this order: ``InvalidInput`` (bad id or owner, ``lease_ms`` outside
+        1..``MAX_LEASE_MS``); ``NotFound``; ``IllegalTransition(status, "running")`` unless it
+        is queued; ``Conflict`` when the thread is archived; ``ExecutionFinished`` when its
+        execution finished meanwhile; ``ActiveRunExists`` when another run of the thread is
+        running (reclaim that one once its lease expired, then finish or cancel it).
+        """
+        ...
+
+    def renew(
+        self, run_id: str, *, fencing_token: int, lease_ms: int
+    ) -> Result[AgentRun, AgentError]:
+        """Extend the lease of a running run to ``now + lease_ms`` (ms) for its holder.
+
+        A lease that expired but was not reclaimed can still be renewed. Failures, in this
+        order: ``InvalidInput``; ``NotFound``; ``StaleFencingToken``; ``Conflict`` (reason
+        ``"only a running run has a lease"``, ``actual`` its status) unless it is running.
+        """
+        ...
+
+    def reclaim(
+        self, run_id: str, *, owner: str, lease_ms: int
+    ) -> Result[AgentRun, AgentError]:
+        """Take over a running run whose lease expired (expiry <= now) for ``owner``.
+
+        The run stays ``running`` and keeps its thread's slot, with ``owner``, a lease until
+        ``now + lease_ms``, a fresh fencing token (so every write of the previous holder is
+        refused from now on) and one more attempt. The new holder then goes on with the run
+        or finishes it.
+
+        Failures, in this order: ``InvalidInput``; ``NotFound``; ``Conflict`` with reason
+        ``"only a running run can be reclaimed"`` (``actual`` its status) or ``"lease is
+        still held"`` (``expected`` the expiry, ``actual`` now, as epoch-ms text).
         """
         ...
 
@@ -387,22 +531,67 @@ class AgentRunStore(Protocol):
         self,
         run_id: str,
         *,
+        fencing_token: int,
         status: AgentRunStatus,
         failure: AgentRunFailure | None = None,
         at: datetime | int | None = None,
     ) -> Result[AgentRun, AgentError]:
-        """Move a running run to a final ``status``; the thread's active run is cleared.
+        """Move a running run to a final ``status`` as its holder; the thread's active run is
+        cleared and so is the lease expiry.
 
         ``failed`` needs a ``failure``, ``succeeded`` refuses one, ``cancelled`` may carry
-        one. Finishing again with the same status and failure returns the stored run.
+        one. Finishing again with the same token, status and failure returns the stored run.
 
-        Failures: ``InvalidInput`` (status ``running``, failure missing or not allowed);
-        ``NotFound``; ``IllegalTransition`` when the run already finished otherwise.
+        Failures, in this order: ``InvalidInput`` (status ``queued`` or ``running``, failure
+        missing or not allowed, a token that is not an int >= 0); ``NotFound``;
+        ``StaleFencingToken``; ``IllegalTransition(status, target)`` when the run is queued
+        or already finished otherwise.
+        """
+        ...
+
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        failure: AgentRunFailure | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """Cancel a queued or running run (an operator's call: no fencing token).
+
+        A worker that still holds it then gets ``IllegalTransition`` from :meth:`finish`.
+        Cancelling again with the same failure returns the stored run. Failures:
+        ``InvalidInput``; ``NotFound``; ``IllegalTransition(status, "cancelled")`` when it
+        finished otherwise.
         """
         ...
 
     def get(self, run_id: str) -> Result[AgentRun, AgentError]:
         """Return the run. Failures: ``InvalidInput`` (bad id), ``NotFound``."""
+        ...
+
+    def get_many(self, run_ids: Sequence[str]) -> Result[tuple[AgentRun, ...], AgentError]:
+        """Return the runs of ``run_ids`` that exist, in the order given, each once.
+
+        Failures: ``InvalidQuery("run_ids")`` for more than 1000 ids or a single string;
+        ``InvalidInput`` (``run_ids[i]``) for an id that is not valid text.
+        """
+        ...
+
+    def list(
+        self,
+        thread_id: str,
+        *,
+        status: AgentRunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Result[Page[AgentRun], AgentError]:
+        """Return one page of the thread's runs, oldest first (ascending ``seq``), only those
+        in ``status`` when given; paging as :meth:`ThreadStore.list` (cursor kind
+        ``agent_runs``).
+
+        Failures: ``InvalidQuery`` (limit, cursor, status); ``InvalidInput`` (thread id);
+        ``NotFound`` (thread).
+        """
         ...
 
 
@@ -417,6 +606,7 @@ class MessageStore(Protocol):
         role: str,
         content: JsonValue,
         run_id: str | None = None,
+        fencing_token: int | None = None,
         usage: TokenUsage | None = None,
         cost: Decimal | None = None,
         at: datetime | int | None = None,
@@ -436,9 +626,12 @@ class MessageStore(Protocol):
         Failures: ``InvalidInput`` (role empty or longer than :data:`MAX_ROLE_CHARS`, content
         that is not exact JSON or larger than :data:`MAX_CONTENT_BYTES` once encoded, a lone
         surrogate anywhere, negative or non-integer token counts, a cost that is a float,
-        negative or not finite, a naive ``at``); ``NotFound`` (the thread, or a run);
-        ``Conflict`` when the thread is archived or a run belongs to another thread
-        (``expected`` this thread, ``actual`` the run's).
+        negative or not finite, a naive ``at``, a ``run_id`` without its ``fencing_token`` or
+        a token without a run); ``NotFound`` (the thread, or a run); ``Conflict`` when the
+        thread is archived or a run belongs to another thread (``expected`` this thread,
+        ``actual`` the run's); ``StaleFencingToken`` when a message's token is not its run's
+        latest; ``Conflict`` (reason ``"run is not running"``) when its run is queued or
+        final.
         """
         ...
 
@@ -504,6 +697,7 @@ class CheckpointStore(Protocol):
         *,
         thread_id: str,
         run_id: str,
+        fencing_token: int,
         summary: str,
         through_seq: int,
         observed_head_seq: int,
@@ -514,12 +708,14 @@ class CheckpointStore(Protocol):
 
         The caller read the thread at ``observed_head_seq`` with ``expected_latest_id`` as its
         latest checkpoint (``None``: none yet). The run must belong to the thread and be
-        running. A run creates at most one checkpoint: the same create repeated by the same
-        run returns the stored record, even after the thread moved on.
+        running, and ``fencing_token`` must be its latest. A run creates at most one
+        checkpoint: the same create repeated by the same run returns the stored record, even
+        after the thread moved on.
 
         Failures, in this order: ``InvalidInput`` (empty summary, ``through_seq`` below 1 or
-        above ``observed_head_seq``, bad ids, lone surrogates); ``NotFound`` (thread or
-        run); ``Conflict`` with reason ``"run belongs to another thread"``, ``"run already
+        above ``observed_head_seq``, bad ids, lone surrogates, a token that is not an
+        int >= 0); ``NotFound`` (thread or run); ``Conflict`` (reason ``"run belongs to
+        another thread"``); ``StaleFencingToken``; ``Conflict`` with reason ``"run already
         created a different checkpoint"`` (``actual`` the stored id), ``"run is not
         running"``, ``"checkpoint id taken"``, ``"latest checkpoint changed"``
         (``expected``/``actual`` the ids, ``""`` for none), ``"head moved"``
@@ -532,6 +728,14 @@ class CheckpointStore(Protocol):
         """Return the thread's newest checkpoint, or ``None`` when it has none.
 
         Failures: ``InvalidInput`` (bad id), ``NotFound`` (thread).
+        """
+        ...
+
+    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """Return the checkpoint run ``run_id`` created (a run creates at most one), or
+        ``None`` when it created none.
+
+        Failures: ``InvalidInput`` (bad id), ``NotFound("agent_run")``.
         """
         ...
 

@@ -2,7 +2,9 @@
 
 - **The state machine** (:func:`agents_state_machine`): a hypothesis ``RuleBasedStateMachine``
   driving the layer under test beside the in-memory layer (the model) with the same calls:
-  threads created and deleted, runs started and finished, appends (single and batched)
+  threads created, listed and deleted, runs queued, started, claimed, renewed, reclaimed
+  after their lease ran out, finished with current and stale tokens and cancelled, appends
+  (single and batched, with current and stale tokens)
   interleaved across threads and runs, deletes by run, checkpoint creates with fresh, stale
   and replayed expectations, and queries with valid and invalid arguments. The whole
   ``Result`` of every call is compared, and after every step each thread, its latest
@@ -20,8 +22,9 @@
   The factory is called once per test and per hypothesis example and must return a layer
   providing ``AgentStorage`` and ``ExecutionStorage`` (runs are checked against the ledger)
   on a fresh, empty store; the contract puts its own ``FixedClock`` on top.
-- **Broken layers** (:func:`agents_broken_sequence_layer`): a layer that hands out a deleted
-  sequence number again. The contract must fail on it; the suite's own tests check that.
+- **Broken layers** (:func:`agents_broken_sequence_layer`, :func:`agents_broken_fencing_layer`):
+  a layer that hands out a deleted sequence number again, one whose ``finish`` ignores the
+  fencing token. The contract must fail on each; the suite's own tests check that.
 """
 
 from __future__ import annotations
@@ -43,12 +46,18 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from returns.result import Failure, Result, Success
 
 from runstore.layers import AGENT_STORAGE, CLOCK, Container, Layer, build, in_memory, merge
-from runstore.layers._agents_memory import InMemoryAgentStorage, InMemoryMessageStore
+from runstore.layers._agents_memory import (
+    InMemoryAgentRunStore,
+    InMemoryAgentStorage,
+    InMemoryMessageStore,
+)
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.services._agents_rules import ThreadRow
 from runstore.services.agents import (
     MAX_JSON_DEPTH,
     ActiveRunExists,
+    AgentError,
+    AgentRun,
     AgentRunFailure,
     AgentRunStatus,
     AgentStorage,
@@ -68,13 +77,15 @@ from runstore.services.ledger import (
     ExecutionStorage,
     NewExecution,
     ProjectMismatch,
+    StaleFencingToken,
 )
-from runstore.services.pagination import CursorCodec
+from runstore.services.pagination import CursorCodec, Page
 from runstore.testing._shared import LayerFactory
 
 __all__ = [
     "AgentsContract",
     "AgentsMachine",
+    "agents_broken_fencing_layer",
     "agents_broken_sequence_layer",
     "agents_json_values",
     "agents_state_machine",
@@ -85,6 +96,13 @@ THREADS = ("t1", "t2", "t3")
 RUNS = ("r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8")
 CHECKPOINTS = ("c1", "c2", "c3", "c4")
 PROJECTS = ("p1", "p2")
+AGENTS = ("planner", "coder")
+OWNERS = ("w1", "w2")
+"""Owners of threads and workers of runs alike."""
+LEASES = (1, 5_000, 60_000)
+"""Leases the machine grants (ms); ``tick`` moves the clock past them."""
+TOKENS = ("current", "current", "current", "stale", "zero")
+"""Which token a fenced call presents (see ``AgentsMachine.token``)."""
 OPEN_EXECUTIONS = {"ex-p1": "p1", "ex-p2": "p2"}
 """Executions the machine creates and claims (running) at the start, per project."""
 FINISHED_EXECUTION = "ex-p1-done"
@@ -179,6 +197,22 @@ class AgentsMachine(RuleBasedStateMachine):
         self.requests: list[dict[str, Any]] = []
         self.run_threads: dict[str, str] = {}
         self.used_runs: set[str] = set()
+        self.tokens: dict[str, int] = {}
+        """The latest fencing token of each run, as the model handed it out."""
+
+    def token(self, run: str, which: str = "current") -> int:
+        """The ``current`` token of ``run``, a ``stale`` one (one less) or ``zero``."""
+        current = self.tokens.get(run, 0)
+        return {"current": current, "stale": max(0, current - 1), "zero": 0}[which]
+
+    def run_call(self, call: Callable[[AgentStorage], Result[Any, Any]]) -> Result[Any, Any]:
+        """:meth:`both`, remembering the run's token and thread when it returns a run."""
+        result = self.both(call)
+        if isinstance(result, Success) and isinstance(result.unwrap(), AgentRun):
+            run = result.unwrap()
+            self.tokens[run.id] = run.fencing_token
+            self.run_threads[run.id] = run.thread_id
+        return result
 
     def _open(self, factory: LayerFactory) -> AgentStorage:
         layer = merge(factory(), Layer.value(CLOCK, self.clock))
@@ -230,12 +264,27 @@ class AgentsMachine(RuleBasedStateMachine):
         title=st.sampled_from(["", "plan", "plan", "\x00 ☃ שלום", "\ud800"]),
         metadata=st.none()
         | st.dictionaries(st.sampled_from("ab"), agents_json_values(3), max_size=2),
+        agent=st.none() | st.sampled_from(AGENTS),
+        owner=st.none() | st.sampled_from(OWNERS),
     )
     def create_thread(
-        self, thread: str, project: str, title: str, metadata: dict[str, JsonValue] | None
+        self,
+        thread: str,
+        project: str,
+        title: str,
+        metadata: dict[str, JsonValue] | None,
+        agent: str | None,
+        owner: str | None,
     ) -> None:
         self.both(
-            lambda s: s.threads.create(thread, project_id=project, title=title, metadata=metadata)
+            lambda s: s.threads.create(
+                thread,
+                project_id=project,
+                title=title,
+                metadata=metadata,
+                agent_id=agent,
+                owner_id=owner,
+            )
         )
 
     @rule(
@@ -258,19 +307,87 @@ class AgentsMachine(RuleBasedStateMachine):
         run=st.sampled_from(RUNS),
         thread=st.sampled_from(THREADS),
         execution=st.none() | st.sampled_from(EXECUTIONS),
+        owner=st.sampled_from(OWNERS),
+        lease=st.sampled_from(LEASES),
     )
-    def start_run(self, run: str, thread: str, execution: str | None) -> None:
-        started = self.both(lambda s: s.runs.start(run, thread_id=thread, execution_id=execution))
-        if isinstance(started, Success):
-            self.run_threads[run] = thread
+    def start_run(
+        self, run: str, thread: str, execution: str | None, owner: str = "w1", lease: int = 60_000
+    ) -> None:
+        self.run_call(
+            lambda s: s.runs.start(
+                run, thread_id=thread, owner=owner, lease_ms=lease, execution_id=execution
+            )
+        )
+
+    @rule(
+        run=st.sampled_from(RUNS),
+        thread=st.sampled_from(THREADS),
+        execution=st.none() | st.sampled_from(EXECUTIONS),
+    )
+    def queue_run(self, run: str, thread: str, execution: str | None) -> None:
+        self.run_call(lambda s: s.runs.queue(run, thread_id=thread, execution_id=execution))
+
+    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS), lease=st.sampled_from(LEASES))
+    def claim_run(self, run: str, owner: str, lease: int) -> None:
+        self.run_call(lambda s: s.runs.claim(run, owner=owner, lease_ms=lease))
+
+    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS), lease=st.sampled_from(LEASES))
+    def reclaim_run(self, run: str, owner: str, lease: int) -> None:
+        """A second worker taking over a run whose lease ran out (a crashed first worker)."""
+        self.run_call(lambda s: s.runs.reclaim(run, owner=owner, lease_ms=lease))
+
+    @rule(run=st.sampled_from(RUNS), which=st.sampled_from(TOKENS), lease=st.sampled_from(LEASES))
+    def renew_run(self, run: str, which: str, lease: int) -> None:
+        token = self.token(run, which)
+        self.run_call(lambda s: s.runs.renew(run, fencing_token=token, lease_ms=lease))
 
     @rule(
         run=st.sampled_from(RUNS),
         status=st.sampled_from(list(AgentRunStatus)),
         failure=_failures(),
+        which=st.sampled_from(TOKENS),
     )
-    def finish_run(self, run: str, status: AgentRunStatus, failure: AgentRunFailure | None) -> None:
-        self.both(lambda s: s.runs.finish(run, status=status, failure=failure))
+    def finish_run(
+        self, run: str, status: AgentRunStatus, failure: AgentRunFailure | None, which: str
+    ) -> None:
+        token = self.token(run, which)
+        self.run_call(
+            lambda s: s.runs.finish(run, fencing_token=token, status=status, failure=failure)
+        )
+
+    @rule(
+        run=st.sampled_from(RUNS),
+        action=st.sampled_from(["finish", "renew", "append", "checkpoint"]),
+    )
+    def late_worker(self, run: str, action: str) -> None:
+        """A worker whose run was reclaimed (or never held) writes with an older token: every
+        fenced write is refused with ``StaleFencingToken`` and changes nothing."""
+        token = self.token(run, "stale")
+        thread = self.run_threads.get(run, THREADS[0])
+        calls: dict[str, Callable[[AgentStorage], Result[Any, Any]]] = {
+            "finish": lambda s: s.runs.finish(
+                run, fencing_token=token, status=AgentRunStatus.SUCCEEDED
+            ),
+            "renew": lambda s: s.runs.renew(run, fencing_token=token, lease_ms=LEASES[-1]),
+            "append": lambda s: s.messages.append(
+                thread, role="assistant", content="late", run_id=run, fencing_token=token
+            ),
+            "checkpoint": lambda s: s.checkpoints.create(
+                "c-late",
+                thread_id=thread,
+                run_id=run,
+                fencing_token=token,
+                summary="late",
+                through_seq=1,
+                observed_head_seq=1,
+                expected_latest_id=None,
+            ),
+        }
+        self.run_call(calls[action])
+
+    @rule(run=st.sampled_from(RUNS), failure=_failures())
+    def cancel_run(self, run: str, failure: AgentRunFailure | None) -> None:
+        self.run_call(lambda s: s.runs.cancel(run, failure=failure))
 
     @rule(
         thread=st.sampled_from(THREADS),
@@ -286,16 +403,66 @@ class AgentsMachine(RuleBasedStateMachine):
         current = self.model.threads.get(thread)
         if isinstance(current, Success) and current.unwrap().active_run_id is not None:
             active = current.unwrap().active_run_id
-            self.both(lambda s: s.runs.finish(active, status=AgentRunStatus.SUCCEEDED))
+            self.run_call(lambda s: s.runs.cancel(active))
         self.start_run(run, thread, None)
         for index in range(count):
             self._append_step(thread, run, index)
         if status is not None:
-            self.both(lambda s: s.runs.finish(run, status=status))
+            token = self.token(run)
+            self.run_call(lambda s: s.runs.finish(run, fencing_token=token, status=status))
 
     @rule(run=st.sampled_from(RUNS))
     def get_run(self, run: str) -> None:
         self.both(lambda s: s.runs.get(run))
+
+    @rule(runs=st.lists(st.sampled_from([*RUNS, "\ud800"]), max_size=4))
+    def get_runs(self, runs: list[str]) -> None:
+        self.both(lambda s: s.runs.get_many(runs))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        status=st.none() | st.sampled_from([*AgentRunStatus, "bogus"]),
+        limit=st.sampled_from([0, 1, 2, 1000]),
+    )
+    def page_runs(self, thread: str, status: Any, limit: int) -> None:
+        """Follow ``next_cursor`` through a thread's runs: every page equal."""
+        cursor: str | None = None
+        while True:
+            def listing(s: AgentStorage, c: str | None = cursor) -> Result[Any, Any]:
+                return s.runs.list(thread, status=status, limit=limit, cursor=c)
+
+            page = self.both(listing)
+            if not isinstance(page, Success) or not page.unwrap().has_more:
+                return
+            cursor = page.unwrap().next_cursor
+
+    @rule(
+        project=st.sampled_from(PROJECTS),
+        agent=st.none() | st.sampled_from(AGENTS),
+        owner=st.none() | st.sampled_from(OWNERS),
+        status=st.none() | st.sampled_from(list(ThreadStatus)),
+        limit=st.sampled_from([0, 1, 2, 1000]),
+    )
+    def page_threads(
+        self,
+        project: str,
+        agent: str | None,
+        owner: str | None,
+        status: ThreadStatus | None,
+        limit: int,
+    ) -> None:
+        """Follow ``next_cursor`` through a project's threads: every page equal."""
+        cursor: str | None = None
+        while True:
+            def listing(s: AgentStorage, c: str | None = cursor) -> Result[Any, Any]:
+                return s.threads.list(
+                    project, agent_id=agent, owner_id=owner, status=status, limit=limit, cursor=c
+                )
+
+            page = self.both(listing)
+            if not isinstance(page, Success) or not page.unwrap().has_more:
+                return
+            cursor = page.unwrap().next_cursor
 
     # -- messages ----------------------------------------------------------------------------
 
@@ -304,10 +471,22 @@ class AgentsMachine(RuleBasedStateMachine):
         runs = sorted(run for run, owner in self.run_threads.items() if owner == thread)
         return data.draw(st.none() | st.sampled_from(runs)) if runs else None
 
-    @rule(thread=st.sampled_from(THREADS), message=_new_messages(), data=st.data())
-    def append(self, thread: str, message: NewMessage, data: st.DataObject) -> None:
-        message = attrs.evolve(message, run_id=self._run_of(thread, data))
-        self._append(thread, message)
+    @rule(
+        thread=st.sampled_from(THREADS),
+        message=_new_messages(),
+        data=st.data(),
+        which=st.sampled_from(TOKENS),
+    )
+    def append(self, thread: str, message: NewMessage, data: st.DataObject, which: str) -> None:
+        self._append(thread, self._of_run(message, thread, data, which))
+
+    def _of_run(
+        self, message: NewMessage, thread: str, data: st.DataObject, which: str = "current"
+    ) -> NewMessage:
+        """``message`` written by a run of ``thread`` (or none), with that run's token."""
+        run = self._run_of(thread, data)
+        token = None if run is None else self.token(run, which)
+        return attrs.evolve(message, run_id=run, fencing_token=token)
 
     @rule(thread=st.sampled_from(THREADS), message=_new_messages(valid=False))
     def append_anything(self, thread: str, message: NewMessage) -> None:
@@ -320,6 +499,7 @@ class AgentsMachine(RuleBasedStateMachine):
                 role=message.role,
                 content=message.content,
                 run_id=message.run_id,
+                fencing_token=message.fencing_token,
                 usage=message.usage,
                 cost=message.cost,
                 at=message.at,
@@ -341,8 +521,11 @@ class AgentsMachine(RuleBasedStateMachine):
 
     def _append_step(self, thread: str, run: str, index: int) -> None:
         content: JsonValue = {"step": index}
+        token = self.token(run)
         self.both(
-            lambda s: s.messages.append(thread, role="assistant", content=content, run_id=run)
+            lambda s: s.messages.append(
+                thread, role="assistant", content=content, run_id=run, fencing_token=token
+            )
         )
 
     @rule(
@@ -351,7 +534,7 @@ class AgentsMachine(RuleBasedStateMachine):
         data=st.data(),
     )
     def append_many(self, thread: str, messages: list[NewMessage], data: st.DataObject) -> None:
-        batch = [attrs.evolve(m, run_id=self._run_of(thread, data)) for m in messages]
+        batch = [self._of_run(m, thread, data) for m in messages]
         self.both(lambda s: s.messages.append_many(thread, batch))
 
     @rule(
@@ -437,6 +620,7 @@ class AgentsMachine(RuleBasedStateMachine):
         through_back=st.integers(min_value=-1, max_value=3),
         head_drift=st.sampled_from([0, 0, 0, -1, 1]),
         expectation=st.sampled_from(["latest", "latest", "none", "stale"]),
+        which=st.sampled_from(TOKENS),
     )
     def create_checkpoint(
         self,
@@ -448,6 +632,7 @@ class AgentsMachine(RuleBasedStateMachine):
         through_back: int,
         head_drift: int,
         expectation: str,
+        which: str,
     ) -> None:
         """A compaction attempt: usually against what the model shows now (it should win),
         sometimes with a moved head or a stale latest checkpoint (a lost race)."""
@@ -461,6 +646,7 @@ class AgentsMachine(RuleBasedStateMachine):
             "checkpoint_id": checkpoint,
             "thread_id": thread,
             "run_id": run,
+            "fencing_token": self.token(run, which),
             "summary": summary,
             "through_seq": head - through_back,
             "observed_head_seq": head + head_drift,
@@ -477,7 +663,11 @@ class AgentsMachine(RuleBasedStateMachine):
         request = data.draw(st.sampled_from(self.requests))
         self.both(lambda s: s.checkpoints.create(**request))
 
-    @rule(ms=st.integers(min_value=1, max_value=10_000))
+    @rule(run=st.sampled_from(RUNS))
+    def checkpoint_of_run(self, run: str) -> None:
+        self.both(lambda s: s.checkpoints.for_run(run))
+
+    @rule(ms=st.integers(min_value=1, max_value=10_000) | st.sampled_from(LEASES))
     def tick(self, ms: int) -> None:
         self.clock.advance(ms)
 
@@ -540,27 +730,67 @@ class _ReusingAgentStorage(InMemoryAgentStorage):
 def agents_broken_sequence_layer() -> Layer:
     """The in-memory layer with one bug: sequence numbers of deleted newest messages are
     handed out again. The contract must fail on it."""
+    return _broken(_ReusingAgentStorage)
 
+
+class _UnfencedRunStore(InMemoryAgentRunStore):
+    """Finishes a run whatever token is presented: a stale worker's finish goes through."""
+
+    def finish(
+        self,
+        run_id: str,
+        *,
+        fencing_token: int,
+        status: AgentRunStatus,
+        failure: AgentRunFailure | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        row = self._s.runs.get(run_id)
+        token = fencing_token if row is None else row.fencing_token
+        return super().finish(run_id, fencing_token=token, status=status, failure=failure, at=at)
+
+
+class _UnfencedAgentStorage(InMemoryAgentStorage):
+    run_store_class = _UnfencedRunStore
+
+
+def _broken(storage: type[InMemoryAgentStorage]) -> Layer:
     def factory(c: Container) -> AgentStorage:
-        return _ReusingAgentStorage(
-            c.get(InMemoryDatabase),
-            c.get(Clock),
-            c.get(ExecutionStorage),
-        )
+        return storage(c.get(InMemoryDatabase), c.get(Clock), c.get(ExecutionStorage))
 
     return merge(
         in_memory(),
         Layer.service(
-            AGENT_STORAGE,
-            factory,
-            requires=(InMemoryDatabase, Clock, ExecutionStorage),
+            AGENT_STORAGE, factory, requires=(InMemoryDatabase, Clock, ExecutionStorage)
         ),
     )
+
+
+def agents_broken_fencing_layer() -> Layer:
+    """The in-memory layer with one bug: ``runs.finish`` ignores the fencing token, so a
+    worker whose run was reclaimed can still finish it. The contract must fail on it."""
+    return _broken(_UnfencedAgentStorage)
 
 
 # -- the example contract ----------------------------------------------------------------------
 
 EIGHT_MB = 8 * 1024 * 1024
+LEASE = 30_000
+"""The lease the example tests grant (ms)."""
+
+
+def _start(agents: AgentStorage, run: str, *, execution_id: str | None = None) -> AgentRun:
+    """Start ``run`` on thread ``t`` for worker ``w``."""
+    return agents.runs.start(
+        run, thread_id="t", owner="w", lease_ms=LEASE, execution_id=execution_id
+    ).unwrap()
+
+
+def _finish(agents: AgentStorage, run: AgentRun) -> AgentRun:
+    """Finish ``run`` as succeeded with its token."""
+    return agents.runs.finish(
+        run.id, fencing_token=run.fencing_token, status=AgentRunStatus.SUCCEEDED
+    ).unwrap()
 
 
 class AgentsContract:
@@ -674,7 +904,7 @@ class AgentsContract:
             agents.threads.create("t2", project_id="p", title=bad),
             agents.threads.create("t2", project_id="p", metadata={bad: 1}),
             agents.threads.update("t", title=bad),
-            agents.runs.start(bad, thread_id="t"),
+            agents.runs.start(bad, thread_id="t", owner="w", lease_ms=LEASE),
             agents.messages.list("t", roles=[bad]),
         ]
         for result in results:
@@ -789,26 +1019,33 @@ class AgentsContract:
     # -- runs --------------------------------------------------------------------------------
 
     def test_single_flight(self, agents: AgentStorage) -> None:
-        first = agents.runs.start("r1", thread_id="t").unwrap()
+        first = _start(agents, "r1")
         assert first.status is AgentRunStatus.RUNNING
-        assert agents.runs.start("r2", thread_id="t") == Failure(ActiveRunExists("t", "r1"))
-        assert agents.runs.start("r1", thread_id="t") == Success(first), "a retry is safe"
+        second = agents.runs.start("r2", thread_id="t", owner="w", lease_ms=LEASE)
+        assert second == Failure(ActiveRunExists("t", "r1"))
+        retry = agents.runs.start("r1", thread_id="t", owner="w", lease_ms=LEASE)
+        assert retry == Success(first), "a retry is safe"
         assert agents.threads.get("t").unwrap().active_run_id == "r1"
-        agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED).unwrap()
+        _finish(agents, first)
         assert agents.threads.get("t").unwrap().active_run_id is None
-        assert isinstance(agents.runs.start("r2", thread_id="t"), Success)
+        assert _start(agents, "r2").status is AgentRunStatus.RUNNING
 
     def test_finish_rules(self, agents: AgentStorage) -> None:
-        agents.runs.start("r1", thread_id="t").unwrap()
-        failed = agents.runs.finish("r1", status=AgentRunStatus.FAILED)
+        token = _start(agents, "r1").fencing_token
+        failed = agents.runs.finish("r1", fencing_token=token, status=AgentRunStatus.FAILED)
         assert isinstance(failed, Failure)
         assert isinstance(failed.failure(), InvalidInput)
         failure = AgentRunFailure("timeout", "took too long", {"after_ms": 30_000})
-        done = agents.runs.finish("r1", status=AgentRunStatus.FAILED, failure=failure).unwrap()
+        done = agents.runs.finish(
+            "r1", fencing_token=token, status=AgentRunStatus.FAILED, failure=failure
+        ).unwrap()
         assert done.failure == failure
-        again = agents.runs.finish("r1", status=AgentRunStatus.FAILED, failure=failure)
+        assert done.lease_expires_at_ms is None
+        again = agents.runs.finish(
+            "r1", fencing_token=token, status=AgentRunStatus.FAILED, failure=failure
+        )
         assert again == Success(done)
-        other = agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED)
+        other = agents.runs.finish("r1", fencing_token=token, status=AgentRunStatus.SUCCEEDED)
         assert other == Failure(IllegalTransition("agent_run", "r1", "failed", "succeeded"))
 
     def test_runs_are_checked_against_the_ledger(
@@ -820,24 +1057,265 @@ class AgentsContract:
         )
         assert isinstance(mine, Success)
         assert isinstance(theirs, Success)
-        missing = agents.runs.start("r0", thread_id="t", execution_id="ex-none")
+        missing = agents.runs.queue("r0", thread_id="t", execution_id="ex-none")
         assert missing == Failure(NotFound("execution", "ex-none"))
-        wrong = agents.runs.start("r1", thread_id="t", execution_id="ex-theirs")
+        wrong = agents.runs.queue("r1", thread_id="t", execution_id="ex-theirs")
         assert wrong == Failure(ProjectMismatch("execution", "ex-theirs", "p", "q"))
         ledger.cancel(ExecutionId("ex-theirs")).unwrap()
         agents.threads.create("tq", project_id="q").unwrap()
-        finished = agents.runs.start("r2", thread_id="tq", execution_id="ex-theirs")
+        finished = agents.runs.queue("r2", thread_id="tq", execution_id="ex-theirs")
         assert finished == Failure(ExecutionFinished("ex-theirs", "cancelled"))
-        run = agents.runs.start("r3", thread_id="t", execution_id="ex-mine").unwrap()
+        run = _start(agents, "r3", execution_id="ex-mine")
         assert (run.execution_id, run.project_id) == ("ex-mine", "p")
+        agents.runs.queue("r4", thread_id="t", execution_id="ex-mine").unwrap()
+        _finish(agents, run)
+        ledger.cancel(ExecutionId("ex-mine")).unwrap()
+        late = agents.runs.claim("r4", owner="w", lease_ms=LEASE)
+        assert late == Failure(ExecutionFinished("ex-mine", "cancelled")), "checked at claim too"
+
+    # -- claims, leases and fencing tokens ---------------------------------------------------
+
+    def test_queue_claim_renew_reclaim(self, agents: AgentStorage, clock: FixedClock) -> None:
+        queued = agents.runs.queue("r1", thread_id="t").unwrap()
+        assert (queued.status, queued.fencing_token, queued.attempts) == ("queued", 0, 0)
+        assert (queued.owner, queued.started_at_ms, queued.lease_expires_at_ms) == (None,) * 3
+        assert agents.threads.get("t").unwrap().active_run_id is None, "queued runs hold no slot"
+        held = agents.runs.claim("r1", owner="w1", lease_ms=LEASE).unwrap()
+        now = clock.now_ms()
+        assert (held.status, held.owner, held.attempts) == ("running", "w1", 1)
+        assert (held.started_at_ms, held.lease_expires_at_ms) == (now, now + LEASE)
+        assert held.fencing_token > 0
+        assert agents.runs.claim("r1", owner="w1", lease_ms=LEASE) == Success(held), "a retry"
+        assert agents.runs.claim("r1", owner="w2", lease_ms=LEASE) == Failure(
+            IllegalTransition("agent_run", "r1", "running", "running")
+        )
+        clock.advance(LEASE // 2)
+        renewed = agents.runs.renew("r1", fencing_token=held.fencing_token, lease_ms=LEASE)
+        assert renewed.unwrap().lease_expires_at_ms == clock.now_ms() + LEASE
+        early = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE)
+        expiry = str(clock.now_ms() + LEASE)
+        assert early == Failure(
+            Conflict("agent_run", "r1", "lease is still held", expiry, str(clock.now_ms()))
+        )
+        clock.advance(LEASE)
+        taken = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE).unwrap()
+        assert (taken.owner, taken.attempts, taken.started_at_ms) == ("w2", 2, now)
+        assert taken.fencing_token > held.fencing_token
+        stale = Failure(StaleFencingToken("r1", held.fencing_token, taken.fencing_token))
+        assert agents.runs.renew("r1", fencing_token=held.fencing_token, lease_ms=1) == stale
+        done = agents.runs.finish(
+            "r1", fencing_token=held.fencing_token, status=AgentRunStatus.SUCCEEDED
+        )
+        assert done == stale
+        assert agents.runs.get("r1") == Success(taken), "a stale finish writes nothing"
+        assert _finish(agents, taken).status is AgentRunStatus.SUCCEEDED
+        assert agents.runs.renew("r1", fencing_token=taken.fencing_token, lease_ms=1) == Failure(
+            Conflict("agent_run", "r1", "only a running run has a lease", "running", "succeeded")
+        )
+
+    def test_stale_writes_on_behalf_of_a_run_write_nothing(
+        self, agents: AgentStorage, clock: FixedClock
+    ) -> None:
+        held = agents.runs.start("r1", thread_id="t", owner="w1", lease_ms=1).unwrap()
+        agents.messages.append(
+            "t", role="assistant", content="a", run_id="r1", fencing_token=held.fencing_token
+        ).unwrap()
+        clock.advance(1)
+        taken = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE).unwrap()
+        before = agents.threads.get("t").unwrap()
+        stale = Failure(StaleFencingToken("r1", held.fencing_token, taken.fencing_token))
+        late = NewMessage("assistant", "late", run_id="r1", fencing_token=held.fencing_token)
+        fresh = NewMessage("user", "fine")
+        assert agents.messages.append_many("t", [fresh, late]) == stale
+        checkpoint = agents.checkpoints.create(
+            "c1",
+            thread_id="t",
+            run_id="r1",
+            fencing_token=held.fencing_token,
+            summary="s",
+            through_seq=1,
+            observed_head_seq=1,
+            expected_latest_id=None,
+        )
+        assert checkpoint == stale
+        assert agents.threads.get("t").unwrap() == before
+        assert agents.checkpoints.latest("t") == Success(None)
+        good = attrs.evolve(late, fencing_token=taken.fencing_token)
+        assert [m.seq for m in agents.messages.append_many("t", [fresh, good]).unwrap()] == [2, 3]
+
+    def test_a_crashed_worker_does_not_hold_the_slot_forever(
+        self, agents: AgentStorage, clock: FixedClock
+    ) -> None:
+        crashed = agents.runs.start("r1", thread_id="t", owner="w1", lease_ms=1_000).unwrap()
+        agents.runs.queue("r2", thread_id="t").unwrap()
+        assert agents.runs.claim("r2", owner="w2", lease_ms=LEASE) == Failure(
+            ActiveRunExists("t", "r1")
+        )
+        clock.advance(1_000)
+        taken = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE).unwrap()
+        assert taken.fencing_token > crashed.fencing_token
+        failure = AgentRunFailure("worker_lost", "the lease of w1 expired")
+        agents.runs.finish(
+            "r1", fencing_token=taken.fencing_token, status=AgentRunStatus.FAILED, failure=failure
+        ).unwrap()
+        claimed = agents.runs.claim("r2", owner="w2", lease_ms=LEASE).unwrap()
+        assert agents.threads.get("t").unwrap().active_run_id == "r2"
+        assert claimed.fencing_token > taken.fencing_token, "tokens only grow"
+
+    def test_an_expired_lease_that_was_not_reclaimed_keeps_its_token(
+        self, agents: AgentStorage, clock: FixedClock
+    ) -> None:
+        held = agents.runs.start("r1", thread_id="t", owner="w1", lease_ms=1).unwrap()
+        clock.advance(10)
+        token = held.fencing_token
+        agents.messages.append(
+            "t", role="assistant", content="x", run_id="r1", fencing_token=token
+        ).unwrap()
+        assert agents.runs.renew("r1", fencing_token=token, lease_ms=LEASE).unwrap().owner == "w1"
+
+    def test_tokens_only_grow_across_threads(self, agents: AgentStorage) -> None:
+        agents.threads.create("u", project_id="q").unwrap()
+        tokens = []
+        for index in range(3):
+            for thread in ("t", "u"):
+                run = agents.runs.start(
+                    f"r{index}{thread}", thread_id=thread, owner="w", lease_ms=LEASE
+                ).unwrap()
+                tokens.append(run.fencing_token)
+                _finish(agents, run)
+        assert tokens == sorted(set(tokens))
+
+    def test_cancel_is_the_operators_call(self, agents: AgentStorage) -> None:
+        queued = agents.runs.queue("rq", thread_id="t").unwrap()
+        cancelled = agents.runs.cancel("rq").unwrap()
+        assert (cancelled.status, cancelled.started_at_ms) == ("cancelled", None)
+        assert agents.runs.cancel("rq") == Success(cancelled), "a retry"
+        assert agents.runs.claim("rq", owner="w", lease_ms=LEASE) == Failure(
+            IllegalTransition("agent_run", "rq", "cancelled", "running")
+        )
+        held = _start(agents, "r1")
+        assert queued.seq < held.seq
+        agents.runs.cancel("r1").unwrap()
+        assert agents.threads.get("t").unwrap().active_run_id is None
+        late = agents.runs.finish(
+            "r1", fencing_token=held.fencing_token, status=AgentRunStatus.SUCCEEDED
+        )
+        assert late == Failure(IllegalTransition("agent_run", "r1", "cancelled", "succeeded"))
+        never = agents.runs.queue("rn", thread_id="t").unwrap()
+        unclaimed = agents.runs.finish("rn", fencing_token=0, status=AgentRunStatus.SUCCEEDED)
+        assert unclaimed == Failure(IllegalTransition("agent_run", "rn", "queued", "succeeded"))
+        assert never.fencing_token == 0
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"run_id": "r1"}, "fencing_token"),
+            ({"fencing_token": 1}, "fencing_token"),
+            ({"run_id": "r1", "fencing_token": -1}, "fencing_token"),
+            ({"run_id": "r1", "fencing_token": True}, "fencing_token"),
+        ],
+    )
+    def test_a_message_of_a_run_carries_its_token(
+        self, agents: AgentStorage, kwargs: dict[str, Any], field: str
+    ) -> None:
+        _start(agents, "r1")
+        result = agents.messages.append("t", role="assistant", content="x", **kwargs)
+        assert isinstance(result, Failure)
+        assert result.failure() == InvalidInput(field, result.failure().reason)
+
+    def test_only_a_running_run_writes(self, agents: AgentStorage) -> None:
+        agents.runs.queue("rq", thread_id="t").unwrap()
+        queued = agents.messages.append("t", role="x", content=1, run_id="rq", fencing_token=0)
+        assert queued == Failure(
+            Conflict("agent_run", "rq", "run is not running", "running", "queued")
+        )
+        run = _finish(agents, _start(agents, "r1"))
+        late = agents.messages.append(
+            "t", role="x", content=1, run_id="r1", fencing_token=run.fencing_token
+        )
+        assert late == Failure(
+            Conflict("agent_run", "r1", "run is not running", "running", "succeeded")
+        )
+
+    @pytest.mark.parametrize(
+        ("call", "error"),
+        [
+            (lambda a: a.runs.claim("r", owner="w", lease_ms=0), InvalidInput),
+            (lambda a: a.runs.claim("r", owner="w", lease_ms=86_400_001), InvalidInput),
+            (lambda a: a.runs.claim("r", owner="", lease_ms=1), InvalidInput),
+            (lambda a: a.runs.renew("r", fencing_token=-1, lease_ms=1), InvalidInput),
+            (lambda a: a.runs.start("r", thread_id="t", owner="w", lease_ms=1.5), InvalidInput),
+            (lambda a: a.runs.list("t", limit=0), InvalidQuery),
+            (lambda a: a.runs.list("t", status="bogus"), InvalidQuery),
+            (lambda a: a.runs.list("t", cursor="x"), InvalidQuery),
+            (lambda a: a.runs.get_many("r1"), InvalidQuery),
+            (lambda a: a.runs.get_many(["ok", "\ud800"]), InvalidInput),
+            (lambda a: a.threads.list("p", limit=1001), InvalidQuery),
+            (lambda a: a.threads.list("p", cursor=CURSORS[0]), InvalidQuery),
+            (lambda a: a.threads.list("p", agent_id="\ud800"), InvalidInput),
+        ],
+    )
+    def test_bad_run_and_listing_arguments_are_refused(
+        self, agents: AgentStorage, call: Callable[[AgentStorage], Result[Any, Any]], error: type
+    ) -> None:
+        result = call(agents)
+        assert isinstance(result, Failure)
+        assert isinstance(result.failure(), error), result
+        assert agents.runs.list("t").unwrap().items == ()
+
+    def test_threads_are_listed_by_agent_status_and_owner(self, agents: AgentStorage) -> None:
+        specs = [("a1", "planner", "ann"), ("a2", "coder", "ann"), ("a3", "planner", "bob")]
+        for thread, agent, owner in specs:
+            agents.threads.create(thread, project_id="p", agent_id=agent, owner_id=owner).unwrap()
+        agents.threads.create("other", project_id="q", agent_id="planner").unwrap()
+        agents.threads.update("a3", status=ThreadStatus.ARCHIVED).unwrap()
+
+        def ids(**kwargs: Any) -> list[str]:
+            found: list[str] = []
+            cursor = None
+            while True:
+                page = agents.threads.list("p", limit=1, cursor=cursor, **kwargs).unwrap()
+                found.extend(t.id for t in page.items)
+                if not page.has_more:
+                    assert page.next_cursor is None
+                    return found
+                cursor = page.next_cursor
+
+        assert ids() == ["t", "a1", "a2", "a3"]
+        assert ids(agent_id="planner") == ["a1", "a3"]
+        assert ids(owner_id="ann") == ["a1", "a2"]
+        assert ids(status=ThreadStatus.ARCHIVED) == ["a3"]
+        assert ids(agent_id="planner", status=ThreadStatus.OPEN) == ["a1"]
+        assert agents.threads.list("nobody").unwrap().items == ()
+        first = agents.threads.get("a1").unwrap()
+        assert (first.agent_id, first.owner_id, first.seq) == ("planner", "ann", 2)
+
+    def test_runs_are_listed_and_read_in_bulk(self, agents: AgentStorage) -> None:
+        done = _finish(agents, _start(agents, "r1"))
+        queued = agents.runs.queue("r2", thread_id="t").unwrap()
+        running = _start(agents, "r3")
+        page = agents.runs.list("t", limit=2).unwrap()
+        assert page.items == (done, queued)
+        assert page.has_more
+        rest = agents.runs.list("t", limit=2, cursor=page.next_cursor).unwrap()
+        assert rest == Page((running,), has_more=False)
+        assert agents.runs.list("t", status=AgentRunStatus.QUEUED).unwrap().items == (queued,)
+        many = agents.runs.get_many(["r3", "nope", "r1", "r3"])
+        assert many == Success((running, done))
+        assert agents.runs.get_many([]) == Success(())
+        assert agents.runs.list("nope") == Failure(NotFound("thread", "nope"))
+        assert agents.checkpoints.for_run("r1") == Success(None)
+        assert agents.checkpoints.for_run("nope") == Failure(NotFound("agent_run", "nope"))
 
     # -- sequence numbers --------------------------------------------------------------------
 
     def test_sequence_numbers_are_never_reused_after_deletes(self, agents: AgentStorage) -> None:
-        agents.runs.start("r1", thread_id="t").unwrap()
+        token = _start(agents, "r1").fencing_token
         agents.messages.append("t", role="user", content="q").unwrap()
         for i in range(3):
-            agents.messages.append("t", role="assistant", content=i, run_id="r1", at=100 + i)
+            agents.messages.append(
+                "t", role="assistant", content=i, run_id="r1", fencing_token=token, at=100 + i
+            ).unwrap()
         assert agents.messages.delete_by_run("t", "r1") == Success(3)
         thread = agents.threads.get("t").unwrap()
         assert (thread.head_seq, thread.message_count) == (4, 1)
@@ -848,17 +1326,20 @@ class AgentsContract:
 
     def test_runs_of_other_threads_are_refused(self, agents: AgentStorage) -> None:
         agents.threads.create("u", project_id="p").unwrap()
-        agents.runs.start("ru", thread_id="u").unwrap()
+        token = agents.runs.start("ru", thread_id="u", owner="w", lease_ms=LEASE).unwrap()
         conflict = Conflict(
             "agent_run", "ru", "run belongs to another thread", expected="t", actual="u"
         )
-        assert agents.messages.append("t", role="user", content=1, run_id="ru") == Failure(conflict)
+        append = agents.messages.append(
+            "t", role="user", content=1, run_id="ru", fencing_token=token.fencing_token
+        )
+        assert append == Failure(conflict)
         assert agents.messages.delete_by_run("t", "ru") == Failure(conflict)
         assert agents.threads.get("t").unwrap().head_seq == 0
 
     def test_append_many_is_all_or_nothing(self, agents: AgentStorage) -> None:
         good = NewMessage(role="user", content="fine")
-        bad_run = NewMessage(role="assistant", content="x", run_id="missing")
+        bad_run = NewMessage(role="assistant", content="x", run_id="missing", fencing_token=1)
         result = agents.messages.append_many("t", [good, good, bad_run])
         assert result == Failure(NotFound("agent_run", "missing"))
         assert agents.threads.get("t").unwrap().head_seq == 0
@@ -868,7 +1349,7 @@ class AgentsContract:
     # -- checkpoints -------------------------------------------------------------------------
 
     def test_checkpoint_compare_and_swap(self, agents: AgentStorage) -> None:
-        agents.runs.start("r1", thread_id="t").unwrap()
+        first_run = _start(agents, "r1")
         agents.messages.append_many("t", [NewMessage(role="user", content=i) for i in range(4)])
 
         def create(cid: str, run: str, head: int, expected: str | None, through: int = 3) -> Any:
@@ -876,6 +1357,7 @@ class AgentsContract:
                 cid,
                 thread_id="t",
                 run_id=run,
+                fencing_token=agents.runs.get(run).unwrap().fencing_token,
                 summary=f"summary {cid}",
                 through_seq=through,
                 observed_head_seq=head,
@@ -889,8 +1371,8 @@ class AgentsContract:
         assert create("c9", "r1", 4, None) == Failure(
             Conflict("checkpoint", "c9", "run already created a different checkpoint", actual="c1")
         )
-        agents.runs.finish("r1", status=AgentRunStatus.SUCCEEDED).unwrap()
-        agents.runs.start("r2", thread_id="t").unwrap()
+        _finish(agents, first_run)
+        _start(agents, "r2")
         assert create("c2", "r2", 4, None) == Failure(
             Conflict("thread", "t", "latest checkpoint changed", expected="", actual="c1")
         )
@@ -904,6 +1386,8 @@ class AgentsContract:
         second = create("c2", "r2", 5, "c1", through=5).unwrap()
         assert (second.number, second.previous_id) == (2, "c1")
         assert agents.checkpoints.latest("t") == Success(second)
+        assert agents.checkpoints.for_run("r1") == Success(first)
+        assert agents.checkpoints.for_run("r2") == Success(second)
         assert agents.threads.get("t").unwrap().checkpoint_count == 2
         assert len(agents.messages.list("t", after_seq=0).unwrap().items) == 5, "transcript kept"
 
@@ -912,12 +1396,13 @@ class AgentsContract:
     def test_deleted_thread_is_gone_and_late_writes_never_resurrect_it(
         self, agents: AgentStorage
     ) -> None:
-        agents.runs.start("r1", thread_id="t").unwrap()
-        agents.messages.append("t", role="user", content="hi", run_id="r1").unwrap()
+        token = _start(agents, "r1").fencing_token
+        agents.messages.append("t", role="user", content="hi", run_id="r1", fencing_token=token)
         agents.checkpoints.create(
             "c1",
             thread_id="t",
             run_id="r1",
+            fencing_token=token,
             summary="s",
             through_seq=1,
             observed_head_seq=1,
@@ -931,24 +1416,28 @@ class AgentsContract:
         assert agents.messages.append_many("t", []) == gone
         assert agents.messages.list("t") == gone
         assert agents.messages.delete_by_run("t", "r1") == gone
-        assert agents.runs.start("r2", thread_id="t") == gone
+        assert agents.runs.start("r2", thread_id="t", owner="w", lease_ms=LEASE) == gone
+        assert agents.runs.queue("r2", thread_id="t") == gone
+        assert agents.runs.list("t") == gone
         assert agents.runs.get("r1") == Failure(NotFound("agent_run", "r1"))
         assert agents.threads.update("t", title="x") == gone
         assert agents.checkpoints.latest("t") == gone
         assert agents.threads.get("t") == gone
         again = agents.threads.create("t", project_id="p").unwrap()
         assert (again.head_seq, again.message_count, again.checkpoint_count) == (0, 0, 0)
-        assert agents.runs.start("r1", thread_id="t").unwrap().status is AgentRunStatus.RUNNING
+        assert _start(agents, "r1").status is AgentRunStatus.RUNNING
 
     def test_archived_threads_refuse_new_work(self, agents: AgentStorage) -> None:
-        agents.runs.start("r1", thread_id="t").unwrap()
+        _start(agents, "r1")
+        agents.runs.queue("rq", thread_id="t").unwrap()
         archived = agents.threads.update("t", status=ThreadStatus.ARCHIVED)
         assert archived == Failure(Conflict("thread", "t", "active run", actual="r1"))
-        agents.runs.finish("r1", status=AgentRunStatus.CANCELLED).unwrap()
+        agents.runs.cancel("r1").unwrap()
         agents.threads.update("t", status=ThreadStatus.ARCHIVED).unwrap()
         refused = Failure(Conflict("thread", "t", "thread is archived"))
         assert agents.messages.append("t", role="user", content="x") == refused
-        assert agents.runs.start("r2", thread_id="t") == refused
+        assert agents.runs.start("r2", thread_id="t", owner="w", lease_ms=LEASE) == refused
+        assert agents.runs.claim("rq", owner="w", lease_ms=LEASE) == refused
         assert agents.threads.update("t", status=ThreadStatus.OPEN).unwrap().status == "open"
 
     def test_create_thread_is_idempotent(self, agents: AgentStorage) -> None:

@@ -1,0 +1,294 @@
+"""The method skeletons every agent backend shares; each backend adds its storage strategy.
+
+The methods of :class:`~runstore.services.agents.AgentRunStore` (and the listing of
+threads) read the same in every backend::
+
+    validate (rules) -> unit of work -> load facts (backend) -> decide (rules)
+                     -> apply (backend) -> row to record (rules)
+
+so they are written here once, over :mod:`runstore.services._agents_rules`, and a backend
+(in memory, SQLite, a later one) implements only the abstract hooks: how it finds rows, takes
+the next value of a counter and writes a run. A hook runs inside the method's unit of work.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+from returns.result import Failure, Result, Success
+
+from runstore.services import _agents_rules as rules
+from runstore.services._primitives import and_then
+from runstore.services.agents import (
+    AgentError,
+    AgentRun,
+    AgentRunFailure,
+    AgentRunStatus,
+    Thread,
+    ThreadStatus,
+)
+from runstore.services.clock import Clock
+from runstore.services.errors import Busy, NotFound, StorageFailure
+from runstore.services.ledger import ExecutionStorage
+from runstore.services.pagination import Page
+
+__all__ = ["AgentRunStoreBase", "ThreadListingBase"]
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+class _Units(Protocol):
+    """The unit-of-work side of ``SqliteDatabase`` and ``InMemoryDatabase``."""
+
+    def transact(
+        self, operation: str, fn: Callable[[], Result[T, E]]
+    ) -> Result[T, E | Busy | StorageFailure]: ...
+
+    def read(
+        self, operation: str, fn: Callable[[], Result[T, E]]
+    ) -> Result[T, E | Busy | StorageFailure]: ...
+
+
+class ThreadListingBase(ABC):
+    """:meth:`ThreadStore.list` on a backend's one hook."""
+
+    _db: _Units
+
+    @abstractmethod
+    def _thread_rows(self, query: rules.ThreadListing) -> Sequence[rules.ThreadRow]:
+        """The first ``query.limit + 1`` rows the listing admits, in ``seq`` order."""
+
+    def list(
+        self,
+        project_id: str,
+        *,
+        agent_id: str | None = None,
+        status: ThreadStatus | None = None,
+        owner_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Result[Page[Thread], AgentError]:
+        """See ``ThreadStore.list``."""
+        checked = rules.check_thread_listing(project_id, agent_id, status, owner_id, limit, cursor)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        query = checked.unwrap()
+        rows = self._thread_rows
+        return self._db.read(
+            "list threads", lambda: Success(rules.thread_page(rows(query), query.limit))
+        )
+
+
+class AgentRunStoreBase(ABC):
+    """:class:`~runstore.services.agents.AgentRunStore` on a backend's hooks (see the module
+    docstring). ``_executions`` is the ledger of the same database, read inside the unit."""
+
+    _db: _Units
+    _clock: Clock
+    _executions: ExecutionStorage
+
+    # -- hooks: storage and query strategy -----------------------------------------------------
+
+    @abstractmethod
+    def _run_row(self, run_id: str) -> rules.RunRow | None:
+        """The stored run ``run_id``, None when there is none."""
+
+    @abstractmethod
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        """The stored thread ``thread_id``, None when there is none."""
+
+    @abstractmethod
+    def _next(self, name: str) -> int:
+        """Take the next value of counter ``name`` (one of ``rules.COUNTERS``)."""
+
+    @abstractmethod
+    def _write_run(self, row: rules.RunRow, *, new: bool) -> None:
+        """Store ``row``: a new run (``new``) or the changed state of a stored one; the
+        thread's active run follows its status."""
+
+    @abstractmethod
+    def _run_rows(self, run_ids: Sequence[str]) -> Sequence[rules.RunRow]:
+        """The stored runs among ``run_ids`` (distinct ids), in any order."""
+
+    @abstractmethod
+    def _thread_runs(self, query: rules.RunListing) -> Sequence[rules.RunRow] | None:
+        """The first ``query.limit + 1`` runs the listing admits in ``seq`` order, or None
+        when the thread does not exist."""
+
+    # -- the methods of AgentRunStore ----------------------------------------------------------
+
+    def _write(
+        self,
+        operation: str,
+        decide: Callable[[], Result[rules.Decided[rules.RunRow], AgentError]],
+        *,
+        new: bool = False,
+    ) -> Result[AgentRun, AgentError]:
+        """Run ``decide`` in a unit of work and write the row it decided (a ``new`` run, or
+        the new state of a stored one)."""
+
+        def unit() -> Result[AgentRun, AgentError]:
+            decided = decide()
+            return rules.write_decided(decided, lambda row: self._write_run(row, new=new)).map(
+                rules.run_record
+            )
+
+        return self._db.transact(operation, unit)
+
+    def queue(
+        self,
+        run_id: str,
+        *,
+        thread_id: str,
+        execution_id: str | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.queue``."""
+        checked = rules.check_run_queue(run_id, thread_id, execution_id, at, self._clock)
+        return and_then(
+            checked, lambda request: self._write("queue agent run", self._queue(request), new=True)
+        )
+
+    def start(
+        self,
+        run_id: str,
+        *,
+        thread_id: str,
+        owner: str,
+        lease_ms: int,
+        execution_id: str | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.start``."""
+        checked = rules.check_run_start(
+            run_id, thread_id, owner, lease_ms, execution_id, at, self._clock
+        )
+        return and_then(
+            checked, lambda request: self._write("start agent run", self._queue(request), new=True)
+        )
+
+    def _queue(
+        self, request: rules.RunQueue
+    ) -> Callable[[], Result[rules.Decided[rules.RunRow], AgentError]]:
+        return lambda: rules.decide_run_queue(
+            self._thread_row(request.thread_id),
+            self._run_row(request.run_id),
+            request,
+            self._executions,
+            self._next,
+        )
+
+    def claim(self, run_id: str, *, owner: str, lease_ms: int) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.claim``."""
+
+        def decide(request: rules.RunClaim) -> Result[rules.Decided[rules.RunRow], AgentError]:
+            row = self._run_row(request.run_id)
+            thread = None if row is None else self._thread_row(row.thread_id)
+            return rules.decide_run_claim(row, thread, request, self._executions, self._next)
+
+        checked = rules.check_run_claim(run_id, owner, lease_ms, self._clock)
+        return and_then(
+            checked, lambda request: self._write("claim agent run", lambda: decide(request))
+        )
+
+    def renew(
+        self, run_id: str, *, fencing_token: int, lease_ms: int
+    ) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.renew``."""
+        checked = rules.check_run_renew(run_id, fencing_token, lease_ms, self._clock)
+        return and_then(
+            checked,
+            lambda request: self._write(
+                "renew agent run lease",
+                lambda: rules.decide_run_renew(self._run_row(request.run_id), request),
+            ),
+        )
+
+    def reclaim(self, run_id: str, *, owner: str, lease_ms: int) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.reclaim``."""
+        checked = rules.check_run_claim(run_id, owner, lease_ms, self._clock)
+        return and_then(
+            checked,
+            lambda request: self._write(
+                "reclaim agent run",
+                lambda: rules.decide_run_reclaim(
+                    self._run_row(request.run_id), request, self._next
+                ),
+            ),
+        )
+
+    def finish(
+        self,
+        run_id: str,
+        *,
+        fencing_token: int,
+        status: AgentRunStatus,
+        failure: AgentRunFailure | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.finish``."""
+        checked = rules.check_run_finish(run_id, fencing_token, status, failure, at, self._clock)
+        return and_then(checked, lambda request: self._end("finish agent run", request))
+
+    def cancel(
+        self,
+        run_id: str,
+        *,
+        failure: AgentRunFailure | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.cancel``."""
+        checked = rules.check_run_cancel(run_id, failure, at, self._clock)
+        return and_then(checked, lambda request: self._end("cancel agent run", request))
+
+    def _end(self, operation: str, request: rules.RunFinish) -> Result[AgentRun, AgentError]:
+        return self._write(
+            operation, lambda: rules.decide_run_finish(self._run_row(request.run_id), request)
+        )
+
+    def get(self, run_id: str) -> Result[AgentRun, AgentError]:
+        """See ``AgentRunStore.get``."""
+
+        def read(checked: str) -> Result[AgentRun, AgentError]:
+            return self._db.read(
+                "get agent run",
+                lambda: rules.require_run(self._run_row(checked), checked).map(rules.run_record),
+            )
+
+        return and_then(rules.check_id(run_id, "run_id"), read)
+
+    def get_many(self, run_ids: Sequence[str]) -> Result[tuple[AgentRun, ...], AgentError]:
+        """See ``AgentRunStore.get_many``."""
+        checked = rules.check_run_ids(run_ids)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        ids = checked.unwrap()
+        return self._db.read(
+            "get agent runs", lambda: Success(rules.runs_in_order(ids, self._run_rows(ids)))
+        )
+
+    def list(
+        self,
+        thread_id: str,
+        *,
+        status: AgentRunStatus | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Result[Page[AgentRun], AgentError]:
+        """See ``AgentRunStore.list``."""
+        checked = rules.check_run_listing(thread_id, status, limit, cursor)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        query = checked.unwrap()
+
+        def read() -> Result[Page[AgentRun], AgentError]:
+            rows = self._thread_runs(query)
+            if rows is None:
+                return Failure(NotFound("thread", query.thread_id))
+            return Success(rules.run_page(rows, query.limit))
+
+        return self._db.read("list agent runs", read)
