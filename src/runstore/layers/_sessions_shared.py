@@ -22,6 +22,7 @@ from typing import Any, Generic, TypeVar
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._primitives import type_refusal
 from runstore.services._sessions_rules import (
     AppendPlan,
     Head,
@@ -188,6 +189,8 @@ class SessionLayer(ABC, Generic[R]):
         return Success(self._record(session_id, ref))
 
     def create(self, new: NewSession) -> Result[SessionRecord, SessionError]:
+        if (refused := type_refusal(NewSession, new=new)) is not None:
+            return refused
         checked = new_session_fields(new, self._clock.now_ms(), str(uuid.uuid4()))
         if isinstance(checked, Failure):
             return Failure(checked.failure())
@@ -200,11 +203,15 @@ class SessionLayer(ABC, Generic[R]):
         return self._transact("create session", unit)
 
     def get(self, session_id: str) -> Result[SessionRecord, SessionError]:
+        if (refused := type_refusal(str, session_id=session_id)) is not None:
+            return refused
         return self._read("get session", lambda: self._record_of(session_id))
 
     def list(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> Result[Page[SessionRecord], SessionError]:
+        if (refused := type_refusal((str, None), cwd=cwd)) is not None:
+            return refused
         checked = check_listing(limit, cursor)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
@@ -215,6 +222,8 @@ class SessionLayer(ABC, Generic[R]):
         )
 
     def open(self, session_id: str) -> Result[SessionStorage, SessionError]:
+        if (refused := type_refusal(str, session_id=session_id)) is not None:
+            return refused
         def read() -> Result[SessionStorage, SessionError]:
             if self._find(session_id) is None:
                 return Failure(no_session(session_id))
@@ -223,6 +232,8 @@ class SessionLayer(ABC, Generic[R]):
         return self._read("open session", read)
 
     def delete(self, session_id: str) -> Result[int, SessionError]:
+        if (refused := type_refusal(str, session_id=session_id)) is not None:
+            return refused
         def unit() -> Result[int, SessionError]:
             ref = self._find(session_id)
             if ref is None:
@@ -241,6 +252,10 @@ class SessionLayer(ABC, Generic[R]):
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Result[SessionRecord, SessionError]:
+        if (refused := type_refusal(str, source=source)) is not None:
+            return refused
+        if (refused := type_refusal((str, None), at_entry=at_entry)) is not None:
+            return refused
         checked = check_fork(metadata, session_id, str(uuid.uuid4()))
         if isinstance(checked, Failure):
             return Failure(checked.failure())
@@ -434,24 +449,36 @@ class BoundSession:
         )
 
     def set_leaf(self, entry_id: str | None) -> Result[EntryId | None, SessionError]:
+        if (refused := type_refusal((str, None), entry_id=entry_id)) is not None:
+            return refused
         return self._layer.set_leaf(self._session_id, entry_id)
 
     def entry(self, entry_id: str) -> Result[Entry, SessionError]:
+        if (refused := type_refusal(str, entry_id=entry_id)) is not None:
+            return refused
         return self._layer.entry(self._session_id, entry_id)
 
     def children(self, entry_id: str | None) -> Result[tuple[Entry, ...], SessionError]:
+        if (refused := type_refusal((str, None), entry_id=entry_id)) is not None:
+            return refused
         return self._layer.children(self._session_id, entry_id)
 
     def path_to_root(self, entry_id: str) -> Result[tuple[Entry, ...], SessionError]:
+        if (refused := type_refusal(str, entry_id=entry_id)) is not None:
+            return refused
         return self._layer.path(self._session_id, entry_id, stop_at_anchor=False)
 
     def path_to_root_or_compaction(self, entry_id: str) -> Result[tuple[Entry, ...], SessionError]:
+        if (refused := type_refusal(str, entry_id=entry_id)) is not None:
+            return refused
         return self._layer.path(self._session_id, entry_id, stop_at_anchor=True)
 
     def entries(self, after_seq: int = 0, limit: int = 100) -> Result[Page[Entry], SessionError]:
         return self._layer.entries(self._session_id, after_seq, limit)
 
     def build_context(self, leaf: str | None = None) -> Result[SessionContext, SessionError]:
+        if (refused := type_refusal((str, None), leaf=leaf)) is not None:
+            return refused
         return self._layer.build_context(self._session_id, leaf)
 
 

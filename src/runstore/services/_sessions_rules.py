@@ -36,6 +36,7 @@ from runstore.services._primitives import (
     check_optional,
     check_text,
     decode_json,
+    describe,
     encode_json,
     iso_from_ms,
     to_epoch_ms,
@@ -407,7 +408,9 @@ def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
     if raw is None or not ENVELOPE_KEYS.isdisjoint(payload):
         for key in payload:
             if type(key) is not str:
-                return InvalidInput(prefix + "payload", f"keys must be strings, got {key!r}")
+                return InvalidInput(
+                    prefix + "payload", f"keys must be strings, got {describe(key)}"
+                )
             if key in ENVELOPE_KEYS:
                 return InvalidInput(
                     prefix + "payload", f"{key!r} belongs to the envelope, not the payload"
@@ -1014,7 +1017,9 @@ def check_entries_page(after_seq: object, limit: int) -> Result[int, InvalidInpu
     if isinstance(checked, Failure):
         return Failure(checked.failure())
     if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
-        return Failure(InvalidInput("after_seq", f"must be an integer >= 0, got {after_seq!r}"))
+        return Failure(
+            InvalidInput("after_seq", f"must be an integer >= 0, got {describe(after_seq)}")
+        )
     return Success(after_seq)
 
 
