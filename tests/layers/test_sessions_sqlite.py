@@ -121,15 +121,20 @@ def test_hot_queries_use_their_indexes(container: Container) -> None:
     )
     assert "session_entries_parent" in children
     assert "TEMP B-TREE" not in children
-    listing = _plan(
-        db,
-        "SELECT s.id FROM sessions AS s JOIN session_summaries AS m ON m.session_key = s.key"
-        " WHERE s.key < 100 AND s.cwd = '/w' ORDER BY s.key DESC LIMIT 51",
-    )
-    assert "sessions_cwd_key" in listing
-    assert "TEMP B-TREE" not in listing
-    assert "SCAN" not in listing.replace("SCAN m", "")  # the summary is looked up by key
-    walk = _plan(db, _PATH_SQL, {"key": 1, "start": "x", "stop": None, "all_bodies": 0})
+    for where, index in (
+        ("AND s.cwd = '/w'", "sessions_cwd_created"),
+        ("", "sessions_created"),
+    ):
+        listing = _plan(
+            db,
+            "SELECT s.id FROM sessions AS s JOIN session_summaries AS m ON m.session_key = s.key"
+            f" WHERE (s.created_ms, s.key) < (5, 100) {where}"
+            " ORDER BY s.created_ms DESC, s.key DESC LIMIT 51",
+        )
+        assert index in listing
+        assert "TEMP B-TREE" not in listing
+        assert "SCAN" not in listing.replace("SCAN m", "")  # the summary is looked up by key
+    walk = _plan(db, _PATH_SQL, {"key": 1, "start": "x", "walk": 1, "all_bodies": 0})
     assert "SEARCH e USING PRIMARY KEY" in walk  # one primary-key step per ancestor
     assert "SEARCH b USING INDEX" in walk  # bodies by (session_key, seq), never scanned
     assert "SCAN b" not in walk
@@ -267,7 +272,8 @@ def test_everything_survives_reopening(tmp_path: Path) -> None:
         assert repo.get("s1") == Success(before)
         assert before.leaf_id == "a"
         assert repo.open("s1").unwrap().entries() == Success(entries)
-        assert repo.open("s1").unwrap().append(_msg("e", "a")).unwrap().seq == 4
+        assert entries.items[-1].type == "leaf"  # the move is in the log
+        assert repo.open("s1").unwrap().append(_msg("e", "a")).unwrap().seq == 5
 
 
 @pytest.mark.parametrize("bad_id", ["\ud800", "a\udfffb"])

@@ -11,7 +11,7 @@ this module is only the storage: dicts, keyed by session id.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 import attrs
@@ -25,11 +25,13 @@ from runstore.layers._unit_of_work import TxDict
 from runstore.services._sessions_rules import (
     AppendPlan,
     Head,
+    ListingKey,
     Node,
     SessionFields,
     ValidBatch,
     empty_summary,
     entry_record,
+    walk_path,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, StorageFailure
@@ -133,16 +135,16 @@ class InMemorySessionRepository(SessionLayer[str]):
         self._summaries[ref] = summary
 
     def _listing(
-        self, cwd: str | None, before: int | None, count: int
-    ) -> builtins.list[tuple[int, SessionRecord]]:
-        found: builtins.list[tuple[int, SessionRecord]] = []
-        for key in sorted((k for k in self._order if before is None or k < before), reverse=True):
-            session_id = self._order[key]
-            if cwd is None or self._rows[session_id].cwd == cwd:
-                found.append((key, self._record(session_id, session_id)))
-                if len(found) == count:
-                    break
-        return found
+        self, cwd: str | None, after: ListingKey | None, count: int
+    ) -> builtins.list[tuple[ListingKey, SessionRecord]]:
+        keys: builtins.list[tuple[ListingKey, str]] = []
+        for session_id in self._order.values():
+            row = self._rows[session_id]
+            listing_key = (row.created_ms, row.key)
+            if (after is None or listing_key < after) and (cwd is None or row.cwd == cwd):
+                keys.append((listing_key, session_id))
+        keys.sort(reverse=True)
+        return [(key, self._record(sid, sid)) for key, sid in keys[:count]]
 
     # -- entries ---------------------------------------------------------------------------------
 
@@ -166,20 +168,21 @@ class InMemorySessionRepository(SessionLayer[str]):
 
     def _copy_path(self, source: str, target: str, ref: str) -> builtins.list[tuple[str, Any]]:
         copied: builtins.list[tuple[str, Any]] = []
-        for seq, stored in enumerate(self._walk(source, target, stop_at_anchor=False), start=1):
-            self._put(ref, _Stored(attrs.evolve(stored.entry, seq=seq), stored.state))
-            copied.append((stored.entry.type, stored.entry.payload))
+        path = self._walk(source, target, to_root=True)
+        for seq, entry in enumerate(path, start=1):
+            state = self._entries[(source, entry.id)].state
+            self._put(ref, _Stored(attrs.evolve(entry, seq=seq), state))
+            copied.append((entry.type, entry.payload))
         return copied
 
-    def _walk(self, ref: str, entry_id: str, *, stop_at_anchor: bool) -> builtins.list[_Stored]:
-        stored = self._entries[(ref, entry_id)]
-        stop = stored.state.anchor_id if stop_at_anchor else None
-        path = [stored]
-        while stored.entry.id != stop and stored.entry.parent_id is not None:
-            stored = self._entries[(ref, stored.entry.parent_id)]
-            path.append(stored)
-        path.reverse()
-        return path
+    def _walk(self, ref: str, entry_id: str, *, to_root: bool) -> builtins.list[Entry]:
+        entries = self._entries
+
+        def lookup(wanted: str) -> Entry | None:
+            stored = entries.get((ref, wanted))
+            return None if stored is None else stored.entry
+
+        return walk_path(entry_id, lookup, to_root=to_root) or []
 
     def _entry(self, ref: str, entry_id: str) -> Entry | None:
         stored = self._entries.get((ref, entry_id))
@@ -189,10 +192,10 @@ class InMemorySessionRepository(SessionLayer[str]):
         ids = self._children_of.get((ref, entry_id), ())
         return tuple(self._entries[(ref, child)].entry for child in ids)
 
-    def _path(self, ref: str, entry_id: str, *, stop_at_anchor: bool) -> tuple[Entry, ...] | None:
+    def _path(self, ref: str, entry_id: str, *, to_root: bool) -> tuple[Entry, ...] | None:
         if (ref, entry_id) not in self._entries:
             return None
-        return tuple(s.entry for s in self._walk(ref, entry_id, stop_at_anchor=stop_at_anchor))
+        return tuple(self._walk(ref, entry_id, to_root=to_root))
 
     def _entry_range(self, ref: str, after_seq: int, stop: int) -> tuple[Entry, ...]:
         entries, by_seq = self._entries, self._by_seq
@@ -206,7 +209,7 @@ class InMemorySessionRepository(SessionLayer[str]):
         stored = self._entries.get((ref, target))
         if stored is None:
             return None
-        return stored.state, [s.entry for s in self._walk(ref, target, stop_at_anchor=True)]
+        return stored.state, self._walk(ref, target, to_root=False)
 
 
 @attrs.frozen
@@ -235,11 +238,13 @@ InMemorySessionStorage = BoundSession
 
 def in_memory_sessions() -> Layer:
     """A layer providing :class:`~runstore.services.SessionRepository` in memory."""
-    return Layer.service(
-        SESSION_REPOSITORY,
-        lambda c: InMemorySessionRepository(c.get(InMemoryDatabase), c.get(Clock)),
-        requires=(InMemoryDatabase, Clock),
-    )
+
+    def scoped(c: Any) -> Iterator[InMemorySessionRepository]:
+        repository = InMemorySessionRepository(c.get(InMemoryDatabase), c.get(Clock))
+        yield repository
+        repository.close()  # later calls: StorageFailure(kind=closed), as on SQLite
+
+    return Layer.service(SESSION_REPOSITORY, scoped, requires=(InMemoryDatabase, Clock))
 
 
 _check_repository: Callable[[InMemoryDatabase, Clock], SessionRepository] = (

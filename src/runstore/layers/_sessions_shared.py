@@ -26,6 +26,7 @@ from runstore.services._primitives import type_refusal
 from runstore.services._sessions_rules import (
     AppendPlan,
     Head,
+    ListingKey,
     SessionFields,
     TreeFacts,
     ValidBatch,
@@ -49,10 +50,11 @@ from runstore.services._sessions_rules import (
     validate_batch,
 )
 from runstore.services.clock import Clock
-from runstore.services.errors import Busy, StorageFailure
+from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 from runstore.services.pagination import Page
 from runstore.services.sessions import (
     ROOT_STATE,
+    BranchMove,
     Entry,
     EntryId,
     EntryState,
@@ -74,9 +76,39 @@ E = TypeVar("E")
 
 
 class SessionLayer(ABC, Generic[R]):
-    """:class:`~runstore.services.SessionRepository` over a backend (see the module doc)."""
+    """:class:`~runstore.services.SessionRepository` over a backend (see the module doc).
+
+    Once :meth:`close` ran (its container closed), every unit returns ``StorageFailure`` of
+    kind ``closed`` instead of reaching the store.
+    """
 
     _clock: Clock
+    _closed: bool = False
+
+    def close(self) -> None:
+        """Refuse every later call with ``StorageFailure(kind=closed)`` (idempotent)."""
+        self._closed = True
+
+    def _refused(self, operation: str) -> StorageFailure:
+        return StorageFailure(
+            operation, StorageFailureKind.CLOSED, 0, "the session store was closed", "sessions"
+        )
+
+    def _write(
+        self, operation: str, fn: Callable[[], Result[T, E]]
+    ) -> Result[T, E | Busy | StorageFailure]:
+        """``fn`` as a write unit of the backend, unless the layer was closed."""
+        if self._closed:
+            return Failure(self._refused(operation))
+        return self._transact(operation, fn)
+
+    def _query(
+        self, operation: str, fn: Callable[[], Result[T, SessionError]]
+    ) -> Result[T, SessionError]:
+        """``fn`` as a read unit of the backend, unless the layer was closed."""
+        if self._closed:
+            return Failure(self._refused(operation))
+        return self._read(operation, fn)
 
     # -- what a backend provides: units of work ---------------------------------------------------
 
@@ -147,10 +179,11 @@ class SessionLayer(ABC, Generic[R]):
 
     @abstractmethod
     def _listing(
-        self, cwd: str | None, before: int | None, count: int
-    ) -> Sequence[tuple[int, SessionRecord]]:
-        """Up to ``count`` sessions, newest first, with keys below ``before`` (None: all),
-        only those of ``cwd`` when given: (key, record) pairs."""
+        self, cwd: str | None, after: ListingKey | None, count: int
+    ) -> Sequence[tuple[ListingKey, SessionRecord]]:
+        """Up to ``count`` sessions in descending :data:`ListingKey` order (created ms, then
+        store key), with keys below ``after`` (None: all), only those of ``cwd`` when given:
+        (key, record) pairs."""
 
     @abstractmethod
     def _entry(self, ref: R, entry_id: str) -> Entry | None:
@@ -161,9 +194,9 @@ class SessionLayer(ABC, Generic[R]):
         """The children of an entry (of the roots for None), in ``seq`` order."""
 
     @abstractmethod
-    def _path(self, ref: R, entry_id: str, *, stop_at_anchor: bool) -> tuple[Entry, ...] | None:
-        """The path from the root (or from the entry's anchor) to ``entry_id``; None when the
-        session has no such entry."""
+    def _path(self, ref: R, entry_id: str, *, to_root: bool) -> tuple[Entry, ...] | None:
+        """The path from the root (or from where :func:`walk_step` stops, unless
+        ``to_root``) to ``entry_id``; None when the session has no such entry."""
 
     @abstractmethod
     def _entry_range(self, ref: R, after_seq: int, stop: int) -> tuple[Entry, ...]:
@@ -171,8 +204,9 @@ class SessionLayer(ABC, Generic[R]):
 
     @abstractmethod
     def _context_path(self, ref: R, target: str) -> tuple[EntryState, Sequence[Entry]] | None:
-        """The state at ``target`` and the path from its anchor to it, with the payloads
-        :func:`assemble_context` reads; None when the session has no such entry."""
+        """The state at ``target`` and the path to it from where :func:`walk_step` stops,
+        with the payloads :func:`assemble_context` reads; None when the session has no such
+        entry."""
 
     # -- the repository ---------------------------------------------------------------------------
 
@@ -200,12 +234,12 @@ class SessionLayer(ABC, Generic[R]):
             decided = decide_create(fields, self._find(fields.id) is not None)
             return decided.map(lambda _: self._record(fields.id, self._insert_session(fields)))
 
-        return self._transact("create session", unit)
+        return self._write("create session", unit)
 
     def get(self, session_id: str) -> Result[SessionRecord, SessionError]:
         if (refused := type_refusal(str, session_id=session_id)) is not None:
             return refused
-        return self._read("get session", lambda: self._record_of(session_id))
+        return self._query("get session", lambda: self._record_of(session_id))
 
     def list(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
@@ -215,10 +249,10 @@ class SessionLayer(ABC, Generic[R]):
         checked = check_listing(limit, cursor)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
-        before = checked.unwrap()
-        return self._read(
+        after = checked.unwrap()
+        return self._query(
             "list sessions",
-            lambda: Success(listing_page(self._listing(cwd, before, limit + 1), limit)),
+            lambda: Success(listing_page(self._listing(cwd, after, limit + 1), limit)),
         )
 
     def open(self, session_id: str) -> Result[SessionStorage, SessionError]:
@@ -229,7 +263,7 @@ class SessionLayer(ABC, Generic[R]):
                 return Failure(no_session(session_id))
             return Success(BoundSession(self, SessionId(session_id)))
 
-        return self._read("open session", read)
+        return self._query("open session", read)
 
     def delete(self, session_id: str) -> Result[int, SessionError]:
         if (refused := type_refusal(str, session_id=session_id)) is not None:
@@ -242,7 +276,7 @@ class SessionLayer(ABC, Generic[R]):
             self._delete_session(session_id, ref)
             return Success(count)
 
-        return self._transact("delete session", unit)
+        return self._write("delete session", unit)
 
     def fork(
         self,
@@ -251,15 +285,16 @@ class SessionLayer(ABC, Generic[R]):
         at_entry: str | None = None,
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
     ) -> Result[SessionRecord, SessionError]:
         if (refused := type_refusal(str, source=source)) is not None:
             return refused
         if (refused := type_refusal((str, None), at_entry=at_entry)) is not None:
             return refused
-        checked = check_fork(metadata, session_id, str(uuid.uuid4()))
+        checked = check_fork(metadata, session_id, str(uuid.uuid4()), cwd)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
-        metadata_text, new_id = checked.unwrap()
+        metadata_text, new_id, new_cwd = checked.unwrap()
 
         def unit() -> Result[SessionRecord, SessionError]:
             source_ref = self._find(source)
@@ -275,11 +310,11 @@ class SessionLayer(ABC, Generic[R]):
             if isinstance(decided, Failure):
                 return Failure(decided.failure())
             target = decided.unwrap()
-            cwd, _, source_metadata, _ = self._session_row(source_ref)
+            source_cwd, _, source_metadata, _ = self._session_row(source_ref)
             ref = self._insert_session(
                 SessionFields(
                     new_id,
-                    cwd,
+                    source_cwd if new_cwd is None else new_cwd,
                     source,
                     source_metadata if metadata_text is None else metadata_text,
                     self._clock.now_ms(),
@@ -292,17 +327,22 @@ class SessionLayer(ABC, Generic[R]):
                 self._store_summary(ref, summary, dict(summary.labels))
             return Success(self._record(new_id, ref))
 
-        return self._transact("fork session", unit)
+        return self._write("fork session", unit)
 
     def atomic(
         self, operation: str, fn: Callable[[], Result[T, E]]
     ) -> Result[T, E | Busy | StorageFailure]:
-        return self._transact(operation, fn)
+        return self._write(operation, fn)
 
     # -- one session ------------------------------------------------------------------------------
 
     def append_many(
-        self, session_id: str, entries: Sequence[NewEntry], *, batch: bool
+        self,
+        session_id: str,
+        entries: Sequence[NewEntry],
+        *,
+        batch: bool,
+        strict_compactions: bool = True,
     ) -> Result[AppendPlan, SessionError]:
         """Append ``entries`` to ``session_id``; return what was appended."""
         checked = validate_batch(entries, batch=batch)
@@ -314,37 +354,61 @@ class SessionLayer(ABC, Generic[R]):
             ref = self._find(session_id)
             if ref is None:
                 return Failure(no_session(session_id))
-            facts = self._tree(ref, valid)
-            decided = decide_append(session_id, self._head(ref), self._summary(ref), valid, facts)
-            if isinstance(decided, Failure):
-                return decided
-            plan = decided.unwrap()
-            if plan.entries:
-                # The caches are written with the rows; a unit that fails after this point
-                # (a statement below, a later call in the same unit, COMMIT) undoes both.
-                self._insert_entries(ref, plan)
-                self._store_head(ref, plan.head)
-                self._store_summary(ref, plan.summary, plan.label_changes)
-            return Success(plan)
+            return self._apply(session_id, ref, valid, strict_compactions)
 
-        return self._transact("append entries", unit)
+        return self._write("append entries", unit)
 
-    def set_leaf(
-        self, session_id: str, entry_id: str | None
-    ) -> Result[EntryId | None, SessionError]:
-        def unit() -> Result[EntryId | None, SessionError]:
+    def _apply(
+        self, session_id: str, ref: R, valid: ValidBatch, strict_compactions: bool
+    ) -> Result[AppendPlan, SessionError]:
+        """Decide and store a checked batch, inside the caller's unit of work."""
+        decided = decide_append(
+            session_id,
+            self._head(ref),
+            self._summary(ref),
+            valid,
+            self._tree(ref, valid),
+            strict_compactions=strict_compactions,
+        )
+        if isinstance(decided, Failure):
+            return decided
+        plan = decided.unwrap()
+        if plan.entries:
+            # The caches are written with the rows; a unit that fails after this point
+            # (a statement below, a later call in the same unit, COMMIT) undoes both.
+            self._insert_entries(ref, plan)
+            self._store_head(ref, plan.head)
+            self._store_summary(ref, plan.summary, plan.label_changes)
+        return Success(plan)
+
+    def move_to(
+        self, session_id: str, entry_id: str | None, summary: BranchMove | None
+    ) -> Result[AppendPlan, SessionError]:
+        """Append the leaf move (and branch summary) :func:`decide_leaf` plans."""
+
+        def unit() -> Result[AppendPlan, SessionError]:
             ref = self._find(session_id)
             if ref is None:
                 return Failure(no_session(session_id))
             decided = decide_leaf(
-                self._head(ref), entry_id, lambda wanted: self._has_entry(ref, wanted)
+                self._head(ref),
+                entry_id,
+                lambda wanted: self._has_entry(ref, wanted),
+                self._clock.now_ms(),
+                summary,
             )
             if isinstance(decided, Failure):
                 return Failure(decided.failure())
-            self._store_head(ref, decided.unwrap())
-            return Success(None if entry_id is None else EntryId(entry_id))
+            checked = validate_batch(decided.unwrap(), batch=False)
+            if isinstance(checked, Failure):
+                return Failure(checked.failure())
+            valid = checked.unwrap()
+            if valid.refused is not None:
+                field = valid.refused.field.removeprefix("payload.")
+                return Failure(attrs.evolve(valid.refused, field=f"summary.{field}"))
+            return self._apply(session_id, ref, valid, True)
 
-        return self._transact("move leaf", unit)
+        return self._write("move leaf", unit)
 
     def _in_session(
         self, operation: str, session_id: str, fn: Callable[[R], Result[T, SessionError]]
@@ -357,7 +421,7 @@ class SessionLayer(ABC, Generic[R]):
                 return Failure(no_session(session_id))
             return fn(ref)
 
-        return self._read(operation, read)
+        return self._query(operation, read)
 
     def entry(self, session_id: str, entry_id: str) -> Result[Entry, SessionError]:
         def read(ref: R) -> Result[Entry, SessionError]:
@@ -377,10 +441,10 @@ class SessionLayer(ABC, Generic[R]):
         return self._in_session("read children", session_id, read)
 
     def path(
-        self, session_id: str, entry_id: str, *, stop_at_anchor: bool
+        self, session_id: str, entry_id: str, *, to_root: bool
     ) -> Result[tuple[Entry, ...], SessionError]:
         def read(ref: R) -> Result[tuple[Entry, ...], SessionError]:
-            found = self._path(ref, entry_id, stop_at_anchor=stop_at_anchor)
+            found = self._path(ref, entry_id, to_root=to_root)
             return Failure(no_entry(entry_id)) if found is None else Success(found)
 
         return self._in_session("read path", session_id, read)
@@ -443,15 +507,26 @@ class BoundSession:
             lambda plan: entry_record(plan.entries[0])
         )
 
-    def append_many(self, entries: Sequence[NewEntry]) -> Result[int, SessionError]:
-        return self._layer.append_many(self._session_id, entries, batch=True).map(
-            lambda plan: len(plan.entries)
-        )
+    def append_many(
+        self, entries: Sequence[NewEntry], *, strict_compactions: bool = True
+    ) -> Result[int, SessionError]:
+        return self._layer.append_many(
+            self._session_id, entries, batch=True, strict_compactions=strict_compactions
+        ).map(lambda plan: len(plan.entries))
 
     def set_leaf(self, entry_id: str | None) -> Result[EntryId | None, SessionError]:
         if (refused := type_refusal((str, None), entry_id=entry_id)) is not None:
             return refused
-        return self._layer.set_leaf(self._session_id, entry_id)
+        return self._layer.move_to(self._session_id, entry_id, None).map(
+            lambda _: None if entry_id is None else EntryId(entry_id)
+        )
+
+    def move_to(
+        self, entry_id: str | None, summary: BranchMove | None = None
+    ) -> Result[Entry | None, SessionError]:
+        return self._layer.move_to(self._session_id, entry_id, summary).map(
+            lambda plan: entry_record(plan.entries[1]) if len(plan.entries) > 1 else None
+        )
 
     def entry(self, entry_id: str) -> Result[Entry, SessionError]:
         if (refused := type_refusal(str, entry_id=entry_id)) is not None:
@@ -466,12 +541,12 @@ class BoundSession:
     def path_to_root(self, entry_id: str) -> Result[tuple[Entry, ...], SessionError]:
         if (refused := type_refusal(str, entry_id=entry_id)) is not None:
             return refused
-        return self._layer.path(self._session_id, entry_id, stop_at_anchor=False)
+        return self._layer.path(self._session_id, entry_id, to_root=True)
 
     def path_to_root_or_compaction(self, entry_id: str) -> Result[tuple[Entry, ...], SessionError]:
         if (refused := type_refusal(str, entry_id=entry_id)) is not None:
             return refused
-        return self._layer.path(self._session_id, entry_id, stop_at_anchor=True)
+        return self._layer.path(self._session_id, entry_id, to_root=False)
 
     def entries(self, after_seq: int = 0, limit: int = 100) -> Result[Page[Entry], SessionError]:
         return self._layer.entries(self._session_id, after_seq, limit)

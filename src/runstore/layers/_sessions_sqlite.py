@@ -10,16 +10,19 @@ by hand after a failed append). When another connection commits (``PRAGMA data_v
 moves), they are dropped before the next use.
 
 Path walks are recursive queries over the primary key ``(session_key, id)`` of the
-``session_entries`` table, which keeps per entry the context state at that entry, so that
-``build_context`` reads only the path from the leaf up to its newest compaction's first
-kept entry, however long the session is.
+``session_entries`` table that take the steps of
+:func:`~runstore.services._sessions_rules.walk_step` (reading a compaction's
+``firstKeptEntryId`` and ``retainedTail`` from its body), so that ``build_context`` reads
+only the path from the leaf back to where seed 004's walk stops, however long the session
+is; the table keeps per entry the model and thinking level at that entry. Entries and
+bodies are immutable in the database too (triggers of migration 0009).
 """
 
 from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import attrs
@@ -34,9 +37,11 @@ from runstore.services._sessions_rules import (
     FRESH_HEAD,
     AppendPlan,
     Head,
+    ListingKey,
     Node,
     SessionFields,
     ValidBatch,
+    batch_references,
     empty_summary,
     entry_from_row,
     payload_from_body,
@@ -68,22 +73,38 @@ _CONTEXT_TYPES = ("message", "custom_message", "branch_summary", "compaction")
 
 _ENTRY_COLUMNS = "e.id, e.parent_id, e.seq, e.type, e.timestamp_ms, b.body"
 
-_STATE_COLUMNS = "model_provider, model_id, thinking_level, anchor_id"
+_STATE_COLUMNS = "model_provider, model_id, thinking_level"
 
-_PATH_SQL = """
-WITH RECURSIVE up(id, parent_id, seq, type, timestamp_ms) AS (
-    SELECT id, parent_id, seq, type, timestamp_ms
-      FROM session_entries WHERE session_key = :key AND id = :start
+# The steps of walk_step: ``pending`` is the first kept entry looked for, ``done`` marks the
+# entry the walk stops at (never when :walk is 0: the whole path to the root). A compaction's
+# body is read only at a compaction.
+_FIRST_KEPT = (
+    "(SELECT json_extract(c.body, '$.firstKeptEntryId') FROM session_bodies AS c"
+    " WHERE c.session_key = :key AND c.seq = e.seq)"
+)
+_RETAINS_TAIL = (
+    "(SELECT json_type(c.body, '$.retainedTail') FROM session_bodies AS c"
+    " WHERE c.session_key = :key AND c.seq = e.seq) IS 'array'"
+)
+
+_PATH_SQL = f"""
+WITH RECURSIVE up(id, parent_id, seq, type, timestamp_ms, pending, done) AS (
+    SELECT e.id, e.parent_id, e.seq, e.type, e.timestamp_ms,
+           CASE WHEN e.type = 'compaction' THEN {_FIRST_KEPT} END,
+           :walk AND e.type = 'compaction' AND {_RETAINS_TAIL}
+      FROM session_entries AS e WHERE e.session_key = :key AND e.id = :start
     UNION ALL
-    SELECT e.id, e.parent_id, e.seq, e.type, e.timestamp_ms
+    SELECT e.id, e.parent_id, e.seq, e.type, e.timestamp_ms,
+           CASE WHEN e.type = 'compaction' THEN {_FIRST_KEPT} ELSE up.pending END,
+           :walk AND (e.id IS up.pending OR (e.type = 'compaction' AND {_RETAINS_TAIL}))
       FROM up JOIN session_entries AS e ON e.session_key = :key AND e.id = up.parent_id
-     WHERE up.id IS NOT :stop
+     WHERE NOT up.done
 )
 SELECT up.id, up.parent_id, up.seq, up.type, up.timestamp_ms, b.body
   FROM up LEFT JOIN session_bodies AS b
-    ON b.session_key = :key AND b.seq = up.seq AND (:all_bodies OR up.type IN {types})
+    ON b.session_key = :key AND b.seq = up.seq AND (:all_bodies OR up.type IN {{types}})
  ORDER BY up.seq
-""".format(types="(" + ", ".join(f"'{t}'" for t in _CONTEXT_TYPES) + ")")
+""".replace("{types}", "(" + ", ".join(f"'{t}'" for t in _CONTEXT_TYPES) + ")")
 
 _ANCESTOR_SQL = """
 WITH RECURSIVE up(id, parent_id) AS (
@@ -116,7 +137,7 @@ _SUMMARY_COLUMNS = (
 
 _INSERT_ENTRY = (
     "INSERT INTO session_entries (session_key, id, seq, parent_id, type, timestamp_ms,"
-    f" {_STATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+    f" {_STATE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
 )
 
 _INSERT_BODY = "INSERT INTO session_bodies (session_key, seq, entry_id, body) VALUES (?, ?, ?, ?)"
@@ -274,10 +295,10 @@ class SqliteSessionRepository(SessionLayer[int]):
         self._summaries[ref] = summary
 
     def _listing(
-        self, cwd: str | None, before: int | None, count: int
-    ) -> builtins.list[tuple[int, SessionRecord]]:
-        where = ["s.key < ?"]
-        params: builtins.list[Any] = [before if before is not None else 2**62]
+        self, cwd: str | None, after: ListingKey | None, count: int
+    ) -> builtins.list[tuple[ListingKey, SessionRecord]]:
+        where = ["(s.created_ms, s.key) < (?, ?)"]
+        params: builtins.list[Any] = list(after) if after is not None else [2**62, 2**62]
         if cwd is not None:
             where.append("s.cwd = ?")
             params.append(cwd)
@@ -285,7 +306,7 @@ class SqliteSessionRepository(SessionLayer[int]):
             "SELECT s.key, s.id, s.cwd, s.parent_session, s.metadata, s.created_ms,"
             f" s.next_entry_seq, s.leaf_id, {_SUMMARY_COLUMNS}"
             " FROM sessions AS s JOIN session_summaries AS m ON m.session_key = s.key"
-            f" WHERE {' AND '.join(where)} ORDER BY s.key DESC LIMIT ?",
+            f" WHERE {' AND '.join(where)} ORDER BY s.created_ms DESC, s.key DESC LIMIT ?",
             (*params, count),
         )
         labels: dict[int, dict[str, str]] = {}
@@ -296,13 +317,12 @@ class SqliteSessionRepository(SessionLayer[int]):
                 (json.dumps([r[0] for r in rows]),),
             ):
                 labels.setdefault(key, {})[target] = label
-        found: builtins.list[tuple[int, SessionRecord]] = []
+        found: builtins.list[tuple[ListingKey, SessionRecord]] = []
         for key, session_id, cwd_, parent, metadata, created, next_seq, leaf, *summary in rows:
             head = Head(next_seq, leaf)
             summarized = summary_from_row(summary, head.entry_count, labels.get(key, {}))
-            found.append(
-                (key, session_record(session_id, cwd_, parent, metadata, created, head, summarized))
-            )
+            record = session_record(session_id, cwd_, parent, metadata, created, head, summarized)
+            found.append(((created, key), record))
         return found
 
     # -- entries ---------------------------------------------------------------------------------
@@ -320,8 +340,7 @@ class SqliteSessionRepository(SessionLayer[int]):
     def _tree(self, ref: int, batch: ValidBatch) -> _Tree:
         known: dict[str, Node] = {}
         if batch.entries and self._head(ref).entry_count:  # a session without entries: none
-            wanted = {v.id for v in batch.entries}
-            wanted.update(v.parent_id for v in batch.entries if v.parent_id is not None)
+            wanted = batch_references(batch)
             known = {
                 row[0]: Node(row[1], state_from_columns(row[2:]))
                 for row in self._db.execute(
@@ -391,19 +410,17 @@ class SqliteSessionRepository(SessionLayer[int]):
         )
         return None if row is None else state_from_columns(row)
 
-    def _path_rows(self, ref: int, start: str, stop: str | None, *, all_bodies: bool) -> list[Row]:
+    def _path_rows(self, ref: int, start: str, *, to_root: bool, all_bodies: bool) -> list[Row]:
         return self._db.execute(
-            _PATH_SQL, {"key": ref, "start": start, "stop": stop, "all_bodies": int(all_bodies)}
+            _PATH_SQL,
+            {"key": ref, "start": start, "walk": int(not to_root), "all_bodies": int(all_bodies)},
         )
 
-    def _path(self, ref: int, entry_id: str, *, stop_at_anchor: bool) -> tuple[Entry, ...] | None:
-        state = self._state_at(ref, entry_id)
-        if state is None:
+    def _path(self, ref: int, entry_id: str, *, to_root: bool) -> tuple[Entry, ...] | None:
+        if not _storable(entry_id):
             return None
-        stop = state.anchor_id if stop_at_anchor else None
-        return tuple(
-            entry_from_row(r) for r in self._path_rows(ref, entry_id, stop, all_bodies=True)
-        )
+        rows = self._path_rows(ref, entry_id, to_root=to_root, all_bodies=True)
+        return tuple(entry_from_row(r) for r in rows) if rows else None
 
     def _entry_range(self, ref: int, after_seq: int, stop: int) -> tuple[Entry, ...]:
         rows = self._db.execute(
@@ -420,7 +437,7 @@ class SqliteSessionRepository(SessionLayer[int]):
         state = self._state_at(ref, target)
         if state is None:
             return None
-        rows = self._path_rows(ref, target, state.anchor_id, all_bodies=False)
+        rows = self._path_rows(ref, target, to_root=False, all_bodies=False)
         return state, [entry_from_row(r) for r in rows]
 
 
@@ -450,11 +467,13 @@ SqliteSessionStorage = BoundSession
 def sqlite_sessions() -> Layer:
     """A layer providing :class:`~runstore.services.SessionRepository` on the container's
     :class:`SqliteDatabase`."""
-    return Layer.service(
-        SESSION_REPOSITORY,
-        lambda c: SqliteSessionRepository(c.get(SqliteDatabase), c.get(Clock)),
-        requires=(SqliteDatabase, Clock),
-    )
+
+    def scoped(c: Any) -> Iterator[SqliteSessionRepository]:
+        repository = SqliteSessionRepository(c.get(SqliteDatabase), c.get(Clock))
+        yield repository
+        repository.close()  # later calls: StorageFailure(kind=closed), not apsw's error
+
+    return Layer.service(SESSION_REPOSITORY, scoped, requires=(SqliteDatabase, Clock))
 
 
 _check_repository: Callable[[SqliteDatabase, Clock], SessionRepository] = SqliteSessionRepository

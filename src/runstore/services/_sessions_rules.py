@@ -11,7 +11,8 @@ What lives here: the validators of every argument (:func:`validate_entry`,
 (:func:`decide_append` for the tree rules of :mod:`runstore.services.sessions`,
 :func:`decide_create`, :func:`decide_fork`, :func:`decide_leaf`), the summary fold
 (:class:`SummaryBuilder`, :func:`label_change`), the context state and the context itself
-(:func:`next_state`, :func:`assemble_context`), and every row -> record conversion
+(:func:`next_state`, :func:`walk_step` / :func:`walk_path`, :func:`assemble_context`), the
+leaf moves (:func:`decide_leaf`, :func:`leaf_after`), and every row -> record conversion
 (:func:`make_entry`, :func:`entry_from_row`, :func:`session_record`,
 :func:`summary_from_row`, :func:`state_from_columns`). A backend keeps only its storage and
 its query strategy.
@@ -48,6 +49,7 @@ from runstore.services.sessions import (
     MAX_ID_CHARS,
     ROOT_STATE,
     BadReference,
+    BranchMove,
     BranchSummaryEntry,
     CompactionEntry,
     ContextMessage,
@@ -58,6 +60,7 @@ from runstore.services.sessions import (
     EntryId,
     EntryState,
     LabelEntry,
+    LeafEntry,
     MessageEntry,
     ModelChangeEntry,
     ModelRef,
@@ -77,7 +80,9 @@ __all__ = [
     "FRESH_HEAD",
     "SESSIONS_CURSOR",
     "AppendPlan",
+    "ForkFields",
     "Head",
+    "ListingKey",
     "Node",
     "PlannedEntry",
     "SessionFields",
@@ -87,6 +92,7 @@ __all__ = [
     "ValidEntry",
     "as_result",
     "assemble_context",
+    "batch_references",
     "check_entries_page",
     "check_fork",
     "check_listing",
@@ -102,8 +108,10 @@ __all__ = [
     "entry_record",
     "fold_entries",
     "fold_summary",
+    "generated_id",
     "iso_from_ms",
     "label_change",
+    "leaf_after",
     "listing_page",
     "make_entry",
     "ms_from_iso",
@@ -122,6 +130,8 @@ __all__ = [
     "validate_entry",
     "validate_json_object",
     "validate_session_id",
+    "walk_path",
+    "walk_step",
 ]
 
 T = TypeVar("T")
@@ -222,6 +232,7 @@ _KNOWN: dict[str, type[Any]] = {
         CustomMessageEntry,
         LabelEntry,
         SessionInfoEntry,
+        LeafEntry,
     )
 }
 
@@ -292,10 +303,27 @@ def _shape_problem(entry_type: str, payload: Mapping[str, Any]) -> tuple[str, st
     if entry_type == "model_change":
         return need_text("provider") or need_text("modelId")
     if entry_type == "compaction":
-        problem = need_text("summary") or need_text("firstKeptEntryId")
+        tail = payload.get("retainedTail")
+        problem = need_text("summary")
+        if problem is None and not (
+            tail is not None and payload.get("firstKeptEntryId") is None
+        ):
+            problem = need_text("firstKeptEntryId")
         if problem is None and not _is_number(payload.get("tokensBefore")):
             return "tokensBefore", "must be a number"
+        if problem is None and tail is not None:
+            if not isinstance(tail, list):
+                return "retainedTail", "must be a list of messages"
+            for index, message in enumerate(tail):
+                if not isinstance(message, Mapping) or type(message.get("role")) is not str:
+                    return f"retainedTail[{index}]", "must be a message with a string role"
         return problem
+    if entry_type == "leaf":
+        if "targetId" not in payload:
+            return "targetId", "must be given (an entry id, or null)"
+        if payload["targetId"] is not None and not isinstance(payload["targetId"], str):
+            return "targetId", "must be a string or null"
+        return None
     if entry_type == "branch_summary":
         return need_text("fromId") or need_text("summary")
     if entry_type == "custom":
@@ -464,16 +492,12 @@ def next_state(
                     and current.model_id == model
                 ):
                     return state
-                return EntryState(ModelRef(provider, model), state.thinking_level, state.anchor_id)
+                return EntryState(ModelRef(provider, model), state.thinking_level)
         return state
     if entry_type == "model_change":
-        return EntryState(
-            ModelRef(payload["provider"], payload["modelId"]), state.thinking_level, state.anchor_id
-        )
+        return EntryState(ModelRef(payload["provider"], payload["modelId"]), state.thinking_level)
     if entry_type == "thinking_level_change":
-        return EntryState(state.model, payload["thinkingLevel"], state.anchor_id)
-    if entry_type == "compaction":
-        return EntryState(state.model, state.thinking_level, payload["firstKeptEntryId"])
+        return EntryState(state.model, payload["thinkingLevel"])
     return state
 
 
@@ -616,18 +640,73 @@ def fold_summary(
     return builder.build()
 
 
+def walk_step(
+    entry_id: str, entry_type: str, payload: Mapping[str, Any], pending: str | None
+) -> tuple[bool, str | None]:
+    """One step of the path walk towards the root, at an entry (seed 004's
+    ``getPathToRootOrCompaction``).
+
+    ``pending`` is the entry the walk looks for (the first kept entry of the newest
+    compaction passed, None before any). Returns whether the walk stops at this entry (it
+    is then the first of the path) and what it looks for further up: it stops at
+    ``pending``; at a compaction with a ``retainedTail``; at a compaction without one it
+    looks for that compaction's ``firstKeptEntryId`` instead (the walk reaches the root when
+    that entry is not on the path).
+    """
+    if pending is not None and entry_id == pending:
+        return True, None
+    if entry_type == "compaction":
+        if payload.get("retainedTail") is not None:
+            return True, None
+        first_kept: str | None = payload.get("firstKeptEntryId")
+        return False, first_kept
+    return False, pending
+
+
+def walk_path(
+    start: str, lookup: Callable[[str], Entry | None], *, to_root: bool
+) -> list[Entry] | None:
+    """The path to ``start``, root first: the whole path when ``to_root``, else from where
+    :func:`walk_step` stops. ``lookup`` gives a stored entry with its payload (None: no such
+    entry). Returns None when ``start`` is not stored. A backend that walks in its own query
+    language follows the same steps."""
+    current = lookup(start)
+    if current is None:
+        return None
+    path = [current]
+    pending: str | None = None
+    while True:
+        if not to_root:
+            done, pending = walk_step(current.id, current.type, current.payload, pending)
+            if done:
+                break
+        parent = current.parent_id
+        if parent is None:
+            break
+        found = lookup(parent)
+        if found is None:
+            break
+        current = found
+        path.append(current)
+    path.reverse()
+    return path
+
+
 def assemble_context(
     leaf_id: EntryId | None, path: Sequence[Entry], state: EntryState
 ) -> SessionContext:
-    """Build the context from ``path`` (root-first, ending at the leaf, starting at the leaf's
-    anchor when it has one) and the leaf's ``state``.
+    """Build the context from ``path`` (root-first, ending at the leaf, from where the path
+    walk stops: :func:`walk_step`) and the leaf's ``state``.
 
-    The format's rules (pi ``buildSessionContext``): with a compaction on the path, its
-    summary comes first, then the entries from its first kept entry up to it, then those after
-    it; otherwise every entry of the path. ``message`` entries go in as stored; branch
-    summaries (with a non-empty summary) and custom messages are converted; everything else
-    (custom entries, labels, model and thinking changes, session info, unknown types) is left
-    out.
+    The format's rules (the harness's ``buildContextEntries`` and the coding agent's
+    ``buildSessionContext``): with a compaction on the path, the newest one's summary comes
+    first; then its ``retainedTail`` messages when it has one, else the entries from its
+    first kept entry up to it (none when that entry is not on the path); then the entries
+    after it. Without one, every entry of the path. ``message`` entries go in as stored;
+    branch summaries (with a non-empty summary) and custom messages are converted;
+    everything else (custom entries, labels, leaf moves, model and thinking changes, session
+    info, unknown types) is left out. The model and thinking level are the leaf's ``state``
+    (over the whole path from the root, as the coding agent resumes a session).
     """
     messages: list[ContextMessage] = []
     compaction_at = -1
@@ -637,18 +716,28 @@ def assemble_context(
             break
     if compaction_at >= 0:
         compaction = path[compaction_at]
+        payload = compaction.payload
         messages.append(
             ContextMessage(
                 compaction.id,
                 {
                     "role": "compactionSummary",
-                    "summary": compaction.payload["summary"],
-                    "tokensBefore": compaction.payload["tokensBefore"],
+                    "summary": payload["summary"],
+                    "tokensBefore": payload["tokensBefore"],
                     "timestamp": compaction.timestamp_ms,
                 },
             )
         )
-        selected = [*path[:compaction_at], *path[compaction_at + 1 :]]
+        tail = payload.get("retainedTail")
+        if tail is not None:
+            messages.extend(ContextMessage(compaction.id, message) for message in tail)
+            selected = list(path[compaction_at + 1 :])
+        else:
+            first_kept = payload.get("firstKeptEntryId")
+            kept_from = next(
+                (i for i in range(compaction_at) if path[i].id == first_kept), compaction_at
+            )
+            selected = [*path[kept_from:compaction_at], *path[compaction_at + 1 :]]
     else:
         selected = list(path)
     for entry in selected:
@@ -715,8 +804,9 @@ def new_session_fields(
     )
 
 
-SESSIONS_CURSOR = CursorCodec("sessions")
-"""The cursor of ``SessionRepository.list``: the key of the last session of a page."""
+SESSIONS_CURSOR = CursorCodec("sessions", arity=2)
+"""The cursor of ``SessionRepository.list``: the :data:`ListingKey` of the last session of a
+page."""
 
 
 def as_result(value: T | InvalidInput) -> Result[T, InvalidInput]:
@@ -777,14 +867,24 @@ def decide_create(fields: SessionFields, exists: bool) -> Result[SessionFields, 
     return Success(fields)
 
 
+class ForkFields(NamedTuple):
+    """The checked arguments of ``fork``: metadata JSON text and cwd (None: the source's),
+    and the new session's id."""
+
+    metadata: str | None
+    session_id: str
+    cwd: str | None
+
+
 def check_fork(
-    metadata: object, session_id: object, generated_id: str
-) -> Result[tuple[str | None, str], InvalidInput]:
-    """Validate the arguments of ``fork``: return (metadata JSON text or None to keep the
-    source's, the new session's id: ``session_id`` or ``generated_id`` when None).
+    metadata: object, session_id: object, generated_id: str, cwd: str | None = None
+) -> Result[ForkFields, InvalidInput]:
+    """Validate the arguments of ``fork`` (``generated_id`` is the id when ``session_id`` is
+    None).
 
     ``InvalidInput("metadata", ...)`` (not a JSON object) comes before ``InvalidInput(
-    "session_id", ...)`` (not 1..MAX_ID_CHARS characters).
+    "session_id", ...)`` (not 1..MAX_ID_CHARS characters), then ``InvalidInput("cwd", ...)``
+    (not text UTF-8 can store).
     """
     kept: Result[str | None, InvalidInput] = (
         Success(None) if metadata is None else validate_json_object(metadata, "metadata")
@@ -792,7 +892,11 @@ def check_fork(
     return kept.bind(
         lambda metadata_text: validate_session_id(
             session_id if session_id is not None else generated_id
-        ).map(lambda new_id: (metadata_text, new_id))
+        ).bind(
+            lambda new_id: check_optional(cwd, "cwd", _check_text).map(
+                lambda new_cwd: ForkFields(metadata_text, new_id, new_cwd)
+            )
+        )
     )
 
 
@@ -818,14 +922,65 @@ def decide_fork(
     return Success(target)
 
 
+def generated_id(prefix: str, seq: int, taken: Callable[[str], bool]) -> str:
+    """The id runstore gives an entry it writes itself at ``seq``: ``<prefix>-<seq>``, or
+    ``<prefix>-<seq>-2``, ``-3``, ... while ``taken``; the same in every layer."""
+    candidate = f"{prefix}-{seq}"
+    suffix = 1
+    while taken(candidate):
+        suffix += 1
+        candidate = f"{prefix}-{seq}-{suffix}"
+    return candidate
+
+
 def decide_leaf(
-    head: Head, entry_id: str | None, has_entry: Callable[[str], bool]
-) -> Result[Head, SessionError]:
-    """Move the leaf of a session with ``head`` to ``entry_id`` (None: before the first
-    entry). Failure: ``NotFound("entry")`` when the session has no such entry."""
+    head: Head,
+    entry_id: str | None,
+    has_entry: Callable[[str], bool],
+    now_ms: int,
+    summary: BranchMove | None = None,
+) -> Result[tuple[NewEntry, ...], SessionError]:
+    """Plan a leaf move of a session with ``head`` to ``entry_id`` (None: before the first
+    entry): the entries to append (seed 004's ``setLeafId`` and ``moveTo``).
+
+    A ``leaf`` entry (id :func:`generated_id` ``leaf``, parent the current leaf, target
+    ``entry_id``, time ``now_ms``) and, with ``summary``, a ``branch_summary`` child of
+    ``entry_id`` (``fromId`` ``entry_id`` or ``"root"``). ``has_entry`` tells whether the
+    session holds an id. Failure: ``NotFound("entry")`` when it has no ``entry_id``.
+    """
     if entry_id is not None and not has_entry(entry_id):
         return Failure(no_entry(entry_id))
-    return Success(Head(head.next_seq, entry_id))
+    seq = head.next_seq
+    moves = [
+        NewEntry.leaf(
+            generated_id("leaf", seq, has_entry), head.leaf_id, entry_id, timestamp=now_ms
+        )
+    ]
+    if summary is not None:
+        payload: dict[str, Any] = {
+            "fromId": entry_id if entry_id is not None else "root",
+            "summary": summary.summary,
+        }
+        for key, value in (
+            ("details", summary.details),
+            ("usage", summary.usage),
+            ("fromHook", summary.from_hook),
+        ):
+            if value is not None:
+                payload[key] = value
+        summary_id = summary.id
+        if summary_id is None:
+            summary_id = generated_id("summary", seq + 1, has_entry)
+        moves.append(
+            NewEntry(
+                id=summary_id,
+                parent_id=entry_id,
+                type="branch_summary",
+                timestamp=now_ms,
+                payload=payload,
+            )
+        )
+    return Success(tuple(moves))
 
 
 def fold_entries(entries: Iterable[tuple[str, Mapping[str, Any]]]) -> SessionSummary:
@@ -933,16 +1088,20 @@ def decide_append(
     summary: SessionSummary,
     batch: ValidBatch,
     facts: TreeFacts,
+    *,
+    strict_compactions: bool = True,
 ) -> Result[AppendPlan, SessionError]:
     """Apply the tree rules to ``batch``, appended to a session with ``head`` and ``summary``.
 
     Entry by entry, in order (an entry may name earlier entries of the batch): its id must
     be new (``DuplicateEntry``), its ``parentId`` an entry of the session (``BadReference``,
-    field ``parentId``), a compaction's ``firstKeptEntryId`` the parent or one of its
-    ancestors (``BadReference``, field ``firstKeptEntryId``); ``position`` is the index in
-    the batch. Then the batch's own refusal, if any (``InvalidInput``). On success, the plan
-    numbers the entries from ``head.next_seq``, moves the leaf to the last one and folds
-    them into the summary (see :class:`SummaryBuilder`).
+    field ``parentId``), a ``leaf`` entry's ``targetId`` an entry or null (``BadReference``,
+    field ``targetId``), a compaction's ``firstKeptEntryId``, when it has one and
+    ``strict_compactions``, the parent or one of its ancestors (``BadReference``, field
+    ``firstKeptEntryId``); ``position`` is the index in the batch. Then the batch's own
+    refusal, if any (``InvalidInput``). On success, the plan numbers the entries from
+    ``head.next_seq``, sets the leaf after the last one (:func:`leaf_after`) and folds them
+    into the summary (see :class:`SummaryBuilder`).
     """
     local: dict[str, Node] = {}
     planned: list[PlannedEntry] = []
@@ -963,11 +1122,19 @@ def decide_append(
                 return Failure(BadReference(session_id, entry_id, "parentId", parent_id, position))
             parent_state = parent[1]
         if entry_type == "compaction":
-            first_kept = payload["firstKeptEntryId"]
-            if not _reaches(local, facts, parent_id, first_kept):
+            first_kept = payload.get("firstKeptEntryId")
+            if (
+                strict_compactions
+                and first_kept is not None
+                and not _reaches(local, facts, parent_id, first_kept)
+            ):
                 return Failure(
                     BadReference(session_id, entry_id, "firstKeptEntryId", first_kept, position)
                 )
+        elif entry_type == "leaf":
+            target = payload["targetId"]
+            if target is not None and target not in local and node(target) is None:
+                return Failure(BadReference(session_id, entry_id, "targetId", target, position))
         elif entry_type == "label":
             target, label = label_change(payload)
             labels[target] = label
@@ -980,9 +1147,33 @@ def decide_append(
         return Failure(batch.refused)
     if not planned:
         return Success(AppendPlan((), head, summary, {}))
+    last = planned[-1].valid
     return Success(
-        AppendPlan(tuple(planned), Head(seq, planned[-1].valid.id), builder.build(), labels)
+        AppendPlan(tuple(planned), Head(seq, leaf_after(last.type, last.id, last.payload)),
+                   builder.build(), labels)
     )
+
+
+def leaf_after(entry_type: str, entry_id: str, payload: Mapping[str, Any]) -> str | None:
+    """The active leaf once an entry is appended: a ``leaf`` entry's target, else the entry
+    itself (the harness's ``leafIdAfterEntry``, seed 004)."""
+    if entry_type == "leaf":
+        target: str | None = payload["targetId"]
+        return target
+    return entry_id
+
+
+def batch_references(batch: ValidBatch) -> set[str]:
+    """Every stored id :func:`decide_append` may ask :meth:`TreeFacts.node` about for
+    ``batch``: its ids, parent ids and ``leaf`` targets."""
+    wanted = {v.id for v in batch.entries}
+    wanted.update(v.parent_id for v in batch.entries if v.parent_id is not None)
+    wanted.update(
+        v.payload["targetId"]
+        for v in batch.entries
+        if v.type == "leaf" and v.payload["targetId"] is not None
+    )
+    return wanted
 
 
 def _reaches(
@@ -1036,23 +1227,32 @@ def entries_page(items: tuple[Entry, ...], stop: int, has_more: bool) -> Page[En
     return Page(items=items, has_more=has_more, next_cursor=str(stop) if has_more else None)
 
 
-def check_listing(limit: int, cursor: str | None) -> Result[int | None, InvalidInput]:
-    """Validate the arguments of ``list``: return the session key to list before (None: from
-    the newest). ``InvalidInput("limit")``, then ``InvalidInput("cursor")``."""
+ListingKey = tuple[int, int]
+"""Where a session stands in ``list``: (created ms, store key); listed descending."""
+
+
+def check_listing(limit: int, cursor: str | None) -> Result[ListingKey | None, InvalidInput]:
+    """Validate the arguments of ``list``: return the :data:`ListingKey` to list after
+    (None: from the newest). ``InvalidInput("limit")``, then ``InvalidInput("cursor")``."""
     checked = check_limit(limit)
     if isinstance(checked, Failure):
         return Failure(checked.failure())
-    return SESSIONS_CURSOR.decode(cursor).map(lambda keys: None if keys is None else keys[0])
+    return SESSIONS_CURSOR.decode(cursor).map(
+        lambda keys: None if keys is None else (keys[0], keys[1])
+    )
 
 
-def listing_page(rows: Sequence[tuple[int, SessionRecord]], limit: int) -> Page[SessionRecord]:
-    """The page of ``list`` from up to ``limit + 1`` (key, record) rows, newest first."""
+def listing_page(
+    rows: Sequence[tuple[ListingKey, SessionRecord]], limit: int
+) -> Page[SessionRecord]:
+    """The page of ``list`` from up to ``limit + 1`` (listing key, record) rows, newest
+    first."""
     has_more = len(rows) > limit
     kept = rows[:limit]
     return Page(
         items=tuple(record for _, record in kept),
         has_more=has_more,
-        next_cursor=SESSIONS_CURSOR.encode(kept[-1][0]) if has_more else None,
+        next_cursor=SESSIONS_CURSOR.encode(*kept[-1][0]) if has_more else None,
     )
 
 
@@ -1117,22 +1317,21 @@ def summary_from_row(
     )
 
 
-def state_columns(state: EntryState) -> tuple[str | None, str | None, str, str | None]:
-    """An entry's context state as stored: (model provider, model id, thinking level, anchor)."""
+def state_columns(state: EntryState) -> tuple[str | None, str | None, str]:
+    """An entry's context state as stored: (model provider, model id, thinking level)."""
     model = state.model
     return (
         None if model is None else model.provider,
         None if model is None else model.model_id,
         state.thinking_level,
-        state.anchor_id,
     )
 
 
 def state_from_columns(row: Sequence[Any]) -> EntryState:
     """The context state from its :func:`state_columns`."""
-    provider, model_id, thinking, anchor = row
+    provider, model_id, thinking = row
     model = ModelRef(provider, model_id) if provider is not None else None
-    return EntryState(model, thinking, anchor)
+    return EntryState(model, thinking)
 
 
 def entry_from_row(row: Sequence[Any]) -> Entry:

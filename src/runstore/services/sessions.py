@@ -6,8 +6,9 @@ The model is the session format of the pi coding agent (JSONL files, format vers
 - :class:`SessionRepository`: the sessions of a store. ``create``, ``get``, ``list`` (newest
   first), ``open`` (returns a :class:`SessionStorage`), ``delete`` and ``fork``.
 - :class:`SessionStorage`: one session. ``append`` / ``append_many`` add immutable entries,
-  ``set_leaf`` moves the active leaf, and the tree is read with ``entry``, ``children``,
-  ``path_to_root``, ``path_to_root_or_compaction``, ``entries`` and ``build_context``.
+  ``set_leaf`` and ``move_to`` move the active leaf (a ``leaf`` entry in the log), and the
+  tree is read with ``entry``, ``children``, ``path_to_root``, ``path_to_root_or_compaction``,
+  ``entries`` and ``build_context``.
 
 Rules shared by every layer:
 
@@ -17,11 +18,19 @@ Rules shared by every layer:
   in append order), a ``type``, a timestamp (epoch ms UTC at rest) and a JSON ``payload``:
   every field of the format's entry except the envelope ``type``, ``id``, ``parentId`` and
   ``timestamp``. Entries of unknown types are kept as :class:`UnknownEntry`.
-- Appending moves the active leaf to the new entry; ``set_leaf`` moves it explicitly and the
-  move is stored.
+- Appending moves the active leaf to the new entry, except a ``leaf`` entry (the pi agent's
+  harness writes one for every leaf move), which moves it to its ``targetId``: an entry of
+  the session or None (``BadReference`` otherwise). ``set_leaf`` and ``move_to`` append such
+  an entry, so every leaf move is in the log, numbered like any entry.
 - A compaction's ``firstKeptEntryId`` must name an ancestor of the compaction (its parent or
-  one of the parent's ancestors), so that ``path_to_root_or_compaction`` and
-  ``build_context`` can stop there.
+  one of the parent's ancestors), unless the batch is appended with
+  ``strict_compactions=False`` (the pi agent itself accepts any id there; an importer keeps
+  such files as they are). A compaction with a ``retainedTail`` (a list of messages, seed
+  004) carries the messages it keeps itself and may omit ``firstKeptEntryId``.
+- The path walk (``path_to_root_or_compaction``, ``build_context``) is seed 004's
+  ``getPathToRootOrCompaction``: from the entry towards the root, it stops at a compaction
+  with a ``retainedTail`` (included), or else at the first kept entry of the newest
+  compaction passed (included), or at the root when that entry is not on the path.
 - The :class:`SessionSummary` of a session is updated in the same unit of work as the append
   (see :func:`fold_summary` for its counting rules).
 - The checks of a write happen in this order, identically in every layer: arguments
@@ -92,6 +101,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "ROOT_STATE",
     "BadReference",
+    "BranchMove",
     "BranchSummaryEntry",
     "CompactionEntry",
     "ContextMessage",
@@ -103,6 +113,7 @@ __all__ = [
     "EntryState",
     "EntryType",
     "LabelEntry",
+    "LeafEntry",
     "MessageEntry",
     "ModelChangeEntry",
     "ModelRef",
@@ -168,6 +179,7 @@ class EntryType(StrEnum):
     CUSTOM_MESSAGE = "custom_message"
     LABEL = "label"
     SESSION_INFO = "session_info"
+    LEAF = "leaf"
 
 
 # -- errors --------------------------------------------------------------------------------------
@@ -193,9 +205,9 @@ class DuplicateEntry:
 class BadReference:
     """Entry ``entry_id`` refers through ``field`` to ``target_id``, which is not allowed.
 
-    ``field`` is ``parentId`` (no such entry in the session) or ``firstKeptEntryId`` (not an
-    ancestor of the compaction). ``position`` is the index in the ``append_many`` batch.
-    Nothing was written.
+    ``field`` is ``parentId`` or ``targetId`` (a ``leaf`` entry's; no such entry in the
+    session) or ``firstKeptEntryId`` (not an ancestor of the compaction). ``position`` is the
+    index in the ``append_many`` batch. Nothing was written.
     """
 
     session_id: str
@@ -205,9 +217,10 @@ class BadReference:
     position: int = 0
 
     def __str__(self) -> str:
-        if self.field == "parentId":
+        if self.field in ("parentId", "targetId"):
+            what = "parent" if self.field == "parentId" else "leaf target"
             return (
-                f"entry {self.entry_id!r}: parent {self.target_id!r} is not in "
+                f"entry {self.entry_id!r}: {what} {self.target_id!r} is not in "
                 f"session {self.session_id!r}"
             )
         return (
@@ -225,7 +238,9 @@ SessionError: TypeAlias = (
 - ``Conflict("session", id, ...)``: a session with that id exists already.
 - ``InvalidInput(field, reason)``: a malformed argument; nothing written.
 - ``DuplicateEntry`` / ``BadReference``: a tree rule refused an entry; nothing written.
-- ``Busy`` / ``StorageFailure``: the store could not do it; nothing written.
+- ``Busy`` / ``StorageFailure``: the store could not do it; nothing written. A call on a
+  repository (or a storage opened from it) whose container was closed returns
+  ``StorageFailure`` of kind ``closed``, in every layer.
 """
 
 
@@ -311,9 +326,18 @@ class CompactionEntry(_EntryBase):
         return str(self.payload["summary"])
 
     @property
-    def first_kept_entry_id(self) -> EntryId:
-        """The first entry (an ancestor) whose messages stay in the context."""
-        return EntryId(str(self.payload["firstKeptEntryId"]))
+    def first_kept_entry_id(self) -> EntryId | None:
+        """The first entry (an ancestor) whose messages stay in the context (None when a
+        compaction with a retained tail leaves it out)."""
+        value = self.payload.get("firstKeptEntryId")
+        return None if value is None else EntryId(str(value))
+
+    @property
+    def retained_tail(self) -> tuple[Mapping[str, Any], ...] | None:
+        """The messages the compaction keeps itself (seed 004's ``retainedTail``), put in the
+        context right after its summary; None for a compaction without one."""
+        tail = self.payload.get("retainedTail")
+        return None if not isinstance(tail, list) else tuple(tail)
 
     @property
     def tokens_before(self) -> int | float:
@@ -410,6 +434,23 @@ class SessionInfoEntry(_EntryBase):
 
 
 @attrs.frozen(kw_only=True)
+class LeafEntry(_EntryBase):
+    """The active leaf moved to ``target_id`` (None: before the first entry).
+
+    The pi agent's harness (seed 004) writes one for every leaf move; its ``parent_id`` is
+    the leaf before the move. It is never part of a context.
+    """
+
+    type: ClassVar[str] = EntryType.LEAF.value
+
+    @property
+    def target_id(self) -> EntryId | None:
+        """Where the leaf moved."""
+        value = self.payload.get("targetId")
+        return None if value is None else EntryId(str(value))
+
+
+@attrs.frozen(kw_only=True)
 class UnknownEntry(_EntryBase):
     """An entry of a type this version does not know; kept as it came."""
 
@@ -426,6 +467,7 @@ Entry: TypeAlias = (
     | CustomMessageEntry
     | LabelEntry
     | SessionInfoEntry
+    | LeafEntry
     | UnknownEntry
 )
 """One stored entry, as the record of its type."""
@@ -510,22 +552,41 @@ class NewEntry:
         id: str,
         parent_id: str | None,
         summary: str,
-        first_kept_entry_id: str,
+        first_kept_entry_id: str | None,
         tokens_before: int,
         *,
         timestamp: datetime | int,
+        retained_tail: Sequence[Mapping[str, Any]] | None = None,
     ) -> NewEntry:
-        """A ``compaction`` entry; ``first_kept_entry_id`` must be an ancestor."""
+        """A ``compaction`` entry; ``first_kept_entry_id`` must be an ancestor.
+
+        ``retained_tail``: the messages the compaction keeps itself (seed 004); with one,
+        ``first_kept_entry_id`` may be None and the path walk stops at this compaction.
+        """
+        payload: dict[str, Any] = {"summary": summary}
+        if first_kept_entry_id is not None:
+            payload["firstKeptEntryId"] = first_kept_entry_id
+        payload["tokensBefore"] = tokens_before
+        if retained_tail is not None:
+            payload["retainedTail"] = [dict(message) for message in retained_tail]
+        return cls(
+            id=id, parent_id=parent_id, type="compaction", timestamp=timestamp, payload=payload
+        )
+
+    @classmethod
+    def leaf(
+        cls, id: str, parent_id: str | None, target_id: str | None, *, timestamp: datetime | int
+    ) -> NewEntry:
+        """A ``leaf`` entry: the leaf moves to ``target_id`` (None: before the first entry).
+
+        ``parent_id`` is the leaf before the move, as the pi agent's harness writes it.
+        """
         return cls(
             id=id,
             parent_id=parent_id,
-            type="compaction",
+            type="leaf",
             timestamp=timestamp,
-            payload={
-                "summary": summary,
-                "firstKeptEntryId": first_kept_entry_id,
-                "tokensBefore": tokens_before,
-            },
+            payload={"targetId": target_id},
         )
 
     @classmethod
@@ -625,19 +686,18 @@ class NewEntry:
 
 @attrs.frozen
 class EntryState:
-    """What holds at an entry on its path from the root (kept per entry by the layers).
+    """What holds at an entry on its whole path from the root (kept per entry by the layers).
 
-    ``model`` and ``thinking_level`` follow the format's context rules (a model change or an
-    assistant message sets the model; a thinking-level change sets the level); ``anchor_id``
-    is the first kept entry of the newest compaction on the path (None when there is none).
+    ``model`` and ``thinking_level`` follow the format's context rules over that path (a
+    model change or an assistant message sets the model; a thinking-level change sets the
+    level), as the pi coding agent's ``buildSessionContext`` reads them to resume a session.
     """
 
     model: ModelRef | None
     thinking_level: str
-    anchor_id: str | None
 
 
-ROOT_STATE = EntryState(None, DEFAULT_THINKING_LEVEL, None)
+ROOT_STATE = EntryState(None, DEFAULT_THINKING_LEVEL)
 
 
 # -- summary -------------------------------------------------------------------------------------
@@ -656,8 +716,11 @@ class SessionSummary:
       uncached = ``input + cacheWrite``, total = ``input + output + cacheRead + cacheWrite``,
       cost = ``cost.total`` as an exact ``Decimal`` (each JSON number read as the decimal
       text of the double it denotes).
+      ``output_tokens`` (``output``) is what ``total_tokens`` holds besides the other two, so
+      that cached + uncached + output = total.
     - ``model`` and ``thinking_level``: the latest model (model change or assistant message)
-      and thinking level appended, on any branch (``off`` before any change).
+      and thinking level appended, on any branch (``off`` before any change). This is not
+      what a session resumes with: that is the state at its leaf (``build_context``).
     - ``labels``: entry id -> label, from ``label`` entries in append order (an empty label
       clears).
     """
@@ -672,6 +735,11 @@ class SessionSummary:
     model: ModelRef | None = None
     thinking_level: str = DEFAULT_THINKING_LEVEL
     labels: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens the model wrote (the ``output`` of each usage counted)."""
+        return self.total_tokens - self.cached_tokens - self.uncached_tokens
 
 
 # -- sessions ------------------------------------------------------------------------------------
@@ -739,6 +807,23 @@ class SessionContext:
     thinking_level: str
 
 
+@attrs.frozen(kw_only=True)
+class BranchMove:
+    """The branch summary :meth:`SessionStorage.move_to` writes where the leaf moved to.
+
+    ``summary``: the summary of the branch left behind. ``id``: the entry's id (generated
+    when None). ``details``, ``usage`` (a usage object, counted in the session summary) and
+    ``from_hook``: written as the pi agent's ``details``, ``usage`` and ``fromHook`` when
+    given (JSON values).
+    """
+
+    summary: str
+    id: str | None = None
+    details: Any = None
+    usage: Mapping[str, Any] | None = attrs.field(default=None, hash=False)
+    from_hook: bool | None = None
+
+
 # -- the services --------------------------------------------------------------------------------
 
 
@@ -775,20 +860,43 @@ class SessionStorage(Protocol):
         """
         ...
 
-    def append_many(self, entries: Sequence[NewEntry]) -> Result[int, SessionError]:
+    def append_many(
+        self, entries: Sequence[NewEntry], *, strict_compactions: bool = True
+    ) -> Result[int, SessionError]:
         """Append ``entries`` in order in one unit of work; return how many were appended.
 
-        Each entry may name earlier entries of the same batch as parent. The last one becomes
-        the active leaf. Failures as for :meth:`append`, for the first refused entry (its
-        ``position`` in the batch; ``InvalidInput`` fields start with ``entries[i].``); then
-        nothing of the batch is written.
+        Each entry may name earlier entries of the same batch as parent. The last one sets
+        the active leaf (itself, or a ``leaf`` entry's target). Failures as for
+        :meth:`append`, for the first refused entry (its ``position`` in the batch;
+        ``InvalidInput`` fields start with ``entries[i].``); then nothing of the batch is
+        written. ``strict_compactions=False`` stores a compaction whose ``firstKeptEntryId``
+        is not an ancestor as the pi agent loads it (its path walk goes on to the root, its
+        context keeps no entry before it) instead of refusing it.
         """
         ...
 
     def set_leaf(self, entry_id: str | None) -> Result[EntryId | None, SessionError]:
-        """Move the active leaf to ``entry_id`` (None: before the first entry) and store it.
+        """Move the active leaf to ``entry_id`` (None: before the first entry); return it.
 
-        Failures: ``NotFound("entry", id)``.
+        The move is a ``leaf`` entry appended to the log (seed 004's ``setLeafId``): id
+        ``leaf-<seq>`` (``leaf-<seq>-2``, ... when taken), parent the leaf before the move,
+        ``targetId`` the new leaf, the clock's time. Failures: ``NotFound("entry", id)``;
+        nothing written.
+        """
+        ...
+
+    def move_to(
+        self, entry_id: str | None, summary: BranchMove | None = None
+    ) -> Result[Entry | None, SessionError]:
+        """Move the leaf to ``entry_id`` and, with ``summary``, start a branch there with a
+        ``branch_summary``, in one unit of work (seed 004's ``moveTo``).
+
+        Appends the ``leaf`` entry of :meth:`set_leaf`, then, when ``summary`` is given, a
+        ``branch_summary`` child of ``entry_id`` (``fromId`` = ``entry_id``, or ``"root"``
+        for None; id ``summary.id`` or ``summary-<seq>``), which becomes the leaf. Returns
+        the branch summary's record, or None without ``summary``. Failures:
+        ``NotFound("entry", id)``, ``InvalidInput`` (a summary the format refuses, its
+        field named), ``DuplicateEntry`` (``summary.id`` taken); nothing written.
         """
         ...
 
@@ -853,8 +961,9 @@ class SessionRepository(Protocol):
     def list(
         self, cwd: str | None = None, limit: int = 50, cursor: str | None = None
     ) -> Result[Page[SessionRecord], SessionError]:
-        """Return sessions newest first (by creation in this store), optionally only those of
-        ``cwd``, following the pagination contract. Failures: ``InvalidInput`` (limit, cursor).
+        """Return sessions newest first by creation time (``created_ms``; among equal times
+        the one created later in this store first), optionally only those of ``cwd``,
+        following the pagination contract. Failures: ``InvalidInput`` (limit, cursor).
         """
         ...
 
@@ -874,15 +983,17 @@ class SessionRepository(Protocol):
         at_entry: str | None = None,
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        cwd: str | None = None,
     ) -> Result[SessionRecord, SessionError]:
         """Create a session holding the path from the root to ``at_entry`` of ``source``.
 
         ``at_entry`` None means the source's active leaf (an empty fork when it has none).
         The new session keeps the entries' ids, parents, types, timestamps and payloads
-        (numbered 1..n), has ``at_entry`` as its leaf, the source's ``cwd``, ``parent_session``
-        = the source id, and ``metadata`` (the source's when None). All in one unit of work: a
-        failure leaves no new session. Failures: ``NotFound`` (source or entry),
-        ``Conflict`` (``session_id`` exists), ``InvalidInput``.
+        (numbered 1..n), has ``at_entry`` as its leaf, ``cwd`` (the source's when None),
+        ``parent_session`` = the source id, and ``metadata`` (the source's when None), as
+        seed 004's ``fork(source, {cwd, id, metadata})``. All in one unit of work: a failure
+        leaves no new session. Failures: ``NotFound`` (source or entry), ``Conflict``
+        (``session_id`` exists), ``InvalidInput`` (``metadata``, ``session_id``, ``cwd``).
         """
         ...
 

@@ -4,9 +4,11 @@ The file has exactly one header line, then one line per entry in ``seq`` order (
 before children). Entry lines are the format's: ``type``, ``id``, ``parentId``,
 ``timestamp`` (ISO 8601, ms, UTC) and the payload's members. The header carries the
 session's ``id``, ``timestamp`` (creation), ``cwd``, ``parentSession`` (when set), the
-session's ``metadata`` (when not empty) and, when the active leaf is not the last entry,
-``leafId``: members the pi agent ignores and runstore's importer reads back, so that an
-exported session imports to an equal one.
+session's ``metadata`` (when not empty) and, when the active leaf is not the one the last
+line sets (the last entry itself, or a ``leaf`` entry's target: leaf moves are entries, so
+this happens only for sessions stored before they were), ``leafId``: members the pi agent
+ignores and runstore's importer reads back, so that an exported session imports to an equal
+one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, TextIO
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.services._sessions_rules import dump_json, iso_from_ms
+from runstore.services._sessions_rules import dump_json, iso_from_ms, leaf_after
 from runstore.services.sessions import (
     Entry,
     EntryId,
@@ -40,8 +42,11 @@ class ExportReport:
     leaf_id: EntryId | None
 
 
-def header_line(record: SessionRecord, last_entry_id: str | None) -> str:
-    """The version-3 header of ``record`` (``last_entry_id``: the id of its newest entry)."""
+def header_line(
+    record: SessionRecord, last_entry_id: str | None, *, has_entries: bool | None = None
+) -> str:
+    """The version-3 header of ``record`` (``last_entry_id``: the leaf its newest entry sets;
+    ``has_entries``: whether it has any, by default whether ``last_entry_id`` is given)."""
     header: dict[str, Any] = {
         "type": "session",
         "version": 3,
@@ -53,7 +58,9 @@ def header_line(record: SessionRecord, last_entry_id: str | None) -> str:
         header["parentSession"] = record.parent_session
     if record.metadata:
         header["metadata"] = dict(record.metadata)
-    if last_entry_id is not None and record.leaf_id != last_entry_id:
+    if (last_entry_id is not None if has_entries is None else has_entries) and (
+        record.leaf_id != last_entry_id
+    ):
         header["leafId"] = record.leaf_id
     return dump_json(header)
 
@@ -94,8 +101,9 @@ def export_jsonl(
         last = storage.entries(after_seq=count - 1, limit=1)
         if isinstance(last, Failure):
             return Failure(last.failure())
-        last_id = last.unwrap().items[0].id
-    out.write(header_line(record, last_id) + "\n")
+        newest = last.unwrap().items[0]
+        last_id = leaf_after(newest.type, newest.id, newest.payload)
+    out.write(header_line(record, last_id, has_entries=count > 0) + "\n")
     after = 0
     while after < count:
         page = storage.entries(after_seq=after, limit=min(_PAGE, count - after))

@@ -4,10 +4,12 @@
   every entry type of the pi session format, unknown types included.
 - **The state machine** (:class:`SessionsMachine`, bound to a layer by
   :func:`sessions_state_machine`): a hypothesis ``RuleBasedStateMachine`` that grows random
-  trees (appends, batches, leaf moves, forks, deletes, appends that fail half way inside one
-  unit of work) on the layer under test and on the in-memory layer (the model), compares the
-  whole ``Result`` of every call, and after every step compares every session's record and
-  summary and checks that sequence numbers are dense.
+  trees (appends, batches, ``leaf`` entries, leaf moves with and without a branch summary,
+  compactions with and without a retained tail or with a first kept entry off the path,
+  forks into another cwd, sessions created at equal and earlier times, deletes, appends
+  that fail half way inside one unit of work) on the layer under test and on the in-memory
+  layer (the model), compares the whole ``Result`` of every call, and after every step
+  compares every session's record and summary and checks that sequence numbers are dense.
 - **The contract class** (:class:`SessionsContract`): pytest example tests of the
   documented semantics plus the state machine. Subclass it and say how to make the layer::
 
@@ -49,6 +51,7 @@ from runstore.services.errors import Conflict, InvalidInput, NotFound
 from runstore.services.pagination import Page
 from runstore.services.sessions import (
     BadReference,
+    BranchMove,
     DuplicateEntry,
     Entry,
     ModelRef,
@@ -89,8 +92,9 @@ ENTRY_TYPES = (
     "custom_message",
     "label",
     "session_info",
+    "leaf",
 )
-"""The entry types of the format (version 3)."""
+"""The entry types of the format (version 3, and the harness's ``leaf`` moves of seed 004)."""
 
 
 class SessionsContractViolation(AssertionError):
@@ -201,13 +205,26 @@ def entry_payloads(
         return _PROVIDERS.map(lambda m: {"provider": m[0], "modelId": m[1]})
     if entry_type == "compaction":
         kept = st.sampled_from(list(ancestors)) if ancestors else st.just("nowhere")
+        tail: st.SearchStrategy[dict[str, Any]] = st.just({}) | st.lists(
+            _message(), max_size=2
+        ).map(lambda t: {"retainedTail": t})
         return st.builds(
-            lambda s, k, n, u: {"summary": s, "firstKeptEntryId": k, "tokensBefore": n, **u},
+            lambda s, k, n, u, t, omit: {
+                "summary": s,
+                **({} if omit and t else {"firstKeptEntryId": k}),
+                "tokensBefore": n,
+                **u,
+                **t,
+            },
             text,
             kept,
             st.integers(0, 10**6),
             usage,
+            tail,
+            st.booleans(),
         )
+    if entry_type == "leaf":
+        return (st.none() | target).map(lambda t: {"targetId": t})
     if entry_type == "branch_summary":
         return st.builds(lambda s, f, u: {"summary": s, "fromId": f, **u}, text, target, usage)
     if entry_type == "custom":
@@ -237,6 +254,7 @@ _BAD_PAYLOADS: dict[str, dict[str, Any]] = {
     "label": {"label": "no target"},
     "custom": {"customType": "x", "id": "envelope"},
     "compaction": {"summary": "s", "firstKeptEntryId": "x", "tokensBefore": "many"},
+    "leaf": {"targetId": 7},
 }
 
 
@@ -417,11 +435,19 @@ class SessionsMachine(RuleBasedStateMachine):
         cwd=st.sampled_from(CWDS),
         metadata=st.dictionaries(st.text(max_size=4), sessions_json_values(4), max_size=2),
         parent=st.none() | st.just("elsewhere.jsonl"),
+        created=st.none() | st.sampled_from([T0_MS - 5_000, T0_MS, T0_MS + 5_000]),
     )
     def create(
-        self, session_id: str, cwd: str, metadata: dict[str, Any], parent: str | None
+        self,
+        session_id: str,
+        cwd: str,
+        metadata: dict[str, Any],
+        parent: str | None,
+        created: int | None,
     ) -> None:
-        new = NewSession(id=session_id, cwd=cwd, metadata=metadata, parent_session=parent)
+        new = NewSession(
+            id=session_id, cwd=cwd, metadata=metadata, parent_session=parent, created=created
+        )
         if isinstance(self.both("create", lambda r: r.create(new)), Success):
             self.entry_ids[session_id] = []
 
@@ -435,6 +461,22 @@ class SessionsMachine(RuleBasedStateMachine):
         )
         entry = self.draw_entry(data, session_id, parent, ids)
         if isinstance(self.on_storage("append", session_id, lambda s: s.append(entry)), Success):
+            self.entry_ids[session_id].append(entry.id)
+
+    @rule(data=st.data())
+    def append_as_pi_loads(self, data: st.DataObject) -> None:
+        """A compaction whose first kept entry may be off its path, stored as pi keeps it."""
+        session_id = self.pick_session(data)
+        ids = self.entry_ids.get(session_id, [])
+        parent = self.leaf(session_id)
+        kept = data.draw(st.sampled_from([*ids, "nowhere"]), label="kept")
+        entry = NewEntry.compaction(self.fresh_id(), parent, "s", kept, 9, timestamp=T0_MS)
+        got = self.on_storage(
+            "append_many(strict_compactions=False)",
+            session_id,
+            lambda s: s.append_many([entry], strict_compactions=False),
+        )
+        if isinstance(got, Success):
             self.entry_ids[session_id].append(entry.id)
 
     @rule(data=st.data(), size=st.integers(1, 6), fail_at_end=st.booleans())
@@ -489,7 +531,24 @@ class SessionsMachine(RuleBasedStateMachine):
     def set_leaf(self, data: st.DataObject) -> None:
         session_id = self.pick_session(data)
         target = self.pick_entry(data, session_id)
-        self.on_storage("set_leaf", session_id, lambda s: s.set_leaf(target))
+        moved = self.on_storage("set_leaf", session_id, lambda s: s.set_leaf(target))
+        if isinstance(moved, Success):
+            self.refresh(session_id)
+
+    @rule(data=st.data(), summary=st.text(max_size=8), give_id=st.booleans())
+    def move_to(self, data: st.DataObject, summary: str, give_id: bool) -> None:
+        session_id = self.pick_session(data)
+        target = self.pick_entry(data, session_id)
+        ids = self.entry_ids.get(session_id, [])
+        wanted = (
+            data.draw(st.sampled_from([self.fresh_id(), *ids]), label="summary id")
+            if give_id
+            else None
+        )
+        move = BranchMove(summary=summary, id=wanted, usage={"input": 2, "output": 1})
+        got = self.on_storage("move_to", session_id, lambda s: s.move_to(target, move))
+        if isinstance(got, Success):
+            self.refresh(session_id)
 
     @rule(
         data=st.data(),
@@ -499,9 +558,12 @@ class SessionsMachine(RuleBasedStateMachine):
     def fork(self, data: st.DataObject, new_id: str, metadata: dict[str, Any] | None) -> None:
         source = self.pick_session(data)
         at_entry = self.pick_entry(data, source)
+        cwd = data.draw(st.none() | st.sampled_from(self.CWDS), label="cwd")
         got = self.both(
             "fork",
-            lambda r: r.fork(source, at_entry=at_entry, session_id=new_id, metadata=metadata),
+            lambda r: r.fork(
+                source, at_entry=at_entry, session_id=new_id, metadata=metadata, cwd=cwd
+            ),
         )
         if isinstance(got, Success):
             self.refresh(new_id)
