@@ -11,6 +11,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers import (
     CLOCK,
     Container,
+    InMemoryActionRunStorage,
     InMemoryDatabase,
     Layer,
     SqliteDatabase,
@@ -299,3 +300,21 @@ def test_a_stored_phase_failure_naming_another_phase_reads_as_corrupt(
         assert (failure.kind, failure.table) == (StorageFailureKind.CORRUPT, "action_runs")
         assert f"its {phase} failure names phase queued" in failure.message
     assert db.execute("SELECT status, phase FROM action_runs") == [("running", phase)]
+
+
+def test_the_in_memory_layer_reads_a_damaged_phase_failure_as_corrupt_too() -> None:
+    with build(merge(in_memory(), Layer.value(CLOCK, FixedClock(T0)))) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        runs = container.get(ActionRunStorage)
+        assert isinstance(runs, InMemoryActionRunStorage)
+        running = _running(executions)
+        run = runs.queue(NewActionRun("p", running.id, "a"), running.fence).unwrap()
+        runs._rows[run.id] = runs._rows[run.id]._replace(
+            writeback_status="failed",
+            writeback_completed_at_ms=0,
+            writeback_failure='{"name":"E","message":"m","phase":"effects","details":null}',
+        )
+        failure = runs.get(run.id).failure()
+        assert isinstance(failure, StorageFailure)
+        assert failure.kind is StorageFailureKind.CORRUPT
+        assert "its writeback failure names phase effects" in failure.message

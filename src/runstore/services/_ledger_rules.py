@@ -9,7 +9,9 @@ Pure functions only; nothing here reads or writes storage. A layer method reads:
   with JSON already encoded as its stored text, or ``InvalidInput`` naming the field path.
 - **Decisions** (``decide_*``) take what the backend loaded inside the unit of work and say
   what to do, or which failure to return: the state machine of executions with its leases and
-  fencing tokens, the idempotent create, the action-run lifecycle, cancellation.
+  fencing tokens, the idempotent create, cancellation; for action runs the fence
+  (:func:`decide_fence`, then :func:`decide_run`), the idempotent queue, the lifecycle with
+  its repeated phase outcomes and the retry policy.
 - **The at-rest form**: :class:`ExecutionRow` and :class:`ActionRunRow` name the stored
   columns in the order the live layer selects them (the in-memory layer keeps rows of the
   same shape), and :func:`execution_record` / :func:`action_run_record` turn any such row,

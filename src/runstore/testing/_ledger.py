@@ -7,8 +7,12 @@
 - **The state machine** (:class:`LedgerMachine`, bound to a layer by
   :func:`ledger_state_machine`): a hypothesis ``RuleBasedStateMachine`` that makes the same
   calls on the layer under test and on the in-memory layer (the model) and compares the whole
-  ``Result`` of every call. It also checks, whatever the model says, that fencing tokens only
-  grow and that a finished execution never changes again.
+  ``Result`` of every call. Action-run writes carry fences that are mostly current and now
+  and then stale (the lease expired and another worker claimed the execution again), made
+  up or another execution's; queue requests and phase outcomes are sent again, as they are
+  (with object keys reordered) or changed, and failed runs are requeued against their retry
+  policy. It also checks, whatever the model says, that fencing tokens only grow, that a
+  finished execution never changes again and that no run goes past its ``max_attempts``.
 - **The contract class** (:class:`LedgerContract`): pytest example tests of the
   documented semantics plus the state machine. Subclass it and say how to make the layer::
 
@@ -776,6 +780,13 @@ class LedgerMachine(RuleBasedStateMachine):
             self.run_cursors.append(got.unwrap().next_cursor)
 
     # -- invariants ----------------------------------------------------------------------------
+
+    @invariant()
+    def runs_stay_within_their_attempts(self) -> None:
+        for run_id in self.run_ids:
+            got = self.subject.action_runs.get(ActionRunId(run_id))
+            if isinstance(got, Success) and got.unwrap().attempt > got.unwrap().max_attempts:
+                raise LedgerContractViolation(f"action run {run_id!r} went past its attempts")
 
     @invariant()
     def finished_executions_never_change(self) -> None:
