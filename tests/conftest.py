@@ -19,6 +19,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from postgres.fixtures import postgres_dsn, postgres_layers, postgres_server
+
+__all__ = ["postgres_dsn", "postgres_layers", "postgres_server"]  # fixtures for every folder
+
 settings.register_profile(
     "default",
     max_examples=30,

@@ -45,3 +45,11 @@ class TestSqliteReadOnlyHealth(HealthContract):
             return sqlite(path, access="read")
 
         return factory
+
+
+class TestPostgresHealth(HealthContract):
+    """A fresh database of the session's PostgreSQL server."""
+
+    @pytest.fixture
+    def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
+        return postgres_layers

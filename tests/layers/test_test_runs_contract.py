@@ -115,3 +115,19 @@ class TestSqliteTwoConnectionsDataStore(TestRunsStoreContract):
     @pytest.fixture
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
         return _two_connections(tmp_path)
+
+
+class TestPostgresDataStore(TestRunsStoreContract):
+    """Each layer on a fresh database of the session's PostgreSQL server."""
+
+    state_machine_settings = _quick(5)
+
+    @pytest.fixture
+    def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
+        return postgres_layers
+
+
+class TestPostgresDataReader(TestRunsReaderContract):
+    @pytest.fixture
+    def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
+        return postgres_layers

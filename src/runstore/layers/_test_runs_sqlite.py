@@ -763,8 +763,10 @@ class SqliteDataStore(_Facts, DataStoreBase):
                 "INSERT INTO failure_signatures (project, signature, exception_type, message,"
                 " frame, count, first_seen_run_id, last_seen_run_id, first_seen_at_ms,"
                 " last_seen_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (project, signature) DO UPDATE SET count = count + excluded.count,"
-                " first_seen_run_id = min(first_seen_run_id, excluded.first_seen_run_id),"
+                " ON CONFLICT (project, signature) DO UPDATE"
+                " SET count = failure_signatures.count + excluded.count,"
+                " first_seen_run_id = min(failure_signatures.first_seen_run_id,"
+                "  excluded.first_seen_run_id),"
                 " last_seen_run_id = excluded.last_seen_run_id,"
                 " last_seen_at_ms = excluded.last_seen_at_ms",
                 [

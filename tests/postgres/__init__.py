@@ -1,0 +1,1 @@
+"""PostgreSQL test support: a throw-away server and the fixtures built on it."""
