@@ -510,6 +510,8 @@ class BoundSession:
     def append_many(
         self, entries: Sequence[NewEntry], *, strict_compactions: bool = True
     ) -> Result[int, SessionError]:
+        if (refused := type_refusal(bool, strict_compactions=strict_compactions)) is not None:
+            return refused
         return self._layer.append_many(
             self._session_id, entries, batch=True, strict_compactions=strict_compactions
         ).map(lambda plan: len(plan.entries))
@@ -524,6 +526,10 @@ class BoundSession:
     def move_to(
         self, entry_id: str | None, summary: BranchMove | None = None
     ) -> Result[Entry | None, SessionError]:
+        if (refused := type_refusal((str, None), entry_id=entry_id)) is not None:
+            return refused
+        if (refused := type_refusal((BranchMove, None), summary=summary)) is not None:
+            return refused
         return self._layer.move_to(self._session_id, entry_id, summary).map(
             lambda plan: entry_record(plan.entries[1]) if len(plan.entries) > 1 else None
         )

@@ -4,8 +4,9 @@ A caller that passes a list where an id is expected, an ``int`` where text is, `
 where a value is required, ``bytes``, a deeply nested list or an object whose ``repr()``
 raises, gets ``Failure(InvalidInput(field, reason))`` (``InvalidQuery`` from the agents'
 listing methods) naming that argument (``field`` is its name, or a path below it such as
-``start.project``), from every layer alike, and nothing is written: never a ``TypeError``,
-an ``AttributeError``, a ``RecursionError`` or a driver error.
+``start.project``; the one item of a batch argument may be named in the singular,
+``message`` for ``messages``), from every layer alike, and nothing is written: never a
+``TypeError``, an ``AttributeError``, a ``RecursionError`` or a driver error.
 
 The surface is read from the service Protocols themselves (``typing.get_type_hints`` of
 every public method), so a method or argument added to a Protocol is held to the rule at
@@ -139,9 +140,9 @@ def accepts(annotation: object, value: object) -> bool:
     Strict in runstore's way: ``bool`` is not an ``int``, a ``NewType`` admits its base
     type, an enum only its members, a ``Sequence[X]`` only sequences of ``X`` (so ``"ab"``
     is no ``Sequence[Record]``), a ``JsonValue`` only JSON's types, a ``datetime`` also
-    epoch ms (an ``int``, as :func:`runstore.services._primitives.to_epoch_ms` takes). An
-    annotation it does not know (a ``TypeVar``, ``Any``) admits everything, so it is never
-    given a wrong value.
+    epoch ms (an ``int``, as :func:`runstore.services._primitives.to_epoch_ms` takes), a
+    ``Decimal`` also a whole ``int`` (as the agents' costs take). An annotation it does not
+    know (a ``TypeVar``, ``Any``) admits everything, so it is never given a wrong value.
     """
     if annotation is Any or annotation is object or isinstance(annotation, TypeVar):
         return True
@@ -179,6 +180,8 @@ def accepts(annotation: object, value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if annotation is datetime:  # or epoch ms, as runstore's time primitive takes
         return isinstance(value, datetime) or accepts(int, value)
+    if annotation is Decimal:  # or a whole number, as the agents' costs take
+        return isinstance(value, Decimal) or accepts(int, value)
     if annotation is float:
         return isinstance(value, int | float) and not isinstance(value, bool)
     if isinstance(annotation, type):
@@ -269,11 +272,17 @@ def _valid(annotation: object, name: str) -> object:
         made = _records().get(annotation)
         if made is not None:
             return made()
-        if attrs.has(annotation):
+        if attrs.has(annotation):  # a record: its required fields get valid values in turn
+            hints = typing.get_type_hints(annotation)
+            required = {
+                f.alias: _valid(hints[f.name], f.name)
+                for f in attrs.fields(annotation)
+                if f.init and f.default is attrs.NOTHING
+            }
             try:
-                return annotation()
-            except TypeError:
-                pass
+                return annotation(**required)
+            except (TypeError, ValueError) as exc:
+                raise _NoExample(f"{annotation.__name__}(**{required}) failed: {exc}") from exc
     raise _NoExample(f"no valid example of {annotation!r} for argument {name!r}")
 
 
@@ -446,7 +455,8 @@ def _names_the_argument(result: object, argument: str) -> bool:
     if not isinstance(error, _invalid_kinds()):
         return False
     field = str(getattr(error, "field", ""))
-    return field == argument or field.startswith((f"{argument}.", f"{argument}["))
+    names = (argument, argument[:-1]) if argument.endswith("s") else (argument,)
+    return any(field == name or field.startswith((f"{name}.", f"{name}[")) for name in names)
 
 
 @attrs.define
@@ -517,14 +527,25 @@ def _shown(outcome: object) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def bad_types_problems(layer_factory: LayerFactory, *, most: int = 40) -> list[str]:
+def bad_types_problems(
+    layer_factory: LayerFactory,
+    *,
+    most: int = 40,
+    watch: Callable[[Container], object] | None = None,
+) -> list[str]:
     """Call every case with every wrong value of :data:`WRONG_TYPED_VALUES` on the layer
     ``layer_factory()`` makes and on the in-memory model; return what went wrong (at most
-    ``most`` lines; empty when the layer meets the contract)."""
+    ``most`` lines; empty when the layer meets the contract).
+
+    Nothing may change what the layer's reads answer; ``watch(container)``, when given, is
+    a backend's own sign of a write (SQLite's ``total_changes()``), which must not change
+    either.
+    """
     cases, _gaps = bad_type_cases()
     problems: list[str] = []
     with _opened(layer_factory()) as side, _opened(in_memory()) as model:
         before = _state(side)
+        watched = None if watch is None else watch(side.container)
         for case in cases:
             for wrong in WRONG_TYPED_VALUES:
                 if accepts(case.annotation, wrong):
@@ -537,6 +558,8 @@ def bad_types_problems(layer_factory: LayerFactory, *, most: int = 40) -> list[s
         after = _state(side)
         if after != before:
             problems.append(f"refused calls changed what reads answer: {before} -> {after}")
+        if watch is not None and watch(side.container) != watched:
+            problems.append(f"refused calls wrote: {watched} -> {watch(side.container)}")
     return problems
 
 
