@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         agents_json_values,
         agents_state_machine,
     )
+    from runstore.testing._bad_types import BadTypesContract
     from runstore.testing._health import HealthContract
     from runstore.testing._ledger import (
         LedgerContract,
@@ -110,6 +111,7 @@ __all__: list[str] = [
     "T0_MS",
     "AgentsContract",
     "AgentsMachine",
+    "BadTypesContract",
     "HealthContract",
     "LayerFactory",
     "LedgerContract",
@@ -174,6 +176,9 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "LedgerContract", "LedgerContractViolation", "LedgerMachine", "action_run_failures",
         "execution_failures", "ledger_identifiers", "ledger_json_values", "ledger_model_layer",
         "ledger_state_machine", "non_json_values", "phase_outcomes",
+    ),
+    "_bad_types": (
+        "BadTypesContract",
     ),
     "_health": (
         "HealthContract",
