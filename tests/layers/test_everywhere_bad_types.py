@@ -37,10 +37,9 @@ from runstore.services._primitives import JsonValue, member_of, type_problem, ty
 from runstore.services.errors import InvalidInput
 from runstore.services.ledger import ExecutionId
 from runstore.services.test_runs import RunId, TestResult
-from runstore.testing import LayerFactory
+from runstore.testing import BadTypesContract, LayerFactory
 from runstore.testing._bad_types import (
     WRONG_TYPED_VALUES,
-    BadTypesContract,
     Unrepresentable,
     accepts,
     bad_type_cases,
