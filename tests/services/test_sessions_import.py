@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,12 +12,14 @@ import pytest
 from returns.result import Failure
 
 from runstore.layers import build, in_memory, sqlite
-from runstore.services import Conflict, SessionRepository
+from runstore.services import Conflict, NewEntry, SessionRepository
 from runstore.sessions_import import (
     BadLine,
     EmptySource,
     ImportReport,
+    LineProblem,
     SourceUnreadable,
+    export_jsonl,
     import_jsonl,
 )
 
@@ -313,3 +316,146 @@ def test_a_first_line_that_is_not_utf8_is_named(repo: SessionRepository, tmp_pat
     report = lenient(repo, path)
     assert [(i.line, i.action) for i in report.issues][:1] == [(1, "skipped")]
     assert ids(repo) == [("a", None), ("b", "a")]
+
+
+# -- what pi itself accepts ----------------------------------------------------------------------
+
+
+def refused_then_lenient(
+    repo: SessionRepository,
+    path: Path,
+    line: int,
+    problem: LineProblem,
+    action: str,
+    **kw: Any,
+) -> ImportReport:
+    """Strict refuses ``path`` at ``line`` for ``problem``; lenient reports only that line,
+    ``action`` taken; return the lenient report."""
+    refused = import_jsonl(repo, path, **kw).failure()
+    assert isinstance(refused, BadLine)
+    assert (refused.line, refused.problem) == (line, problem)
+    assert repo.list().unwrap().items == ()
+    report = lenient(repo, path, **kw)
+    assert [(i.line, i.action, i.problem) for i in report.issues] == [(line, action, problem)]
+    return report
+
+
+def test_a_lone_surrogate_becomes_the_replacement_character(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    """pi's own output cut writes half of a UTF-16 pair (``\\ud83d``); pi keeps the tool
+    result, so lenient repairs the text instead of dropping the entry; strict names it."""
+    result = msg("b", "a", "toolResult", toolCallId="c1")
+    result["message"]["content"] = [{"type": "text", "text": "grep: cut \ud83d"}]
+    line = json.dumps(result)  # ensure_ascii: the surrogate is the escape \ud83d
+    assert "\\ud83d" in line
+    path = write(tmp_path, HEADER, msg("a", None), line, msg("c", "b"))
+    report = refused_then_lenient(repo, path, 3, LineProblem.LONE_SURROGATE, "repaired")
+    assert "message.content[0].text" in report.issues[0].reason
+    assert ids(repo) == [("a", None), ("b", "a"), ("c", "b")]
+    kept = repo.open("s").unwrap().entry("b").unwrap()
+    assert kept.payload["message"]["content"][0]["text"] == "grep: cut \ufffd"
+
+
+def test_a_compaction_keeping_no_ancestor_is_kept_as_pi_keeps_it(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    compaction = {
+        "type": "compaction",
+        "id": "k",
+        "parentId": "b",
+        "timestamp": STAMP,
+        "summary": "earlier work",
+        "firstKeptEntryId": "x",
+        "tokensBefore": 100,
+    }
+    path = write(
+        tmp_path, HEADER, msg("a", None), msg("b", "a"), msg("x", "a"), compaction, msg("c", "k")
+    )
+    refused_then_lenient(repo, path, 5, LineProblem.FIRST_KEPT_NOT_ANCESTOR, "kept")
+    assert ids(repo) == [("a", None), ("b", "a"), ("x", "a"), ("k", "b"), ("c", "k")]
+    storage = repo.open("s").unwrap()
+    # pi: the walk looks for x, never finds it, reaches the root; no entry before k is kept.
+    assert [e.id for e in storage.path_to_root_or_compaction("c").unwrap()] == ["a", "b", "k", "c"]
+    context = storage.build_context().unwrap()
+    assert [(m.entry_id, m.role) for m in context.messages] == [
+        ("k", "compactionSummary"),
+        ("c", "user"),
+    ]
+
+
+def test_a_repeated_id_resolves_to_its_last_line(repo: SessionRepository, tmp_path: Path) -> None:
+    """pi's id map is filled in file order, so the last line of an id is the entry; an entry
+    naming it as parent before that line hangs under the last one too."""
+    path = write(
+        tmp_path,
+        HEADER,
+        msg("a", None),
+        msg("b", "a", text="first"),
+        msg("c", "b"),  # its parent resolves to the b of line 6
+        msg("x", "a"),
+        msg("b", "x", text="last"),
+        msg("d", "b"),
+    )
+    refused = import_jsonl(repo, path, batch_entries=2).failure()
+    assert isinstance(refused, BadLine)
+    assert (refused.line, refused.problem) == (6, LineProblem.DUPLICATE_ID)
+    report = lenient(repo, path, batch_entries=2)
+    assert [(i.line, i.action, i.problem) for i in report.issues] == [
+        (3, "skipped", LineProblem.DUPLICATE_ID)
+    ]
+    assert "line 6" in report.issues[0].reason  # strict names the repeat, lenient the loser
+    assert ids(repo) == [("a", None), ("x", "a"), ("b", "x"), ("c", "b"), ("d", "b")]
+    storage = repo.open("s").unwrap()
+    assert storage.entry("b").unwrap().payload["message"]["text"] == "last"
+    assert report.leaf_id == "d"  # the last line imported, as pi's leaf
+
+
+def test_an_identical_repeat_is_skipped_without_a_second_pass(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    path = write(tmp_path, HEADER, msg("a", None), msg("b", "a"), msg("a", None), msg("c", "b"))
+    report = lenient(repo, path)
+    assert [(i.line, i.action, i.problem) for i in report.issues] == [
+        (4, "skipped", LineProblem.DUPLICATE_ID)
+    ]
+    assert ids(repo) == [("a", None), ("b", "a"), ("c", "b")]
+
+
+def test_a_line_nested_too_deeply_is_a_typed_refusal(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    deep = (
+        '{"type":"custom","id":"deep","parentId":"a","timestamp":"2025-11-30T10:00:01.000Z",'
+        '"customType":"x","data":' + "[" * 1200 + "]" * 1200 + "}"
+    )
+    path = write(tmp_path, HEADER, msg("a", None), deep, msg("b", "a"))
+    refused_then_lenient(repo, path, 3, LineProblem.TOO_DEEP, "skipped")
+    assert ids(repo) == [("a", None), ("b", "a")]
+
+
+def test_leaf_entries_move_the_leaf_and_export_as_they_came(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    leaf = {"type": "leaf", "id": "l1", "parentId": "b", "timestamp": STAMP, "targetId": "a"}
+    lost = {"type": "leaf", "id": "l2", "parentId": "a", "timestamp": STAMP, "targetId": "zz"}
+    path = write(tmp_path, HEADER, msg("a", None), msg("b", "a"), leaf)
+    report = import_jsonl(repo, path).unwrap()
+    assert report.leaf_id == "a"  # the leaf entry's target, not the leaf entry
+    storage = repo.open("s").unwrap()
+    assert storage.entry("l1").unwrap().type == "leaf"
+    assert (
+        storage.append(NewEntry.message("c", "a", {"role": "user", "content": "y"}, timestamp=1))
+        .unwrap()
+        .parent_id
+        == "a"
+    )
+    out = io.StringIO()
+    export_jsonl(repo, "s", out).unwrap()
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert "leafId" not in lines[0]
+    assert lines[3] == leaf
+    repo.delete("s").unwrap()
+    bad = write(tmp_path, HEADER, msg("a", None), lost, name="lost.jsonl")
+    skipped = refused_then_lenient(repo, bad, 3, LineProblem.LEAF_TARGET_MISSING, "skipped")
+    assert skipped.leaf_id == "a"

@@ -18,6 +18,7 @@ from runstore.sessions_import._importer import (
     ImportMode,
     ImportReport,
     LineIssue,
+    LineProblem,
     SourceUnreadable,
     import_jsonl,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "ImportMode",
     "ImportReport",
     "LineIssue",
+    "LineProblem",
     "SourceUnreadable",
     "export_jsonl",
     "import_jsonl",

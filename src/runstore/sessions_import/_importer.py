@@ -14,14 +14,25 @@ compaction's ``firstKeptEntryIndex`` (counted the same way) becomes ``firstKeptE
 Versions 1 and 2 name custom messages ``hookMessage``; they become role ``custom``.
 
 Two modes. ``strict`` refuses the file at the first bad line with :class:`BadLine` (naming
-it); nothing is written. ``lenient`` imports what is valid and reports, by line number,
-every line it skipped or repaired (:class:`LineIssue`):
+it and its :class:`LineProblem`); nothing is written. ``lenient`` follows what the pi agent
+itself loads and reports, by line number, every line it skipped, repaired or kept although
+the format's rules say otherwise (:class:`LineIssue`):
 
-- unreadable lines (not UTF-8, not JSON, cut off, not an object): skipped;
+- unreadable lines (not UTF-8, not JSON, cut off, not an object, nested deeper than the JSON
+  reader follows): skipped;
 - a line holding several objects written together (``}{``): split, each imported (repaired);
+- a lone UTF-16 surrogate in text (``"\\ud83d"`` without its pair: pi's own output cut
+  writes these): U+FFFD in its place, the entry imported (repaired);
+- a repeated id: the last line with that id is the entry, as pi's id map (a JavaScript
+  ``Map`` filled in file order) resolves it; the earlier lines are skipped, and entries
+  that name the id as parent before the last line hang under the last one. An identical
+  repeat is simply skipped. (A file whose repeats differ is read twice: the second pass
+  knows which line wins; only then are the ids of the file held in memory.)
+- a compaction whose first kept entry is not an ancestor: kept as it is (pi keeps it; its
+  context keeps no entry before it and its path walk goes on to the root);
 - a second session header, an entry without a type or an id, an entry of a known type with
-  the wrong shape, a repeated id, a compaction whose first kept entry is unknown: skipped
-  (children of a skipped entry are attached to its parent, and reported);
+  the wrong shape, a ``leaf`` entry whose target is in no line before it: skipped (children
+  of a skipped entry are attached to its parent, and reported);
 - no header: a session is made up with a new id (repaired); a missing ``parentId`` or a
   parent that is in no line of the file: the entry becomes a root (repaired); a bad
   timestamp: the previous entry's time (repaired).
@@ -42,6 +53,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
+from functools import partial
 from typing import Any, BinaryIO, TypeAlias
 
 import attrs
@@ -54,6 +66,7 @@ from runstore.services.sessions import (
     MAX_ID_CHARS,
     BadReference,
     DuplicateEntry,
+    Entry,
     EntryId,
     NewEntry,
     NewSession,
@@ -73,6 +86,7 @@ __all__ = [
     "ImportMode",
     "ImportReport",
     "LineIssue",
+    "LineProblem",
     "SourceUnreadable",
     "import_jsonl",
 ]
@@ -99,13 +113,30 @@ class ImportMode(StrEnum):
     LENIENT = "lenient"
 
 
+class LineProblem(StrEnum):
+    """What is wrong with a line (of :class:`BadLine` and :class:`LineIssue`)."""
+
+    UNREADABLE = "unreadable"  # not UTF-8, not JSON, cut off, not an object
+    TOO_DEEP = "too_deep"  # nested deeper than the JSON reader follows
+    FUSED = "fused"  # several objects on one line
+    LONE_SURROGATE = "lone_surrogate"  # half of a UTF-16 pair in text
+    DUPLICATE_ID = "duplicate_id"  # an id an earlier line has
+    FIRST_KEPT_NOT_ANCESTOR = "first_kept_not_ancestor"  # a compaction's firstKeptEntryId
+    LEAF_TARGET_MISSING = "leaf_target_missing"  # a leaf entry's targetId
+    PARENT_MISSING = "parent_missing"  # a parentId in no line before it
+    HEADER = "header"  # no header, a second one, or a header value that is no use
+    ENTRY = "entry"  # an entry without a type or id, or of the wrong shape or time
+
+
 @attrs.frozen
 class LineIssue:
-    """What the lenient importer did with line ``line``: ``skipped`` or ``repaired`` it, and why."""
+    """What the lenient importer did with line ``line``: ``skipped``, ``repaired`` or
+    ``kept`` it (kept as the pi agent keeps it, against a rule of the format), and why."""
 
     line: int
     action: str
     reason: str
+    problem: LineProblem = LineProblem.ENTRY
 
     def __str__(self) -> str:
         return f"line {self.line}: {self.action}: {self.reason}"
@@ -140,6 +171,11 @@ class ImportReport:
         """The lines imported after a repair."""
         return tuple(i for i in self.issues if i.action == "repaired")
 
+    @property
+    def kept(self) -> tuple[LineIssue, ...]:
+        """The lines imported as they are although a rule of the format says otherwise."""
+        return tuple(i for i in self.issues if i.action == "kept")
+
 
 @attrs.frozen
 class EmptySource:
@@ -154,11 +190,13 @@ class EmptySource:
 
 @attrs.frozen
 class BadLine:
-    """Strict mode refused ``source`` at line ``line`` (1-based) for ``reason``; nothing written."""
+    """Strict mode refused ``source`` at line ``line`` (1-based) for ``reason`` (a
+    :class:`LineProblem`, ``problem``); nothing written."""
 
     source: str
     line: int
     reason: str
+    problem: LineProblem = LineProblem.ENTRY
 
     def __str__(self) -> str:
         return f"{self.source}, line {self.line}: {self.reason}"
@@ -204,13 +242,46 @@ def import_jsonl(
     if batch_entries < 1 or batch_bytes < 1:
         raise ValueError("batch sizes must be at least 1")
     name = os.fspath(source)
+    winners: dict[str, tuple[int, int]] | None = None
+    while True:
+        try:
+            handle = open(name, "rb")  # noqa: SIM115 - closed below; read only, never written
+        except OSError as exc:
+            return Failure(SourceUnreadable(name, exc.strerror or str(exc)))
+        with handle, _collector_paused():
+            run = _Import(
+                repo, name, chosen, session_id, batch_entries, batch_bytes, progress, winners
+            )
+            done = repo.atomic("import session", partial(run.run, handle))
+        if not (isinstance(done, Failure) and isinstance(done.failure(), _ReadAgain)):
+            return done  # type: ignore[return-value]  # _ReadAgain never gets here
+        winners = _last_lines(name)
+        if winners is None:
+            return Failure(SourceUnreadable(name, "the file could not be read again"))
+
+
+@attrs.frozen
+class _ReadAgain:
+    """An id repeats with other content: the import is undone and the file read again,
+    knowing which line of each id wins."""
+
+
+def _last_lines(source: str) -> dict[str, tuple[int, int]] | None:
+    """The (object index, line) of the last object of each id that appears more than once
+    (indexes count JSON objects as the import does); None when the file cannot be read."""
+    seen: dict[str, tuple[int, int]] = {}
+    repeated: set[str] = set()
     try:
-        handle = open(name, "rb")  # noqa: SIM115 - closed below; read only, never written
-    except OSError as exc:
-        return Failure(SourceUnreadable(name, exc.strerror or str(exc)))
-    with handle, _collector_paused():
-        run = _Import(repo, name, chosen, session_id, batch_entries, batch_bytes, progress)
-        return repo.atomic("import session", lambda: run.run(handle))
+        with open(source, "rb") as handle:
+            for index, item in enumerate(i for i in LineReader(handle) if isinstance(i, Parsed)):
+                entry_id = item.value.get("id")
+                if isinstance(entry_id, str) and item.value.get("type") != "session":
+                    if entry_id in seen:
+                        repeated.add(entry_id)
+                    seen[entry_id] = (index, item.line)
+    except OSError:
+        return None
+    return {entry_id: seen[entry_id] for entry_id in repeated}
 
 
 @contextmanager
@@ -242,6 +313,7 @@ class _Import:
         batch_entries: int,
         batch_bytes: int,
         progress: Callable[[int], None] | None,
+        winners: Mapping[str, tuple[int, int]] | None = None,
     ) -> None:
         self.repo = repo
         self.source = source
@@ -265,31 +337,45 @@ class _Import:
         self.batch_size = 0
         self.imported = 0
         self.reported_fused: set[int] = set()
+        # Repeated ids (second pass only): id -> (index, line) of the line that wins; ids
+        # whose winner is still to come, and the entries waiting for them as parent.
+        self.winners: Mapping[str, tuple[int, int]] = winners or {}
+        self.awaited: set[str] = set()
+        self.waiting: dict[str, list[tuple[int, NewEntry, int]]] = {}
 
     # -- outcomes of a line ----------------------------------------------------------------------
 
-    def bad(self, line: int, reason: str) -> ImportFailure | None:
+    def bad(
+        self, line: int, reason: str, kind: LineProblem = LineProblem.ENTRY
+    ) -> ImportFailure | None:
         """Refuse the file (strict) or skip the line and report it (lenient)."""
         if self.strict:
-            return BadLine(self.source, line, reason)
-        self.issues.append(LineIssue(line, "skipped", reason))
+            return BadLine(self.source, line, reason, kind)
+        self.issues.append(LineIssue(line, "skipped", reason, kind))
         return None
 
-    def repair(self, line: int, problem: str, fix: str) -> ImportFailure | None:
+    def repair(
+        self, line: int, problem: str, fix: str, kind: LineProblem = LineProblem.ENTRY
+    ) -> ImportFailure | None:
         """Refuse the file for ``problem`` (strict) or note its repair, ``fix`` (lenient)."""
         if self.strict:
-            return BadLine(self.source, line, problem)
-        self.issues.append(LineIssue(line, "repaired", f"{problem}; {fix}"))
+            return BadLine(self.source, line, problem, kind)
+        self.issues.append(LineIssue(line, "repaired", f"{problem}; {fix}", kind))
         return None
 
     # -- the stream ------------------------------------------------------------------------------
 
-    def run(self, handle: BinaryIO) -> Result[ImportReport, ImportFailure]:
+    def run(self, handle: BinaryIO) -> Result[ImportReport, ImportFailure | _ReadAgain]:
         reader = LineReader(handle)
+        stop: ImportFailure | _ReadAgain | None
         try:
             for item in reader:
                 stop = (
-                    self.bad(item.line, item.reason)
+                    self.bad(
+                        item.line,
+                        item.reason,
+                        LineProblem.TOO_DEEP if item.too_deep else LineProblem.UNREADABLE,
+                    )
                     if isinstance(item, Unreadable)
                     else self.parsed(item)
                 )
@@ -308,6 +394,9 @@ class _Import:
                 "no lines" if reader.lines == 0 else "no line holds a session header or an entry"
             )
             return Failure(EmptySource(self.source, detail))
+        for waiting in self.waiting.values():  # their parent's winning line was skipped
+            self.batch.extend((line, entry) for line, entry, _ in waiting)
+        self.waiting.clear()
         stop = self.flush() or self.finish_leaf()
         if stop is not None:
             return Failure(stop)
@@ -333,7 +422,10 @@ class _Import:
         if item.fused > 1 and item.line not in self.reported_fused:
             self.reported_fused.add(item.line)
             fixed = self.repair(
-                item.line, f"{item.fused} JSON objects written on one line", "split and imported"
+                item.line,
+                f"{item.fused} JSON objects written on one line",
+                "split and imported",
+                LineProblem.FUSED,
             )
             if fixed is not None:
                 return fixed
@@ -341,11 +433,14 @@ class _Import:
         if value.get("type") == "session":
             self.unmapped.add(self.index)
             if self.storage is not None:
-                return self.bad(item.line, "a second session header")
+                return self.bad(item.line, "a second session header", LineProblem.HEADER)
             return self.header(item.line, value)
         if self.storage is None:
             fixed = self.repair(
-                item.line, "no session header before the first entry", "a session was made up"
+                item.line,
+                "no session header before the first entry",
+                "a session was made up",
+                LineProblem.HEADER,
             )
             if fixed is not None:
                 return fixed
@@ -460,6 +555,15 @@ class _Import:
             if not isinstance(candidate, str) or not candidate:
                 return self.bad(line, "an entry without an id")
             entry_id = candidate
+            winner = self.winners.get(entry_id)
+            if winner is not None and winner[0] != self.index:
+                self.awaited.add(entry_id)
+                return self.bad(
+                    line,
+                    f"entry id {entry_id!r} appears again at line {winner[1]}; the last one is"
+                    " the entry, as pi's id map keeps it",
+                    LineProblem.DUPLICATE_ID,
+                )
             if parent is _ABSENT:
                 fixed = self.repair(
                     line, f"entry {entry_id!r} has no parentId", "imported as a root"
@@ -471,6 +575,18 @@ class _Import:
                 self.skipped_parents[entry_id] = None
                 return self.bad(line, f"entry {entry_id!r} has a parentId that is not text")
             parent_id = parent
+        if "\\u" in item.raw and _SURROGATE_ESCAPE.search(item.raw) is not None:
+            scrubbed, where = _scrub_surrogates(payload)
+            if where is not None:
+                fixed = self.repair(
+                    line,
+                    f"a lone UTF-16 surrogate in {where}",
+                    "replaced by U+FFFD",
+                    LineProblem.LONE_SURROGATE,
+                )
+                if fixed is not None:
+                    return fixed
+                payload, raw = scrubbed, None
         if self.version < 3 and entry_type == "message":
             message = payload.get("message")
             if type(message) is dict and message.get("role") == "hookMessage":
@@ -507,13 +623,27 @@ class _Import:
             payload=payload,
             raw=raw,
         )
-        # The store checks the entry itself (shape, id, parent) when the batch is appended.
-        self.batch.append((line, new))
-        self.batch_size += len(item.raw)
         self.last_ts = timestamp
         if self.version == 1:
             self.prev_id = entry_id
+        if parent_id is not None and parent_id in self.awaited:
+            # Its parent is an id whose winning line is still to come: it waits for it.
+            self.waiting.setdefault(parent_id, []).append((line, new, len(item.raw)))
+            self.awaited.add(entry_id)
+            return None
+        self.queue(line, new, len(item.raw))
         return None
+
+    def queue(self, line: int, new: NewEntry, size: int) -> None:
+        """Put an entry in the batch, then the entries that waited for it as parent."""
+        # The store checks the entry itself (shape, id, parent) when the batch is appended.
+        pending = [(line, new, size)]
+        while pending:
+            line, new, size = pending.pop(0)
+            self.awaited.discard(new.id)
+            self.batch.append((line, new))
+            self.batch_size += size
+            pending.extend(self.waiting.pop(new.id, ()))
 
     def resolve(self, parent_id: str | None) -> str | None:
         seen: set[str] = set()
@@ -522,13 +652,15 @@ class _Import:
             parent_id = self.skipped_parents[parent_id]
         return parent_id
 
-    def flush(self) -> ImportFailure | None:
+    def flush(self) -> ImportFailure | _ReadAgain | None:
         """Append the batch; in lenient mode take refused entries out (or repair them) and go on."""
         pending, self.batch, self.batch_size = self.batch, [], 0
         storage = self.storage
         assert storage is not None
         while pending:
-            appended = storage.append_many([entry for _, entry in pending])
+            appended = storage.append_many(
+                [entry for _, entry in pending], strict_compactions=True
+            )
             if isinstance(appended, Success):
                 self.imported += len(pending)
                 return None
@@ -543,8 +675,13 @@ class _Import:
             else:
                 return error
             line, entry = pending[position]
+            kind = _problem(error)
             if self.strict:
-                return BadLine(self.source, line, _reason(entry.id, error))
+                return BadLine(self.source, line, _reason(entry.id, error), kind)
+            if isinstance(error, DuplicateEntry) and not self.winners:
+                stored = storage.entry(entry.id)
+                if isinstance(stored, Success) and not _same_entry(stored.unwrap(), entry):
+                    return _ReadAgain()  # the last line must win: read the file again
             if position:
                 head = storage.append_many([e for _, e in pending[:position]])
                 if isinstance(head, Failure):
@@ -553,18 +690,34 @@ class _Import:
                 self.imported += position
             rest = pending[position + 1 :]
             if isinstance(error, DuplicateEntry):
-                self.issues.append(LineIssue(line, "skipped", _reason(entry.id, error)))
+                self.issues.append(LineIssue(line, "skipped", _reason(entry.id, error), kind))
             elif isinstance(error, BadReference) and error.field == "parentId":
                 self.issues.append(
                     LineIssue(
                         line,
                         "repaired",
                         f"parent {error.target_id!r} is in no line before; imported as a root",
+                        kind,
                     )
                 )
                 rest = [(line, attrs.evolve(entry, parent_id=None)), *rest]
+            elif isinstance(error, BadReference) and error.field == "firstKeptEntryId":
+                kept = storage.append_many([entry], strict_compactions=False)
+                if isinstance(kept, Failure):
+                    not_kept: SessionError = kept.failure()
+                    return not_kept
+                self.imported += 1
+                self.issues.append(
+                    LineIssue(
+                        line,
+                        "kept",
+                        f"{_reason(entry.id, error)}; kept as pi keeps it (its context keeps"
+                        " no entry before the compaction)",
+                        kind,
+                    )
+                )
             else:
-                self.issues.append(LineIssue(line, "skipped", _reason(entry.id, error)))
+                self.issues.append(LineIssue(line, "skipped", _reason(entry.id, error), kind))
                 self.skipped_parents[entry.id] = entry.parent_id
                 rest = [self.reattach(line_no, e) for line_no, e in rest]
             pending = rest
@@ -620,7 +773,73 @@ def _reason(entry_id: str, error: DuplicateEntry | BadReference | InvalidInput) 
     if isinstance(error, InvalidInput):
         return f"entry {entry_id!r}: {error}"
     if isinstance(error, DuplicateEntry):
-        return f"entry id {error.entry_id!r} appears twice; the first one was kept"
+        return f"entry id {error.entry_id!r} is the id of an earlier line (the same entry)"
     if error.field == "parentId":
         return f"entry {error.entry_id!r}: parent {error.target_id!r} is in no line before it"
+    if error.field == "targetId":
+        return f"leaf entry {error.entry_id!r}: target {error.target_id!r} is in no line before it"
     return f"entry {error.entry_id!r}: {error.field} {error.target_id!r} is not an ancestor"
+
+
+def _problem(error: DuplicateEntry | BadReference | InvalidInput) -> LineProblem:
+    if isinstance(error, DuplicateEntry):
+        return LineProblem.DUPLICATE_ID
+    if isinstance(error, InvalidInput):
+        surrogate = "surrogate" in error.reason
+        return LineProblem.LONE_SURROGATE if surrogate else LineProblem.ENTRY
+    return {
+        "parentId": LineProblem.PARENT_MISSING,
+        "targetId": LineProblem.LEAF_TARGET_MISSING,
+    }.get(error.field, LineProblem.FIRST_KEPT_NOT_ANCESTOR)
+
+
+def _same_entry(stored: Entry, new: NewEntry) -> bool:
+    """Whether a repeated line says what the stored entry of its id says."""
+    return (
+        stored.type == new.type
+        and stored.parent_id == new.parent_id
+        and stored.timestamp_ms == new.timestamp
+        and dict(stored.payload) == dict(new.payload)
+    )
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _scrub_surrogates(payload: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``payload`` with every lone surrogate in its strings and keys replaced by U+FFFD, and
+    where the first one was (a path like ``message.content[0].text``; None: there was none).
+
+    Walks with a stack of its own, not recursion (the reader accepted the nesting).
+    """
+    first: list[str] = []
+
+    def clean(text: str, path: str) -> str:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            if not first:
+                first.append(path)
+            return _LONE_SURROGATE.sub("\ufffd", text)
+        return text
+
+    root: dict[str, Any] = {}
+    stack: list[tuple[Any, Any, str]] = [(payload, root, "")]
+    while stack:
+        source, target, path = stack.pop()
+        items = source.items() if isinstance(source, dict) else enumerate(source)
+        for key, value in items:
+            if isinstance(key, str):
+                key = clean(key, f"{path}.{key}".lstrip("."))
+                where = f"{path}.{key}".lstrip(".")
+            else:
+                where = f"{path}[{key}]"
+            if isinstance(value, str):
+                value = clean(value, where)
+            elif isinstance(value, dict | list):
+                copy: Any = {} if isinstance(value, dict) else [None] * len(value)
+                stack.append((value, copy, where))
+                value = copy
+            target[key] = value
+    return root, (first[0] if first else None)

@@ -3,7 +3,9 @@
 Each physical line becomes zero or more :class:`Parsed` objects: none for a blank line, one
 for a well-formed line, two or more for a line on which a crash fused several objects
 (``}{``), and a :class:`Unreadable` for anything else. JSON is read as RFC 8259 says: the
-constants ``NaN`` and ``Infinity`` are refused, and the text must be UTF-8.
+constants ``NaN`` and ``Infinity`` are refused, and the text must be UTF-8. A line nested
+deeper than Python's JSON reader can follow (it recurses once a level, so about a thousand
+levels) is :class:`Unreadable` too, never a ``RecursionError``.
 """
 
 from __future__ import annotations
@@ -43,10 +45,15 @@ class Parsed(NamedTuple):
 
 
 class Unreadable(NamedTuple):
-    """Line ``line`` holds no usable JSON object, for ``reason``."""
+    """Line ``line`` holds no usable JSON object, for ``reason``; ``too_deep`` when that is
+    nesting deeper than the reader follows."""
 
     line: int
     reason: str
+    too_deep: bool = False
+
+
+TOO_DEEP = "nested too deeply: lists and objects inside each other beyond what can be read"
 
 
 def _split_fused(text: str) -> list[tuple[dict[str, Any], str]] | None:
@@ -60,7 +67,7 @@ def _split_fused(text: str) -> list[tuple[dict[str, Any], str]] | None:
             break
         try:
             value, stop = _DECODER.raw_decode(text, index)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         if not isinstance(value, dict):
             return None
@@ -96,7 +103,7 @@ class LineReader:
             try:
                 text = line.decode("utf-8")
                 value, end = scan(text, 0) if text[:1] == "{" else (None, -1)
-            except (ValueError, StopIteration):  # not UTF-8 or not JSON: _parse says why
+            except (ValueError, StopIteration, RecursionError):  # _parse says why
                 value, end = None, -1
             if end == len(text) and type(value) is dict:
                 yield make(Parsed, (self.lines, value, text, 1))
@@ -112,6 +119,9 @@ def _parse(number: int, line: bytes) -> Iterator[Parsed | Unreadable]:
         return
     try:
         value = _DECODER.decode(text)
+    except RecursionError:
+        yield Unreadable(number, TOO_DEEP, too_deep=True)
+        return
     except _NotJson as exc:
         yield Unreadable(number, str(exc))
         return
