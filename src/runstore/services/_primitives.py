@@ -12,6 +12,7 @@ Everything is pure and cheap to import: the command line pays for it on every ca
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -194,11 +195,17 @@ def describe(value: object, *, limit: int = 60) -> str:
         text = repr(value)
         if len(text) <= limit:
             return text
-    return _Describer(limit).repr(value)
+    return _describer(limit).repr(value)
+
+
+@functools.cache
+def _describer(limit: int) -> _Describer:
+    return _Describer(limit)
 
 
 class _Describer:
-    """``reprlib.Repr`` (imported on first use: only a refusal needs it) without addresses."""
+    """``reprlib.Repr`` with a bounded, never-raising ``repr`` of other objects (``reprlib``
+    is imported on first use: only a refusal needs it)."""
 
     def __init__(self, limit: int) -> None:
         import reprlib
