@@ -70,7 +70,7 @@ from runstore.layers import (
     open_database,
     sqlite,
 )
-from runstore.layers._agents_sqlite import page_query
+from runstore.layers._agents_sqlite import PAGE_CONTENT, PAGE_HAS_MORE, page_query
 from runstore.services._agents_rules import check_list_query
 from runstore.services.agents import AgentStorage, NewMessage
 from runstore.services.pagination import MAX_PAGE_SIZE
@@ -218,15 +218,15 @@ class RawApsw(Store):
         after, read = 0, 0
         while True:
             rows = self._page(after, limit)
-            read += len([json.loads(row[10]) for row in rows])
-            if rows[0][11] is None:
+            read += len([json.loads(row[PAGE_CONTENT]) for row in rows])
+            if rows[0][PAGE_HAS_MORE] is None:
                 return read
             after = rows[-1][0]
 
     async def newest_pages(self, pages: int, limit: int) -> int:
         read = 0
         for _ in range(pages):
-            read += len([json.loads(row[10]) for row in self._page(None, limit)])
+            read += len([json.loads(row[PAGE_CONTENT]) for row in self._page(None, limit)])
         return read
 
     def close(self) -> None:

@@ -10,8 +10,10 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from runstore.layers import Layer, in_memory, sqlite
+from runstore.services.agents import NewMessage
 from runstore.testing import (
     AgentsContract,
+    agents_broken_client_id_layer,
     agents_broken_fencing_layer,
     agents_broken_sequence_layer,
     agents_state_machine,
@@ -75,6 +77,30 @@ def test_contract_fails_a_layer_that_ignores_the_fencing_token() -> None:
     machine = agents_state_machine(agents_broken_fencing_layer)
     with pytest.raises(AssertionError, match="is stale"):
         run_state_machine_as_test(machine, settings=_FIND_BUG)
+
+
+def test_contract_fails_a_layer_that_stores_a_retried_client_id_twice() -> None:
+    machine = agents_state_machine(agents_broken_client_id_layer)
+    with pytest.raises(AssertionError, match="layer returned"):
+        run_state_machine_as_test(machine, settings=_FIND_BUG)
+
+
+def test_the_retry_script_catches_a_client_id_stored_twice() -> None:
+    """The scenario the machine finds, scripted: an append with a client id, retried."""
+    message = NewMessage("user", "hi", client_id="m1")
+    for factory, broken in ((in_memory, False), (agents_broken_client_id_layer, True)):
+        machine = agents_state_machine(factory)()
+        try:
+            machine.first_threads(["p1", "p1"])
+            machine._append("t1", message)
+            if broken:
+                with pytest.raises(AssertionError, match="seq=2"):
+                    machine._append("t1", message)
+            else:
+                machine._append("t1", message)
+                machine.same_state()
+        finally:
+            machine.teardown()
 
 
 def test_the_late_worker_script_catches_an_unfenced_finish() -> None:

@@ -61,6 +61,13 @@ class _State:
         self.checkpoint_numbers: TxDict[tuple[str, int], str] = db.mirror()
         self.checkpoint_by_run: TxDict[str, str] = db.mirror()
         self.counters: TxDict[str, int] = db.mirror()
+        self.client_ids: TxDict[tuple[str, str], int] = db.mirror()
+
+    def drop_message(self, thread_id: str, seq: int) -> None:
+        """Delete message ``seq`` of the thread (if stored) with its client id."""
+        row = self.messages.pop((thread_id, seq), None)
+        if row is not None and row.client_id is not None:
+            self.client_ids.pop((thread_id, row.client_id), None)
 
     def next(self, name: str) -> int:
         """Take the next value of counter ``name`` (see ``rules.Counter``)."""
@@ -96,16 +103,7 @@ def _seq(row: rules.ThreadRow | rules.RunRow) -> int:
 
 
 def _message(thread_id: str, seq: int, row: rules.MessageDraft) -> Message:
-    return rules.message_record(
-        ThreadId(thread_id),
-        seq,
-        row.role,
-        row.content_json,
-        row.run_id,
-        row.usage,
-        row.cost_text,
-        row.at_ms,
-    )
+    return row.record(ThreadId(thread_id), seq)
 
 
 class InMemoryThreadStore(ThreadListingBase):
@@ -189,7 +187,7 @@ class InMemoryThreadStore(ThreadListingBase):
                 return Failure(found.failure())
             row = found.unwrap()
             for seq in range(1, row.head_seq + 1):
-                s.messages.pop((thread_id, seq), None)
+                s.drop_message(thread_id, seq)
             for number in range(1, row.checkpoint_count + 1):
                 checkpoint = s.checkpoints.pop(s.checkpoint_numbers.pop((thread_id, number)))
                 del s.checkpoint_by_run[checkpoint.run_id]
@@ -253,28 +251,36 @@ class InMemoryMessageStore(rules.AppendsOne):
         """The counter new sequence numbers follow (a test may break it on purpose)."""
         return thread.head_seq
 
+    def _known(self, thread_id: str, drafts: Sequence[rules.MessageDraft]) -> rules.Known:
+        """The thread's stored messages of the drafts' client ids (a test may break it)."""
+        s = self._s
+        found = {cid: s.client_ids.get((thread_id, cid)) for cid in rules.client_ids(drafts)}
+        return {cid: (seq, s.messages[(thread_id, seq)]) for cid, seq in found.items() if seq}
+
     def _append(self, request: rules.Append) -> Result[tuple[Message, ...], AgentError]:
         s, thread_id, drafts = self._s, request.thread_id, request.drafts
         thread = s.threads.get(thread_id)
         head = None if thread is None else rules.ThreadHead(thread.status, self._head(thread))
         runs = {run_id: s.runs.get(run_id) for run_id in rules.message_run_ids(drafts)}
-        decided = rules.decide_append(head, runs, request)
+        decided = rules.decide_append(head, runs, request, self._known(thread_id, drafts))
         if isinstance(decided, Failure):
             return Failure(decided.failure())
-        seqs = decided.unwrap()
-        if not seqs:
-            return Success(())
+        plan = decided.unwrap()
+        if plan.head_seq is None:
+            return Success(plan.messages)
         assert thread is not None
         s.threads[thread_id] = attrs.evolve(
             thread,
-            head_seq=max(thread.head_seq, seqs[-1]),
-            message_count=thread.message_count + len(drafts),
-            last_message_at_ms=drafts[-1].at_ms,
+            head_seq=max(thread.head_seq, plan.head_seq),
+            message_count=thread.message_count + len(plan.new),
+            last_message_at_ms=plan.new[-1][1].at_ms,
             updated_at_ms=request.now_ms,
         )
-        for seq, draft in zip(seqs, drafts, strict=True):
+        for seq, draft in plan.new:
             s.messages[(thread_id, seq)] = draft
-        return Success(rules.appended_messages(thread_id, seqs, drafts))
+            if draft.client_id is not None:
+                s.client_ids[(thread_id, draft.client_id)] = seq
+        return Success(plan.messages)
 
     def get(self, thread_id: str, seq: int) -> Result[Message, AgentError]:
         """Return one message (see ``MessageStore.get``)."""
@@ -352,7 +358,7 @@ class InMemoryMessageStore(rules.AppendsOne):
                 if (row := s.messages.get((thread_id, seq))) is not None and row.run_id == run_id
             ]
             for seq in doomed:
-                del s.messages[(thread_id, seq)]
+                s.drop_message(thread_id, seq)
             if doomed:
                 last = next(
                     (

@@ -82,8 +82,10 @@ _CHECKPOINT_COLUMNS = (
 
 _HEADER_COLUMNS = (
     "m.seq, m.role, r.id, m.input_tokens, m.output_tokens, m.cache_read_tokens,"
-    " m.cache_write_tokens, m.cost, m.created_at_ms, m.thread_key"
+    " m.cache_write_tokens, m.cost, m.created_at_ms, m.thread_key, m.client_id"
 )
+PAGE_CONTENT, PAGE_METADATA, PAGE_HAS_MORE = 11, 12, 13
+"""Where a page row has the body's content and metadata and the ``has_more`` probe."""
 
 
 def _thread_row(row: Row) -> rules.ThreadRow:
@@ -106,13 +108,26 @@ def _facts(found: Keyed[R] | None) -> R | None:
     return None if found is None else found[1]
 
 
-def _message(thread_id: ThreadId, header: Row, content: str) -> Message:
-    # seq, role, run id, the four token counts, cost, created_at_ms (_HEADER_COLUMNS); the
-    # hot path of every listing, so the usage is made inline (one shared value for zeros).
+def _usage(header: Row) -> TokenUsage:
     counts = header[3:7]
-    usage = rules.NO_USAGE if counts == (0, 0, 0, 0) else TokenUsage(*counts)
+    return rules.NO_USAGE if counts == (0, 0, 0, 0) else TokenUsage(*counts)
+
+
+def _message(thread_id: ThreadId, header: Row, content: str, metadata: str | None) -> Message:
+    # seq, role, run id, the four token counts, cost, created_at_ms, thread key, client id
+    # (_HEADER_COLUMNS); the hot path of every listing, so the usage is one shared value for
+    # zeros.
     return rules.message_record(
-        thread_id, header[0], header[1], content, header[2], usage, header[7], header[8]
+        thread_id,
+        header[0],
+        header[1],
+        content,
+        header[2],
+        _usage(header),
+        header[7],
+        header[8],
+        header[10],
+        metadata,
     )
 
 
@@ -367,10 +382,10 @@ class SqliteAgentRunStore(_Base, AgentRunStoreBase):
 
 _INSERT_HEADER = (
     "INSERT INTO agent_messages (thread_key, seq, role, run_key, input_tokens,"
-    " output_tokens, cache_read_tokens, cache_write_tokens, cost, created_at_ms)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " output_tokens, cache_read_tokens, cache_write_tokens, cost, created_at_ms, client_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_INSERT_BODY = "INSERT INTO agent_message_bodies (id, content) VALUES (?, ?)"
+_INSERT_BODY = "INSERT INTO agent_message_bodies (id, content, metadata) VALUES (?, ?, ?)"
 
 
 class SqliteMessageStore(_Base, rules.AppendsOne):
@@ -393,9 +408,35 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
         )
         return None if row is None else (row[0], rules.ThreadHead(ThreadStatus(row[1]), row[2]))
 
+    def _known(self, thread_id: str, drafts: Sequence[rules.MessageDraft]) -> rules.Known:
+        """The thread's stored messages of the drafts' client ids (one statement; none when
+        the batch carries no client id)."""
+        ids = rules.client_ids(drafts)
+        if not ids:
+            return {}
+        rows = self._db.execute(
+            f"SELECT {_HEADER_COLUMNS}, b.content, b.metadata FROM agent_messages m"
+            " LEFT JOIN agent_runs r ON r.key = m.run_key"
+            f" JOIN agent_message_bodies b ON b.id = m.thread_key * {BODY_STRIDE} + m.seq"
+            " WHERE m.thread_key = (SELECT key FROM agent_threads WHERE id = ?)"
+            f" AND m.client_id IN ({', '.join('?' * len(ids))})",
+            (thread_id, *ids),
+        )
+        return {
+            row[10]: (
+                row[0],
+                rules.MessageDraft(
+                    row[1], row[2], row[11], _usage(row), row[7], row[8], None, row[10], row[12]
+                ),
+            )
+            for row in rows
+        }
+
     def _append(self, request: rules.Append) -> Result[tuple[Message, ...], AgentError]:
         db, thread_id, drafts = self._db, request.thread_id, request.drafts
-        count = len(drafts)
+        known = self._known(thread_id, drafts)
+        fresh = rules.fresh_drafts(drafts, known) if known else drafts
+        count = len(fresh)
         # Take the sequence numbers from the counter row first: one statement finds an open
         # thread, bumps its counters and returns the range. A failure below rolls it back.
         bumped = None
@@ -404,7 +445,7 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
                 "UPDATE agent_threads SET head_seq = head_seq + ?,"
                 " message_count = message_count + ?, last_message_at_ms = ?, updated_at_ms = ?"
                 " WHERE id = ? AND status = 'open' RETURNING key, head_seq - ?",
-                (count, count, drafts[-1].at_ms, request.now_ms, thread_id, count),
+                (count, count, fresh[-1].at_ms, request.now_ms, thread_id, count),
             )
         head: Keyed[rules.ThreadHead] | None = None
         if bumped is not None:
@@ -413,12 +454,15 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
             head = self._head(thread_id)
         runs = {run_id: self._run(run_id) for run_id in rules.message_run_ids(drafts)}
         decided = rules.decide_append(
-            _facts(head), {run_id: _facts(run) for run_id, run in runs.items()}, request
+            _facts(head), {run_id: _facts(run) for run_id, run in runs.items()}, request, known
         )
-        if isinstance(decided, Failure) or not count:
-            return decided.map(lambda _: ())
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        plan = decided.unwrap()
+        if not plan.new:
+            return Success(plan.messages)
         assert head is not None
-        seqs, thread_key = decided.unwrap(), head[0]
+        thread_key = head[0]
         run_keys = {run_id: run[0] for run_id, run in runs.items() if run is not None}
         headers = [
             (
@@ -432,18 +476,19 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
                 draft.usage.cache_write,
                 draft.cost_text,
                 draft.at_ms,
+                draft.client_id,
             )
-            for seq, draft in zip(seqs, drafts, strict=True)
+            for seq, draft in plan.new
         ]
         base = thread_key * BODY_STRIDE
-        bodies = [(base + seq, draft.content_json) for seq, draft in zip(seqs, drafts, strict=True)]
+        bodies = [(base + seq, draft.content_json, draft.metadata_json) for seq, draft in plan.new]
         if count == 1:
             db.execute(_INSERT_HEADER, headers[0])
             db.execute(_INSERT_BODY, bodies[0])
         else:
             db.executemany(_INSERT_HEADER, headers)
             db.executemany(_INSERT_BODY, bodies)
-        return Success(rules.appended_messages(thread_id, seqs, drafts))
+        return Success(plan.messages)
 
     def get(self, thread_id: str, seq: int) -> Result[Message, AgentError]:
         """Return one message (see ``MessageStore.get``)."""
@@ -463,10 +508,12 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
             )
             if header is None:
                 return Failure(NotFound("message", f"{thread_id}#{seq}"))
-            content = self._db.scalar(
-                "SELECT content FROM agent_message_bodies WHERE id = ?", (key * BODY_STRIDE + seq,)
+            body = self._db.one(
+                "SELECT content, metadata FROM agent_message_bodies WHERE id = ?",
+                (key * BODY_STRIDE + seq,),
             )
-            return Success(_message(ThreadId(thread_id), header, content))
+            assert body is not None  # a header's body is written and deleted with it
+            return Success(_message(ThreadId(thread_id), header, body[0], body[1]))
 
         return self._db.read("get message", read)
 
@@ -498,8 +545,9 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
         if not query.forward:
             rows.reverse()
         typed_id = ThreadId(thread_id)
-        items = [_message(typed_id, row, row[10]) for row in rows]
-        return Success(rules.message_page(items, bool(rows) and rows[0][11] is not None, query))
+        items = [_message(typed_id, row, row[PAGE_CONTENT], row[PAGE_METADATA]) for row in rows]
+        has_more = bool(rows) and rows[0][PAGE_HAS_MORE] is not None
+        return Success(rules.message_page(items, has_more, query))
 
     def delete_by_run(self, thread_id: str, run_id: str) -> Result[int, AgentError]:
         """Delete the run's messages and recompute counters (see ``MessageStore.delete_by_run``)."""
@@ -541,8 +589,9 @@ def page_query(thread_id: str, query: rules.ListQuery) -> tuple[str, dict[str, A
 
     The thread's key comes from the unique index on ``agent_threads.id``; headers come from
     ``agent_messages`` through its clustered ``(thread_key, seq)`` key, in page order, and
-    stop after ``limit`` rows. The body column is a correlated subquery, evaluated only for
-    the rows returned (rows the role filter drops never reach it), so no other body is read.
+    stop after ``limit`` rows. The body's content and metadata are correlated subqueries
+    (one rowid lookup each), evaluated only for the rows returned (rows the role filter
+    drops never reach them), so no other body is read.
     ``has_more`` is one more probe of the headers: whether a ``limit + 1``-th row matches.
     Exposed for the query-plan test.
     """
@@ -562,10 +611,10 @@ def page_query(thread_id: str, query: rules.ListQuery) -> tuple[str, dict[str, A
         where.append(f"m.role IN ({', '.join(names)})")
     order = "ASC" if query.forward else "DESC"
     condition = " AND ".join(where)
+    body = f"FROM agent_message_bodies b WHERE b.id = m.thread_key * {BODY_STRIDE} + m.seq"
     sql = (
         f"SELECT {_HEADER_COLUMNS},"
-        " (SELECT b.content FROM agent_message_bodies b"
-        f"   WHERE b.id = m.thread_key * {BODY_STRIDE} + m.seq),"
+        f" (SELECT b.content {body}), (SELECT b.metadata {body}),"
         f" (SELECT 1 FROM agent_messages m WHERE {condition}"
         f"   ORDER BY m.seq {order} LIMIT 1 OFFSET :limit)"
         " FROM agent_messages m LEFT JOIN agent_runs r ON r.key = m.run_key"

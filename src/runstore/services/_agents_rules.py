@@ -348,8 +348,13 @@ def message_record(
     usage: TokenUsage,
     cost_text: str | None,
     created_at_ms: int,
+    client_id: str | None = None,
+    metadata_json: str | None = None,
 ) -> Message:
-    """The :class:`Message` a stored message stands for (the hot path of every listing)."""
+    """The :class:`Message` a stored message stands for (the hot path of every listing);
+    ``metadata_json`` None is the empty object."""
+    metadata = {} if metadata_json is None else decode_json(metadata_json)
+    assert isinstance(metadata, dict)
     # Built positionally, in Message's field order: measurably cheaper than keywords.
     return Message(
         thread_id,
@@ -360,6 +365,8 @@ def message_record(
         usage,
         None if cost_text is None else Decimal(cost_text),
         created_at_ms,
+        client_id,
+        metadata,
     )
 
 
@@ -1109,7 +1116,39 @@ class MessageDraft:
     usage: TokenUsage
     cost_text: str | None
     at_ms: int
-    fencing_token: int | None
+    fencing_token: int | None = None
+    client_id: str | None = None
+    metadata_json: str | None = None
+    """None for the empty object (stored as NULL)."""
+
+    def same_message(self, other: MessageDraft) -> bool:
+        """Whether ``other`` asks for the same message (what a repeated client id must
+        match): role, run, usage, cost, and content and metadata as JSON values regardless
+        of key order. Time, token and client id are not part of it."""
+        return (
+            self.role == other.role
+            and self.run_id == other.run_id
+            and self.usage == other.usage
+            and self.cost_text == other.cost_text
+            and canonical_json(self.content_json) == canonical_json(other.content_json)
+            and canonical_json(self.metadata_json or "{}")
+            == canonical_json(other.metadata_json or "{}")
+        )
+
+    def record(self, thread_id: ThreadId, seq: int) -> Message:
+        """The :class:`Message` this draft is, stored as ``seq`` of ``thread_id``."""
+        return message_record(
+            thread_id,
+            seq,
+            self.role,
+            self.content_json,
+            self.run_id,
+            self.usage,
+            self.cost_text,
+            self.at_ms,
+            self.client_id,
+            self.metadata_json,
+        )
 
 
 def _check_message_token(message: NewMessage) -> Result[int | None, InvalidInput]:
@@ -1124,9 +1163,16 @@ def _check_message_token(message: NewMessage) -> Result[int | None, InvalidInput
     return check_token(token)
 
 
+def _encode_metadata(value: object) -> Result[str | None, InvalidInput]:
+    """A message's metadata as JSON object text, None when there is none (or it is empty)."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return Success(None)
+    return encode_object(value, "metadata")
+
+
 def check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, InvalidInput]:
     """Check one :class:`NewMessage` (fields ``role``, ``run_id``, ``content``, ``usage``,
-    ``cost``, ``at``, ``fencing_token``, in that order)."""
+    ``cost``, ``at``, ``fencing_token``, ``client_id``, ``metadata``, in that order)."""
     return _combine(
         MessageDraft,
         check_text(message.role, "role", max_chars=MAX_ROLE_CHARS, allow_nul=True),
@@ -1136,6 +1182,8 @@ def check_message(message: NewMessage, clock: Clock) -> Result[MessageDraft, Inv
         encode_cost(message.cost),
         resolve_at(message.at, clock),
         _check_message_token(message),
+        check_optional(message.client_id, "client_id", check_id),
+        _encode_metadata(message.metadata),
     )
 
 
@@ -1199,34 +1247,101 @@ class ThreadHead:
     head_seq: int
 
 
+def client_ids(drafts: Sequence[MessageDraft]) -> tuple[str, ...]:
+    """The distinct client ids the drafts carry, in order of first mention."""
+    return tuple(dict.fromkeys(d.client_id for d in drafts if d.client_id is not None))
+
+
+Known = Mapping[str, tuple[int, MessageDraft]]
+"""The stored messages of a thread by client id: ``client_id -> (seq, message)``, for the
+ids of one append (:func:`client_ids`)."""
+
+
+def fresh_drafts(drafts: Sequence[MessageDraft], known: Known) -> tuple[MessageDraft, ...]:
+    """The drafts an append stores: those whose client id is neither stored nor used earlier
+    in the batch (a repeat, or a conflict that :func:`decide_append` refuses)."""
+    seen: set[str] = set(known)
+    fresh: list[MessageDraft] = []
+    for draft in drafts:
+        if draft.client_id is not None:
+            if draft.client_id in seen:
+                continue
+            seen.add(draft.client_id)
+        fresh.append(draft)
+    return tuple(fresh)
+
+
+@attrs.frozen
+class AppendPlan:
+    """What an append stores and answers: the ``new`` drafts with their sequence numbers (the
+    next after the thread's counter, in order) and the ``messages`` the call returns, one per
+    draft (a repeated client id answers with the stored message)."""
+
+    new: tuple[tuple[int, MessageDraft], ...]
+    messages: tuple[Message, ...]
+
+    @property
+    def head_seq(self) -> int | None:
+        """The thread's counter after the append (None when nothing new is stored)."""
+        return self.new[-1][0] if self.new else None
+
+
 def decide_append(
-    head: ThreadHead | None, runs: Mapping[str, RunRow | None], request: Append
-) -> Result[range, AgentError]:
-    """The sequence numbers of the drafts: the next ones after the thread's counter, never a
-    number handed out before (an empty append gets none). ``runs`` holds the row of every run
-    in :func:`message_run_ids` (None when missing).
+    head: ThreadHead | None,
+    runs: Mapping[str, RunRow | None],
+    request: Append,
+    known: Known | None = None,
+) -> Result[AppendPlan, AgentError]:
+    """Plan an append: sequence numbers for the drafts that are new, after the thread's
+    counter (never a number handed out before), and the stored message for each repeated
+    client id. ``runs`` holds the row of every run in :func:`message_run_ids` (None when
+    missing), ``known`` the thread's stored messages of the batch's :func:`client_ids`.
 
     Failures, in order: ``NotFound("thread")``; ``Conflict("thread is archived")``;
     ``NotFound("agent_run")`` or ``Conflict`` (a run of another thread); then, message by
-    message, ``StaleFencingToken`` and ``Conflict("run is not running")``.
+    message, ``StaleFencingToken`` and ``Conflict("run is not running")``; then
+    ``Conflict("client id used for another message")``.
     """
     if head is None:
         return Failure(NotFound("thread", request.thread_id))
-    count = len(request.drafts)
-    if count == 0:
-        return Success(range(head.head_seq + 1, head.head_seq + 1))
+    drafts = request.drafts
+    if not drafts:
+        return Success(AppendPlan((), ()))
     if head.status is ThreadStatus.ARCHIVED:
         return Failure(Conflict("thread", request.thread_id, "thread is archived"))
     for run_id, row in runs.items():
         checked = check_run_in_thread(row, run_id, request.thread_id)
         if isinstance(checked, Failure):
             return Failure(checked.failure())
-    for draft in request.drafts:
+    for draft in drafts:
         if draft.run_id is not None:
             writer = running_holder(runs[draft.run_id], draft.run_id, draft.fencing_token or 0)
             if isinstance(writer, Failure):
                 return Failure(writer.failure())
-    return Success(range(head.head_seq + 1, head.head_seq + count + 1))
+    thread_id = ThreadId(request.thread_id)
+    stored: dict[str, tuple[int, MessageDraft]] = dict(known or {})
+    new: list[tuple[int, MessageDraft]] = []
+    messages: list[Message] = []
+    for draft in drafts:
+        if draft.client_id is not None and draft.client_id in stored:
+            seq, before = stored[draft.client_id]
+            if not before.same_message(draft):
+                return Failure(
+                    Conflict(
+                        "message",
+                        draft.client_id,
+                        "client id used for another message",
+                        actual=str(seq),
+                    )
+                )
+            messages.append(before.record(thread_id, seq))
+            continue
+        seq = head.head_seq + len(new) + 1
+        new.append((seq, draft))
+        if draft.client_id is not None:
+            stored[draft.client_id] = (seq, draft)
+        messages.append(draft.record(thread_id, seq))
+    return Success(AppendPlan(tuple(new), tuple(messages)))
 
 
 def running_holder(row: RunRow | None, run_id: str, token: int) -> Result[RunRow, AgentError]:
@@ -1239,17 +1354,6 @@ def running_holder(row: RunRow | None, run_id: str, token: int) -> Result[RunRow
     if current.status is not AgentRunStatus.RUNNING:
         return _not_running(current, "run is not running")
     return found
-
-
-def appended_messages(
-    thread_id: str, seqs: range, drafts: Sequence[MessageDraft]
-) -> tuple[Message, ...]:
-    """The records of drafts stored as ``seqs``."""
-    typed = ThreadId(thread_id)
-    return tuple(
-        message_record(typed, seq, d.role, d.content_json, d.run_id, d.usage, d.cost_text, d.at_ms)
-        for seq, d in zip(seqs, drafts, strict=True)
-    )
 
 
 def check_message_ref(thread_id: object, seq: object) -> Result[int, AgentError]:
@@ -1295,8 +1399,6 @@ def _query_roles(roles: object) -> Result[frozenset[str] | None, InvalidQuery]:
         return Success(None)
     if isinstance(roles, str | bytes) or not isinstance(roles, Collection):
         return Failure(InvalidQuery("roles", "must be a collection of role names, not one"))
-    if not roles:
-        return Failure(InvalidQuery("roles", "must not be empty (pass None for every role)"))
     for role in roles:
         checked = check_text(role, "roles", max_chars=MAX_ROLE_CHARS, allow_nul=True)
         if isinstance(checked, Failure):
@@ -1405,10 +1507,14 @@ class AppendsOne:
         usage: TokenUsage | None = None,
         cost: Decimal | None = None,
         at: datetime | int | None = None,
+        client_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Result[Message, AgentError]:
         """Append one message (see ``MessageStore.append_many``)."""
         usage = TokenUsage() if usage is None else usage
-        message = NewMessage(role, content, run_id, usage, cost, at, fencing_token)
+        message = NewMessage(
+            role, content, run_id, usage, cost, at, fencing_token, client_id, metadata
+        )
         return self.append_many(thread_id, (message,)).map(lambda stored: stored[0])
 
 
@@ -1619,12 +1725,14 @@ __all__ = [
     "THREAD_SEQ",
     "AgentStores",
     "Append",
+    "AppendPlan",
     "AppendsOne",
     "CheckpointDraft",
     "CheckpointFacts",
     "Counter",
     "Decided",
     "JsonValue",
+    "Known",
     "ListQuery",
     "MessageDraft",
     "RunClaim",
@@ -1638,7 +1746,6 @@ __all__ = [
     "ThreadListing",
     "ThreadRow",
     "ThreadUpdate",
-    "appended_messages",
     "canonical_json",
     "check_append",
     "check_checkpoint",
@@ -1668,6 +1775,7 @@ __all__ = [
     "check_title",
     "check_token",
     "check_usage",
+    "client_ids",
     "decide_append",
     "decide_checkpoint",
     "decide_run_claim",
@@ -1682,6 +1790,7 @@ __all__ = [
     "encode_content",
     "encode_cost",
     "encode_object",
+    "fresh_drafts",
     "held",
     "message_page",
     "message_record",

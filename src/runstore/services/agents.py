@@ -297,8 +297,10 @@ class TokenUsage:
 class NewMessage:
     """A message to append: its ``role``, JSON ``content``, the run that produced it with that
     run's ``fencing_token`` (required with a ``run_id``, refused without one), its token
-    usage and exact ``cost`` (a ``Decimal`` in the host's currency unit, or ``None``), and
-    ``at`` (aware datetime or epoch ms; ``None`` reads the clock)."""
+    usage and exact ``cost`` (a ``Decimal`` in the host's currency unit, or ``None``), ``at``
+    (aware datetime or epoch ms; ``None`` reads the clock), the caller's ``client_id`` (an
+    id unique in the thread that makes the append safe to repeat, see
+    :meth:`MessageStore.append_many`) and JSON ``metadata`` (an object; ``None`` is ``{}``)."""
 
     role: str
     content: JsonValue
@@ -307,11 +309,15 @@ class NewMessage:
     cost: Decimal | None = None
     at: datetime | int | None = None
     fencing_token: int | None = None
+    client_id: str | None = None
+    metadata: Mapping[str, JsonValue] | None = None
 
 
 @attrs.frozen
 class Message:
-    """One stored message; ``seq`` is its dense per-thread sequence number (from 1)."""
+    """One stored message; ``seq`` is its dense per-thread sequence number (from 1),
+    ``client_id`` the caller's id of it (or None), ``metadata`` its JSON object (``{}``
+    when none was given)."""
 
     thread_id: ThreadId
     seq: int
@@ -321,6 +327,8 @@ class Message:
     usage: TokenUsage
     cost: Decimal | None
     created_at_ms: int
+    client_id: str | None = None
+    metadata: dict[str, JsonValue] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -610,6 +618,8 @@ class MessageStore(Protocol):
         usage: TokenUsage | None = None,
         cost: Decimal | None = None,
         at: datetime | int | None = None,
+        client_id: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
     ) -> Result[Message, AgentError]:
         """Append one message as the thread's next sequence number; see :meth:`append_many`."""
         ...
@@ -623,6 +633,13 @@ class MessageStore(Protocol):
         ``updated_at_ms`` move in the same unit: either every message and the counters are
         stored, or nothing is. An empty sequence returns ``()`` after checking the thread.
 
+        A message with a ``client_id`` is stored once per thread: appending the same id again
+        with the same message (role, content, run, metadata, usage and cost; JSON compared
+        regardless of key order) returns the stored message, with its sequence number and
+        time, and stores nothing, so a retry after a commit whose outcome was unknown is safe.
+        The same id with another message is a ``Conflict``. Within one batch the second use
+        of an id is a repeat of the first.
+
         Failures: ``InvalidInput`` (role empty or longer than :data:`MAX_ROLE_CHARS`, content
         that is not exact JSON or larger than :data:`MAX_CONTENT_BYTES` once encoded, a lone
         surrogate anywhere, negative or non-integer token counts, a cost that is a float,
@@ -631,7 +648,10 @@ class MessageStore(Protocol):
         thread is archived or a run belongs to another thread (``expected`` this thread,
         ``actual`` the run's); ``StaleFencingToken`` when a message's token is not its run's
         latest; ``Conflict`` (reason ``"run is not running"``) when its run is queued or
-        final.
+        final; ``Conflict`` (entity ``"message"``, key the client id, reason ``"client id
+        used for another message"``, ``actual`` the stored seq) for a reused client id.
+        ``InvalidInput`` also covers a client id that is not valid id text and metadata that
+        is not a JSON object.
         """
         ...
 
@@ -656,7 +676,8 @@ class MessageStore(Protocol):
         """Return one page of the thread's messages in ascending ``seq`` order.
 
         Only messages with ``after_seq < seq < before_seq`` (each bound when given) and, when
-        ``roles`` is given, a role among them are considered. With ``after_seq`` the page
+        ``roles`` is given, a role among them are considered (so an empty ``roles`` is an
+        empty page, as in seed 002). With ``after_seq`` the page
         holds the *first* ``limit`` of them (forward paging: start with ``after_seq=0``);
         without it, the *newest* ``limit`` (still ascending; paging goes back in time).
         ``has_more`` is True exactly when more considered messages lie beyond the page in
@@ -669,7 +690,7 @@ class MessageStore(Protocol):
 
         Failures: ``InvalidQuery`` (``limit`` below 1 or above
         :data:`~runstore.services.pagination.MAX_PAGE_SIZE`, a negative ``after_seq`` or
-        ``before_seq``, ``roles`` empty or given as one string, a role that is not valid
+        ``before_seq``, ``roles`` given as one string, a role that is not valid
         text, a ``cursor`` this listing did not produce or one given with the bound it
         replaces); ``InvalidInput`` (bad thread id); ``NotFound`` (thread).
         """

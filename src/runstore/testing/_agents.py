@@ -22,16 +22,17 @@
   The factory is called once per test and per hypothesis example and must return a layer
   providing ``AgentStorage`` and ``ExecutionStorage`` (runs are checked against the ledger)
   on a fresh, empty store; the contract puts its own ``FixedClock`` on top.
-- **Broken layers** (:func:`agents_broken_sequence_layer`, :func:`agents_broken_fencing_layer`):
-  a layer that hands out a deleted sequence number again, one whose ``finish`` ignores the
-  fencing token. The contract must fail on each; the suite's own tests check that.
+- **Broken layers** (:func:`agents_broken_sequence_layer`, :func:`agents_broken_fencing_layer`,
+  :func:`agents_broken_client_id_layer`): a layer that hands out a deleted sequence number
+  again, one whose ``finish`` ignores the fencing token, one that stores a retried client
+  message id twice. The contract must fail on each; the suite's own tests check that.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -52,7 +53,7 @@ from runstore.layers._agents_memory import (
     InMemoryMessageStore,
 )
 from runstore.layers._memory_database import InMemoryDatabase
-from runstore.services._agents_rules import ThreadRow
+from runstore.services._agents_rules import Known, MessageDraft, ThreadRow
 from runstore.services.agents import (
     MAX_JSON_DEPTH,
     ActiveRunExists,
@@ -85,6 +86,7 @@ from runstore.testing._shared import LayerFactory
 __all__ = [
     "AgentsContract",
     "AgentsMachine",
+    "agents_broken_client_id_layer",
     "agents_broken_fencing_layer",
     "agents_broken_sequence_layer",
     "agents_json_values",
@@ -103,6 +105,8 @@ LEASES = (1, 5_000, 60_000)
 """Leases the machine grants (ms); ``tick`` moves the clock past them."""
 TOKENS = ("current", "current", "current", "stale", "zero")
 """Which token a fenced call presents (see ``AgentsMachine.token``)."""
+CLIENT_IDS = ("m1", "m2", "m3")
+"""Client message ids the machine uses (few, so that they repeat)."""
 OPEN_EXECUTIONS = {"ex-p1": "p1", "ex-p2": "p2"}
 """Executions the machine creates and claims (running) at the start, per project."""
 FINISHED_EXECUTION = "ex-p1-done"
@@ -172,6 +176,10 @@ def _new_messages(valid: bool = True) -> st.SearchStrategy[NewMessage]:
         usage=_usage(valid),
         cost=_costs(valid),
         at=st.none() | st.integers(min_value=0, max_value=2**41),
+        client_id=st.none() | st.sampled_from(CLIENT_IDS if valid else [*CLIENT_IDS, "\ud800"]),
+        metadata=st.none()
+        | st.dictionaries(st.sampled_from("ab"), agents_json_values(2), max_size=2)
+        | (st.just({"k": float("nan")}) if not valid else st.nothing()),
     )
 
 
@@ -199,6 +207,7 @@ class AgentsMachine(RuleBasedStateMachine):
         self.used_runs: set[str] = set()
         self.tokens: dict[str, int] = {}
         """The latest fencing token of each run, as the model handed it out."""
+        self.appends: list[tuple[str, NewMessage]] = []
 
     def token(self, run: str, which: str = "current") -> int:
         """The ``current`` token of ``run``, a ``stale`` one (one less) or ``zero``."""
@@ -493,6 +502,7 @@ class AgentsMachine(RuleBasedStateMachine):
         self._append(thread, message)
 
     def _append(self, thread: str, message: NewMessage) -> None:
+        self.appends.append((thread, message))
         self.both(
             lambda s: s.messages.append(
                 thread,
@@ -503,8 +513,21 @@ class AgentsMachine(RuleBasedStateMachine):
                 usage=message.usage,
                 cost=message.cost,
                 at=message.at,
+                client_id=message.client_id,
+                metadata=message.metadata,
             )
         )
+
+    @rule(data=st.data(), later=st.booleans())
+    def retry_append(self, data: st.DataObject, later: bool) -> None:
+        """Repeat an earlier append exactly, as a retry after an unknown outcome would (maybe
+        later, when the clock moved): with a client id it returns the stored message."""
+        if not self.appends:
+            return
+        thread, message = data.draw(st.sampled_from(self.appends))
+        if later:
+            self.clock.advance(1)
+        self._append(thread, message)
 
     @rule(
         thread=st.sampled_from(THREADS),
@@ -766,6 +789,23 @@ def _broken(storage: type[InMemoryAgentStorage]) -> Layer:
     )
 
 
+class _ForgetfulMessageStore(InMemoryMessageStore):
+    """Never looks a client id up: a retried append is stored again as a new message."""
+
+    def _known(self, thread_id: str, drafts: Sequence[MessageDraft]) -> Known:
+        return {}
+
+
+class _ForgetfulAgentStorage(InMemoryAgentStorage):
+    message_store_class = _ForgetfulMessageStore
+
+
+def agents_broken_client_id_layer() -> Layer:
+    """The in-memory layer with one bug: an append retried with the same client message id
+    stores the message twice. The contract must fail on it."""
+    return _broken(_ForgetfulAgentStorage)
+
+
 def agents_broken_fencing_layer() -> Layer:
     """The in-memory layer with one bug: ``runs.finish`` ignores the fencing token, so a
     worker whose run was reclaimed can still finish it. The contract must fail on it."""
@@ -942,7 +982,6 @@ class AgentsContract:
             ({"limit": True}, "limit"),
             ({"after_seq": -1}, "after_seq"),
             ({"before_seq": -1}, "before_seq"),
-            ({"roles": []}, "roles"),
             ({"roles": "user"}, "roles"),
         ],
     )
@@ -956,6 +995,14 @@ class AgentsContract:
         assert error.field == field
         missing = agents.messages.list("nope", **kwargs)
         assert missing == result, "query arguments are checked before the thread"
+
+    def test_an_empty_roles_filter_is_an_empty_page(self, agents: AgentStorage) -> None:
+        agents.messages.append_many("t", [NewMessage(role="user", content=i) for i in range(3)])
+        bounds: list[dict[str, Any]] = [{}, {"after_seq": 0}, {"before_seq": 3}]
+        for kwargs in bounds:
+            assert agents.messages.list("t", roles=[], **kwargs) == Success(Page((), False))
+        assert agents.messages.list("t", roles=set()) == Success(Page((), False))
+        assert agents.messages.list("nope", roles=[]) == Failure(NotFound("thread", "nope"))
 
     def test_newest_n_ascending_and_paging_both_ways(self, agents: AgentStorage) -> None:
         drafts = [
@@ -1072,6 +1119,83 @@ class AgentsContract:
         ledger.cancel(ExecutionId("ex-mine")).unwrap()
         late = agents.runs.claim("r4", owner="w", lease_ms=LEASE)
         assert late == Failure(ExecutionFinished("ex-mine", "cancelled")), "checked at claim too"
+
+    # -- client message ids and metadata -----------------------------------------------------
+
+    def test_a_client_id_makes_an_append_safe_to_repeat(
+        self, agents: AgentStorage, clock: FixedClock
+    ) -> None:
+        content: JsonValue = {"text": "hi", "parts": [1, 2]}
+        meta: dict[str, JsonValue] = {"source": "web", "trace": {"id": 7}}
+        first = agents.messages.append(
+            "t", role="user", content=content, client_id="c-1", metadata=meta
+        ).unwrap()
+        assert (first.client_id, first.metadata) == ("c-1", meta)
+        clock.advance(5_000)
+        reordered: JsonValue = {"parts": [1, 2], "text": "hi"}
+        again = agents.messages.append(
+            "t", role="user", content=reordered, client_id="c-1", metadata=dict(meta)
+        )
+        assert again == Success(first), "the stored message, with its seq and time"
+        assert agents.threads.get("t").unwrap().head_seq == 1, "nothing stored twice"
+        other = agents.messages.append("t", role="user", content="else", client_id="c-1")
+        assert other == Failure(
+            Conflict("message", "c-1", "client id used for another message", actual="1")
+        )
+        batch = agents.messages.append_many(
+            "t",
+            [
+                NewMessage("user", content, client_id="c-1", metadata=meta),
+                NewMessage("assistant", "new", client_id="c-2"),
+                NewMessage("assistant", "new", client_id="c-2"),
+                NewMessage("tool", "plain"),
+            ],
+        ).unwrap()
+        assert [m.seq for m in batch] == [1, 2, 2, 3]
+        assert batch[0] == first
+        assert agents.threads.get("t").unwrap().message_count == 3
+        twice = [NewMessage("user", "x", client_id="c-3"), NewMessage("user", "y", client_id="c-3")]
+        clash = agents.messages.append_many("t", twice)
+        assert clash == Failure(
+            Conflict("message", "c-3", "client id used for another message", actual="4")
+        )
+        assert agents.threads.get("t").unwrap().head_seq == 3, "a refused batch writes nothing"
+        assert agents.messages.get("t", 1).unwrap() == first
+        page = agents.messages.list("t", after_seq=0).unwrap()
+        assert [(m.client_id, m.metadata) for m in page.items] == [
+            ("c-1", meta), ("c-2", {}), (None, {})
+        ]
+
+    def test_a_client_id_is_per_thread_and_freed_with_its_message(
+        self, agents: AgentStorage
+    ) -> None:
+        agents.threads.create("u", project_id="p").unwrap()
+        token = _start(agents, "r1").fencing_token
+        mine = agents.messages.append(
+            "t", role="a", content=1, run_id="r1", fencing_token=token, client_id="same"
+        ).unwrap()
+        theirs = agents.messages.append("u", role="a", content=2, client_id="same").unwrap()
+        assert (mine.seq, theirs.seq) == (1, 1)
+        agents.messages.delete_by_run("t", "r1").unwrap()
+        again = agents.messages.append("t", role="a", content=3, client_id="same").unwrap()
+        assert again.seq == 2, "the id is free once its message is deleted"
+
+    @pytest.mark.parametrize(
+        ("kwargs", "field"),
+        [
+            ({"client_id": ""}, "client_id"),
+            ({"client_id": "x" * 257}, "client_id"),
+            ({"metadata": ["not", "an", "object"]}, "metadata"),
+            ({"metadata": {"k": float("nan")}}, "metadata['k']"),
+        ],
+    )
+    def test_bad_client_ids_and_metadata_are_refused(
+        self, agents: AgentStorage, kwargs: dict[str, Any], field: str
+    ) -> None:
+        result = agents.messages.append("t", role="user", content="x", **kwargs)
+        assert isinstance(result, Failure)
+        assert result.failure() == InvalidInput(field, result.failure().reason)
+        assert agents.threads.get("t").unwrap().head_seq == 0
 
     # -- claims, leases and fencing tokens ---------------------------------------------------
 
