@@ -98,8 +98,9 @@ def _created_names(sql: str) -> tuple[str, ...]:
 def shipped_migrations(folder: str = _FOLDER) -> tuple[Migration, ...]:
     """Return every migration shipped in this package, in id order.
 
-    ``folder`` is SQLite's by default, or :data:`POSTGRESQL_FOLDER`. The files are read once per process: they are package data, and opening a database
-    consults them several times (each migration re-checks the journal under its lock).
+    ``folder`` is SQLite's by default, or :data:`POSTGRESQL_FOLDER`. The files are read
+    once per process: they are package data, and opening a database consults them several
+    times (each migration re-checks the journal under its lock).
 
     Raises ``ValueError`` for a misnamed file or a duplicate id (a packaging bug).
     """
