@@ -7,20 +7,24 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import json
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from returns.result import Failure
 
+from runstore.cli import cli
 from runstore.layers import Layer, build, in_memory, sqlite
 from runstore.services import Entry, ModelRef, SessionRecord, SessionRepository
 from runstore.sessions_import import (
     BadLine,
     EmptySource,
     ImportReport,
+    LineProblem,
     export_jsonl,
     import_jsonl,
 )
@@ -104,6 +108,7 @@ def test_large_session_totals_are_exact(repo: SessionRepository, mode: str) -> N
     assert summary.cached_tokens == 43_229_469
     assert summary.uncached_tokens == 4_297_281
     assert summary.total_tokens == 47_609_906
+    assert summary.output_tokens == 83_156  # so cached + uncached + output = total
     assert summary.cost.quantize(Decimal("0.000001")) == Decimal("30.330198")
     context = repo.open(report.session_id).unwrap().build_context().unwrap()
     assert context.model == ModelRef("anthropic", "claude-sonnet-4-5")
@@ -229,6 +234,32 @@ def test_duplicate_header_and_repeated_entry(repo: SessionRepository) -> None:
         "e0000004",
     ]
     assert _issues(report) == [(4, "skipped"), (5, "skipped")]
+    assert [issue.problem for issue in report.issues] == [
+        LineProblem.HEADER,
+        LineProblem.DUPLICATE_ID,  # the same entry again: kept once
+    ]
+
+
+def test_show_names_what_the_session_resumes_with(tmp_path: Path) -> None:
+    """tree-v3's leaf is on the branch of the model change to openai/gpt-5 and without the
+    change to thinking ``high`` (on the other branch): pi resumes with gpt-5 and ``off``,
+    while the newest appended thinking level is ``high``."""
+    db = str(tmp_path / "cli.db")
+    runner = CliRunner()
+    imported = runner.invoke(cli, ["--db", db, "sessions", "import", str(FILES / "tree-v3.jsonl")])
+    assert imported.exit_code == 0, imported.output
+    shown = runner.invoke(cli, ["--db", db, "--format", "json", "sessions", "show", TREE_ID])
+    document = json.loads(shown.stdout)
+    assert document["resume"] == {
+        "leaf_id": "e0000018",
+        "model": {"provider": "openai", "model_id": "gpt-5"},
+        "thinking_level": "off",
+    }
+    assert document["summary"]["thinking_level"] == "high"
+    assert document["summary"]["output_tokens"] == 2_400 - 800 - 1_370
+    text = runner.invoke(cli, ["--db", db, "sessions", "show", TREE_ID]).stdout
+    assert "model openai/gpt-5, thinking off (at the leaf, as pi resumes" in text
+    assert "output 230)" in text
 
 
 def test_fragment_without_header(repo: SessionRepository) -> None:

@@ -167,10 +167,21 @@ def test_list_and_show(db: str) -> None:
     assert session["summary"]["labels"] == {"e1": "start"}
     assert session["summary"]["model"] == {"provider": "openai", "model_id": "gpt-5"}
     shown = _json(run("--db", db, "sessions", "show", TREE_ID, "--format", "json"))
-    assert shown == {"schema_version": 1, **session}
+    # pi resumes with the state at the leaf e7 (no model on its branch), not with the
+    # latest model appended on another branch.
+    resume = {"leaf_id": "e7", "model": None, "thinking_level": "off"}
+    assert shown == {"schema_version": 1, **session, "resume": resume}
+    summary = session["summary"]
+    assert (
+        summary["cached_tokens"] + summary["uncached_tokens"] + summary["output_tokens"]
+        == summary["total_tokens"]
+    )
     text = run("--db", db, "sessions", "list").stdout
     assert TREE_ID in text
     assert "Tiny" in text
+    shown_text = run("--db", db, "sessions", "show", TREE_ID).stdout
+    assert "model none, thinking off (at the leaf, as pi resumes" in shown_text
+    assert f"output {summary['output_tokens']})" in shown_text
     missing = run("--db", db, "sessions", "show", "nope")
     assert missing.exit_code == 1
     assert missing.stderr == "runstore: session 'nope' not found\n"
@@ -240,3 +251,21 @@ def test_every_command_has_help_with_an_example() -> None:
         result = run("sessions", command, "--help")
         assert result.exit_code == 0
         assert "Example:" in result.stdout
+
+
+def test_a_line_nested_too_deeply_is_a_refusal_not_a_traceback(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    deep = json.dumps(ENTRIES[1])[:-1] + ', "deep": ' + "[" * 1200 + "]" * 1200 + "}"
+    path.write_text("\n".join([json.dumps(HEADER), json.dumps(ENTRIES[0]), deep]) + "\n")
+    strict = run("--db", str(tmp_path / "s.db"), "sessions", "import", str(path))
+    assert strict.exit_code == 1
+    assert "line 3: nested too deeply" in strict.stderr
+    assert "Traceback" not in strict.stderr + strict.stdout
+    lenient = _json(
+        run("--db", str(tmp_path / "l.db"), "--format", "json", "sessions", "import",
+            "--lenient", str(path))
+    )
+    assert lenient["skipped"] == [
+        {"line": 3, "reason": lenient["skipped"][0]["reason"], "problem": "too_deep"}
+    ]
+    assert lenient["entries"] == 1

@@ -35,7 +35,13 @@ from runstore.services.sessions import (
     SessionSummary,
     iso_from_ms,
 )
-from runstore.sessions_import import ImportMode, ImportReport, export_jsonl, import_jsonl
+from runstore.sessions_import import (
+    ImportMode,
+    ImportReport,
+    LineIssue,
+    export_jsonl,
+    import_jsonl,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -113,6 +119,7 @@ def _summary_document(summary: SessionSummary) -> dict[str, Any]:
         "message_count": summary.message_count,
         "cached_tokens": summary.cached_tokens,
         "uncached_tokens": summary.uncached_tokens,
+        "output_tokens": summary.output_tokens,
         "total_tokens": summary.total_tokens,
         "cost": str(summary.cost),
         "model": _model(summary.model),
@@ -144,9 +151,21 @@ def _report_document(report: ImportReport) -> dict[str, Any]:
         "bytes": report.bytes,
         "entries": report.entries,
         "leaf_id": report.leaf_id,
-        "skipped": [{"line": i.line, "reason": i.reason} for i in report.skipped],
-        "repaired": [{"line": i.line, "reason": i.reason} for i in report.repaired],
+        "skipped": [_issue_document(i) for i in report.skipped],
+        "repaired": [_issue_document(i) for i in report.repaired],
+        "kept": [_issue_document(i) for i in report.kept],
     }
+
+
+def _issue_document(issue: LineIssue) -> dict[str, Any]:
+    return {"line": issue.line, "reason": issue.reason, "problem": str(issue.problem)}
+
+
+def _tokens_text(summary: SessionSummary) -> str:
+    return (
+        f"{summary.total_tokens} (cached {summary.cached_tokens}, uncached "
+        f"{summary.uncached_tokens}, output {summary.output_tokens})"
+    )
 
 
 def _cost_text(summary: SessionSummary) -> str:
@@ -287,8 +306,7 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
         f"{report.version}, {report.mode}) as session {report.session_id}"
     )
     _line(
-        f"messages {summary.message_count}, tokens {summary.total_tokens} "
-        f"(cached {summary.cached_tokens}, uncached {summary.uncached_tokens}), "
+        f"messages {summary.message_count}, tokens {_tokens_text(summary)}, "
         f"cost {_cost_text(summary)}, leaf {record.leaf_id}"
     )
     for issue in report.issues:
@@ -410,7 +428,10 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
 @click.argument("session_id", type=SESSION_ID)
 @format_option
 def show(session_id: str) -> None:
-    """Show one session: where it ran, its leaf and its summary.
+    """Show one session: where it ran, its leaf, what it resumes with, and its summary.
+
+    "resumes with" is the model and thinking level at the leaf, those the pi agent resumes
+    the session with; the summary's latest model is the newest appended on any branch.
 
     \b
     Example:
@@ -418,8 +439,19 @@ def show(session_id: str) -> None:
     """
     with _repository() as repo:
         record = _get(repo.get(session_id))
+        storage = _get(repo.open(session_id))
+        resume = _get(storage.build_context())
     if _json_mode():
-        emit_json(_session_document(record))
+        emit_json(
+            {
+                **_session_document(record),
+                "resume": {
+                    "leaf_id": resume.leaf_id,
+                    "model": _model(resume.model),
+                    "thinking_level": resume.thinking_level,
+                },
+            }
+        )
         return
     summary = record.summary
     table = plain_table(show_header=False)
@@ -432,16 +464,17 @@ def show(session_id: str) -> None:
         ("created", iso_from_ms(record.created_ms)),
         ("parent session", record.parent_session or ""),
         ("leaf", record.leaf_id or ""),
+        (
+            "resumes with",
+            f"model {resume.model or 'none'}, thinking {resume.thinking_level}"
+            " (at the leaf, as pi resumes the session)",
+        ),
         ("entries", str(summary.entry_count)),
         ("messages", str(summary.message_count)),
-        (
-            "tokens",
-            f"{summary.total_tokens} (cached {summary.cached_tokens}, "
-            f"uncached {summary.uncached_tokens})",
-        ),
+        ("tokens", _tokens_text(summary)),
         ("cost", str(summary.cost)),
-        ("model", str(summary.model or "")),
-        ("thinking level", summary.thinking_level),
+        ("latest model", f"{summary.model or ''} (newest appended, any branch)"),
+        ("latest thinking", f"{summary.thinking_level} (newest appended, any branch)"),
     ]
     rows.extend((f"label {target}", label) for target, label in sorted(summary.labels.items()))
     if record.metadata:
