@@ -11,6 +11,7 @@ __all__ = [
     "ConnectionUsedAfterFork",
     "ContainerClosed",
     "DatabaseOpenError",
+    "MissingExtra",
     "MissingServices",
     "RunstoreError",
     "TransactionMisuse",
@@ -42,6 +43,11 @@ class DatabaseOpenError(RunstoreError):
     def __init__(self, error: object) -> None:
         self.error = error
         super().__init__(str(error))
+
+
+class MissingExtra(RunstoreError):
+    """A layer was asked for whose driver is an extra that is not installed; the message
+    names the extra to install (``pip install 'runstore[postgresql]'``)."""
 
 
 class ContainerClosed(RunstoreError):

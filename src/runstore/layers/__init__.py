@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from returns.result import Failure
 
 from runstore._lazy import lazy_exports
-from runstore.exceptions import DatabaseOpenError
+from runstore.exceptions import DatabaseOpenError, MissingExtra
 from runstore.layers._layer import Container, Key, Layer, Tag, build, merge, provide
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._open import (
@@ -55,6 +55,8 @@ from runstore.layers._tags import (
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
 
 if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
     from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agents
     from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agents
     from runstore.layers._health_memory import InMemoryDatabaseHealth, in_memory_health
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
         SqliteExecutionStorage,
         sqlite_ledger,
     )
+    from runstore.layers._postgres_database import PostgresDatabase, PostgresSettings
     from runstore.layers._sessions_memory import InMemorySessionRepository, in_memory_sessions
     from runstore.layers._sessions_sqlite import SqliteSessionRepository, sqlite_sessions
     from runstore.layers._test_runs_memory import (
@@ -107,6 +110,8 @@ __all__ = [
     "InMemorySessionRepository",
     "Key",
     "Layer",
+    "PostgresDatabase",
+    "PostgresSettings",
     "SqliteActionRunStorage",
     "SqliteAgentStorage",
     "SqliteDataReader",
@@ -132,6 +137,7 @@ __all__ = [
     "make_database_folder",
     "merge",
     "open_database",
+    "postgres",
     "provide",
     "sqlite",
     "sqlite_agents",
@@ -155,6 +161,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
     "_sessions_sqlite": ("SqliteSessionRepository", "sqlite_sessions"),
     "_test_runs_memory": ("InMemoryDataReader", "InMemoryDataStore", "in_memory_test_runs"),
     "_test_runs_sqlite": ("SqliteDataReader", "SqliteDataStore", "sqlite_test_runs"),
+    "_postgres_database": ("PostgresDatabase", "PostgresSettings"),
 }
 
 if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
@@ -262,6 +269,30 @@ def sqlite(
             requires=on_db,
         ),
     )
+
+
+def postgres(
+    target: str | ConnectionPool[Any],
+    settings: PostgresSettings | None = None,
+    *,
+    access: Access = "create",
+) -> Layer:
+    """The PostgreSQL live layer: ``DatabaseHealth`` and the test-run services on the database
+    ``target`` names, a DSN (``postgresql://user:password@host/dbname``; the password never
+    appears in errors or output) or a ``psycopg_pool.ConnectionPool`` the caller owns; see
+    :func:`runstore.layers._postgres_layer.postgres`. The other domains follow.
+
+    Raises :class:`~runstore.exceptions.MissingExtra` naming the ``postgresql`` extra when
+    psycopg is not installed (nothing else in runstore imports it).
+    """
+    from runstore.layers._open import postgres_extra_problem
+
+    problem = postgres_extra_problem()
+    if problem is not None:
+        raise MissingExtra(problem)
+    from runstore.layers._postgres_layer import postgres as layer
+
+    return layer(target, settings, access=access)
 
 
 def in_memory() -> Layer:

@@ -74,6 +74,27 @@ def find_project_database(start: str) -> str | None:
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
+POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
+"""URL schemes served by the PostgreSQL layer (libpq's two spellings)."""
+
+POSTGRES_EXTRA = "postgresql:// URLs need the postgresql extra: pip install 'runstore[postgresql]'"
+"""Why a PostgreSQL URL cannot be used while psycopg or psycopg_pool is missing."""
+
+
+def postgres_url(target: str | os.PathLike[str]) -> bool:
+    """Whether ``target`` is a ``postgresql://`` or ``postgres://`` URL."""
+    url = _URL.match(os.fspath(target)) if isinstance(target, str) else None
+    return url is not None and url.group(1).lower() in POSTGRES_SCHEMES
+
+
+def postgres_extra_problem() -> str | None:
+    """:data:`POSTGRES_EXTRA` when the PostgreSQL driver is not installed, else None (looked
+    up without importing it)."""
+    import importlib.util
+
+    found = all(importlib.util.find_spec(name) is not None for name in ("psycopg", "psycopg_pool"))
+    return None if found else POSTGRES_EXTRA
+
 
 def database_path_problem(path: str) -> str | None:
     """Why ``path`` cannot name a database file, or None when it can.
@@ -83,12 +104,18 @@ def database_path_problem(path: str) -> str | None:
     ``RUNSTORE_DB``) and the pytest plugin (``--runstore-db``, ``RUNSTORE_DB``) refuse such
     a path with this reason as a usage error. A URL (``scheme://...``) is refused naming
     its scheme only, never the rest (it may hold a password), instead of being taken as a
-    file name.
+    file name; a ``postgresql://`` one names the ``postgresql`` extra when it is missing
+    (:data:`POSTGRES_EXTRA`), else :func:`runstore.layers.postgres`, which opens it.
     """
     if not path.strip():
         return "the database path is blank"
     url = _URL.match(path)
-    if url:  # named by its scheme alone: the rest may hold a password
+    if url and postgres_url(path):  # named by its scheme alone: the rest may hold a password
+        return postgres_extra_problem() or (
+            f"{url.group(1)}:// URLs are served by runstore.layers.postgres(URL), not here yet;"
+            " give the path of a SQLite database file"
+        )
+    if url:
         return (f"{url.group(1)}:// URLs are not served; give the path of a SQLite "
                 "database file")
     if os.path.isdir(path):

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the layers import this package; only the type is needed her
 
 __all__ = [
     "JOURNAL_TABLE",
+    "POSTGRESQL_FOLDER",
     "AppliedMigration",
     "Migration",
     "MigrationStatus",
