@@ -47,13 +47,22 @@ from returns.result import Failure, Result, Success
 from runstore.layers import CLOCK, Layer, build, in_memory_database, merge
 from runstore.layers._sessions_memory import in_memory_sessions
 from runstore.services.clock import FixedClock
-from runstore.services.errors import Conflict, InvalidInput, NotFound
+from runstore.services.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    StorageFailure,
+    StorageFailureKind,
+)
 from runstore.services.pagination import Page
 from runstore.services.sessions import (
     BadReference,
     BranchMove,
+    BranchSummaryEntry,
+    CompactionEntry,
     DuplicateEntry,
     Entry,
+    LeafEntry,
     ModelRef,
     NewEntry,
     NewSession,
@@ -1154,3 +1163,164 @@ class SessionsContract:
         assert storage.info() == Success(before)
         assert storage.entry("b") == Failure(NotFound("entry", "b"))
         assert storage.append(_msg("b", "a")).unwrap().seq == 2
+
+    # -- the pi harness's additions (seed 004) ---------------------------------------------------
+
+    def test_a_compaction_with_a_retained_tail_stops_the_walk(self, sessions: Sessions) -> None:
+        """Seed 004: a compaction keeping its own tail needs nothing before it; the walk
+        stops there and the context is its summary, its tail, then what follows."""
+        storage = sessions.new()
+        tail = [{"role": "user", "content": "kept"}, {"role": "assistant", "content": "ok"}]
+        storage.append_many(
+            [
+                _msg("a", None),
+                NewEntry.thinking_level_change("t", "a", "high", timestamp=T0_MS),
+                _msg("b", "t"),
+                NewEntry.compaction("k", "b", "sum", None, 50, timestamp=T0_MS, retained_tail=tail),
+                _msg("c", "k"),
+                NewEntry.compaction("k2", "c", "again", "c", 60, timestamp=T0_MS),
+                _msg("d", "k2"),
+            ]
+        ).unwrap()
+        assert _ids(storage.path_to_root_or_compaction("c")) == ["k", "c"]
+        assert _ids(storage.path_to_root_or_compaction("k")) == ["k"]
+        assert _ids(storage.path_to_root_or_compaction("d")) == ["c", "k2", "d"]
+        assert _ids(storage.path_to_root("c")) == ["a", "t", "b", "k", "c"]
+        context = storage.build_context("c").unwrap()
+        assert [(m.entry_id, m.role) for m in context.messages] == [
+            ("k", "compactionSummary"),
+            ("k", "user"),
+            ("k", "assistant"),
+            ("c", "user"),
+        ]
+        assert context.thinking_level == "high"  # the state over the whole path
+        compacted = storage.entry("k").unwrap()
+        assert isinstance(compacted, CompactionEntry)
+        assert (compacted.first_kept_entry_id, len(compacted.retained_tail or ())) == (None, 2)
+        bad = NewEntry.compaction("k3", "d", "s", None, 1, timestamp=T0_MS)
+        assert _refused_field(storage.append(bad)) == "payload.firstKeptEntryId"
+        odd = attrs.evolve(bad, payload={**bad.payload, "retainedTail": [{"content": "x"}]})
+        assert _refused_field(storage.append(odd)) == "payload.retainedTail[0]"
+
+    def test_leaf_moves_are_entries_of_the_log(self, sessions: Sessions) -> None:
+        """Seed 004's setLeafId: a move appends a ``leaf`` entry (parent the old leaf,
+        ``targetId`` the new one); an appended ``leaf`` entry moves the leaf to its target."""
+        storage = sessions.new()
+        storage.append_many([_msg("a", None), _msg("b", "a")]).unwrap()
+        sessions.clock.advance(7)
+        assert storage.set_leaf("a") == Success("a")
+        moved = storage.entries(after_seq=2).unwrap().items
+        assert [(e.id, e.type, e.parent_id, e.seq, e.timestamp_ms) for e in moved] == [
+            ("leaf-3", "leaf", "b", 3, T0_MS + 7)
+        ]
+        assert isinstance(moved[0], LeafEntry)
+        assert moved[0].target_id == "a"
+        assert storage.info().unwrap().summary.entry_count == 3
+        assert storage.set_leaf("nope") == Failure(NotFound("entry", "nope"))
+        assert storage.info().unwrap().summary.entry_count == 3
+        assert storage.set_leaf(None) == Success(None)
+        assert storage.leaf() == Success(None)
+        assert storage.append(NewEntry.leaf("l", None, "b", timestamp=T0_MS)).unwrap().seq == 5
+        assert storage.leaf() == Success("b")  # its target, not the leaf entry
+        assert [m.entry_id for m in storage.build_context().unwrap().messages] == ["a", "b"]
+        assert storage.append(NewEntry.leaf("m", "b", "zz", timestamp=T0_MS)) == Failure(
+            BadReference("s1", "m", "targetId", "zz", 0)
+        )
+        assert storage.append(NewEntry.leaf("leaf-6", "b", "a", timestamp=T0_MS)).unwrap()
+        assert storage.set_leaf("b").unwrap() == "b"  # leaf-7 was free; ids never clash
+        assert storage.entries(after_seq=6).unwrap().items[0].id == "leaf-7"
+
+    def test_move_to_writes_the_move_and_its_summary_in_one_unit(self, sessions: Sessions) -> None:
+        """Seed 004's moveTo(target, {summary, usage}): the leaf move and a branch summary
+        under the target, counted in the summary; a refused summary writes neither."""
+        storage = sessions.new()
+        storage.append_many([_msg("a", None), _msg("b", "a")]).unwrap()
+        usage = {"input": 5, "output": 6, "cacheRead": 7, "cacheWrite": 8, "cost": {"total": 0.26}}
+        made = storage.move_to("a", BranchMove(summary="left b", usage=usage)).unwrap()
+        assert isinstance(made, BranchSummaryEntry)
+        assert (made.id, made.parent_id, made.from_id, made.seq) == ("summary-4", "a", "a", 4)
+        assert storage.leaf() == Success("summary-4")
+        summary = storage.summary().unwrap()
+        assert (summary.entry_count, summary.total_tokens, summary.output_tokens) == (4, 26, 6)
+        context = storage.build_context().unwrap()
+        assert [(m.entry_id, m.role) for m in context.messages] == [
+            ("a", "user"),
+            ("summary-4", "branchSummary"),
+        ]
+        before = storage.info().unwrap()
+        taken = storage.move_to("b", BranchMove(summary="x", id="a"))
+        assert taken == Failure(DuplicateEntry("s1", "a", 1))
+        assert storage.info() == Success(before)  # not even the leaf entry stayed
+        assert _refused_field(storage.move_to("b", BranchMove(summary=3))) == "summary.summary"  # type: ignore[arg-type]
+        assert storage.info() == Success(before)
+        assert (
+            storage.move_to(None, BranchMove(summary="from the top"))
+            .unwrap()
+            .payload[  # type: ignore[union-attr]
+                "fromId"
+            ]
+            == "root"
+        )
+        assert storage.move_to("b") == Success(None)
+        assert storage.leaf() == Success("b")
+
+    def test_list_is_newest_first_by_creation_time(self, sessions: Sessions) -> None:
+        for session_id, created in (
+            ("old", T0_MS - 9),
+            ("new", T0_MS + 9),
+            ("mid", T0_MS),
+            ("mid2", T0_MS),
+        ):
+            sessions.repo.create(NewSession(id=session_id, created=created)).unwrap()
+        listed = [r.id for r in sessions.repo.list().unwrap().items]
+        assert listed == ["new", "mid2", "mid", "old"]  # equal times: created later first
+        first = sessions.repo.list(limit=3).unwrap()
+        rest = sessions.repo.list(limit=3, cursor=first.next_cursor).unwrap()
+        assert [r.id for r in (*first.items, *rest.items)] == listed
+
+    def test_fork_can_set_the_cwd(self, sessions: Sessions) -> None:
+        storage = sessions.new(cwd="/w")
+        storage.append(_msg("a", None)).unwrap()
+        fork = sessions.repo.fork("s1", session_id="s2", cwd="/elsewhere").unwrap()
+        assert (fork.cwd, fork.parent_session, fork.leaf_id) == ("/elsewhere", "s1", "a")
+        assert [r.id for r in sessions.repo.list(cwd="/elsewhere").unwrap().items] == ["s2"]
+        assert _refused_field(sessions.repo.fork("s1", session_id="s3", cwd="\ud800")) == "cwd"
+        assert sessions.repo.get("s3") == Failure(NotFound("session", "s3"))
+
+    def test_a_first_kept_entry_off_the_path_is_kept_as_pi_keeps_it(
+        self, sessions: Sessions
+    ) -> None:
+        """With ``strict_compactions=False`` such a compaction is stored; pi's walk looks for
+        its first kept entry, never meets it and goes on to the root, and its context keeps
+        nothing from before it."""
+        storage = sessions.new()
+        storage.append_many([_msg("a", None), _msg("b", "a"), _msg("x", "a")]).unwrap()
+        odd = NewEntry.compaction("k", "b", "s", "x", 1, timestamp=T0_MS)
+        assert storage.append_many([odd]) == Failure(
+            BadReference("s1", "k", "firstKeptEntryId", "x", 0)
+        )
+        assert storage.append_many([odd, _msg("c", "k")], strict_compactions=False) == Success(2)
+        assert _ids(storage.path_to_root_or_compaction("c")) == ["a", "b", "k", "c"]
+        context = storage.build_context("c").unwrap()
+        assert [m.entry_id for m in context.messages] == ["k", "c"]
+
+    def test_a_closed_store_answers_with_a_typed_failure(self, layer_factory: LayerFactory) -> None:
+        with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
+            repo = container.get(SessionRepository)
+            repo.create(NewSession(id="s1")).unwrap()
+            storage = repo.open("s1").unwrap()
+        calls: list[Callable[[], Result[Any, SessionError]]] = [
+            lambda: repo.get("s1"),
+            lambda: repo.list(),
+            lambda: repo.create(NewSession(id="s2")),
+            lambda: storage.append(_msg("a", None)),
+            lambda: storage.set_leaf(None),
+            lambda: storage.build_context(),
+            lambda: repo.atomic("t", lambda: Success(1)),
+        ]
+        for call in calls:
+            refused = call()
+            assert isinstance(refused, Failure), refused
+            failure = refused.failure()
+            assert isinstance(failure, StorageFailure), failure
+            assert failure.kind is StorageFailureKind.CLOSED
