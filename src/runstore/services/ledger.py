@@ -57,9 +57,11 @@ this order, after ``InvalidInput``:
 1. ``NotFound("execution", id)``; ``ProjectMismatch`` (``queue`` into another project's
    execution); ``ExecutionFinished`` (it is final); ``Conflict(expected "running", actual
    "queued")`` (nobody holds it yet); ``StaleFencingToken`` (it was claimed again).
-2. ``NotFound("action_run", id)``; ``ExecutionMismatch`` (the run belongs to another
-   execution than the fence names).
-3. The lifecycle (``IllegalTransition``) and the retry policy (``RetryRefused``).
+2. Writes on a stored run: ``NotFound("action_run", id)``; ``ExecutionMismatch`` (the run
+   belongs to another execution than the fence names).
+3. ``queue``: the idempotency key, then the run id (``Conflict``); the others: a repeated
+   phase outcome (no refusal), the lifecycle (``IllegalTransition``), then the retry policy
+   (``RetryRefused``).
 
 The fence is checked first, so a worker that lost its claim learns that whatever it asked.
 Nothing is written on any refusal. Runs left unfinished when their execution ends stay as
