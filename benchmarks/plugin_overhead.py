@@ -1,19 +1,40 @@
-"""Benchmark: what ``pytest --runstore`` costs over plain pytest, beside ``pytest-reportlog``.
+"""Benchmark: what ``pytest --runstore`` costs, beside plain pytest and the reporters pytest has.
 
 Run: ``.venv/bin/python benchmarks/plugin_overhead.py [--tests 5000] [--rounds 5]
-[--memory-tests 50000] [--no-memory]``.
+[--collect-rounds 20] [--memory-tests 50000] [--no-memory]`` (``pip install -e '.[bench]'``
+brings ``pytest-reportlog`` and ``pytest-json-report``; a reporter that is not installed is
+left out and named).
 
-Time: a generated suite of ``--tests`` trivial tests (100 per module) runs as separate
-pytest processes, ``-q -p no:cacheprovider``, in three variants measured in the same
-rounds, alternating: **plain** pytest, **--runstore** (into a fresh database file each
-time) and **reportlog** (``--report-log``, when ``pytest-reportlog`` is installed). The
-median wall time of each counts, and the median and best CPU time (user + system of the
-pytest process, steadier than wall time on a busy machine; the best round is the one least
-disturbed by other work); the target is ``--runstore`` at most 1.15 x plain.
+Time: a generated suite of ``--tests`` trivial tests (100 per module) runs as whole pytest
+processes, ``-q -p no:cacheprovider``, in these variants, each round running every variant
+once in an order rotated by one each round (so none always runs first, or right after
+another):
 
-Memory: the same suite with ``--memory-tests`` items, plain vs ``--runstore``; the peak
-resident set of each pytest process (``ru_maxrss`` from ``wait4``); the target is
-``--runstore`` within 1.10 x plain (the recorder buffers at most one batch of results).
+- **plain**: pytest alone;
+- **junitxml**: ``--junitxml FILE`` (pytest's own reporter);
+- **reportlog**: ``--report-log FILE`` (``pytest-reportlog``);
+- **json-report**: ``--json-report --json-report-file FILE`` (``pytest-json-report``);
+- **runstore**: ``--runstore --runstore-db FILE`` into a fresh database each time.
+
+Equal work: every reporter writes its whole record to a file, which is deleted before each
+run. Plugin autoloading is off (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``) and each variant loads
+its own plugin with ``-p``, so no variant pays for another's plugin and plain pytest is
+pytest alone. The children run from bytecode compiled once in a warm-up round into a
+temporary ``PYTHONPYCACHEPREFIX`` (pytest keeps its rewritten test modules there too).
+
+Counted is the CPU time of the pytest process (user + system from ``wait4``, every thread
+of it and the children it waited for, such as ``git``): steadier than wall time on a busy
+machine. Printed per variant: the median and best CPU and the median wall time, and the
+median ratios against plain and against junitxml. The budget: runstore at most
+:data:`BUDGET_VS_JUNITXML` x junitxml (median CPU).
+
+Collect-only: ``pytest --collect-only`` on a one-test project, plain and with
+``--runstore``, ``--collect-rounds`` rounds alternating; the budget is at most
+:data:`COLLECT_BUDGET_S` s more CPU with ``--runstore`` (median difference).
+
+Memory: the suite with ``--memory-tests`` items, plain vs ``--runstore``; the peak resident
+set of each pytest process (``ru_maxrss`` from ``wait4``); the target is ``--runstore``
+within 1.10 x plain (the recorder buffers at most one batch of results).
 """
 
 from __future__ import annotations
@@ -26,10 +47,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 TESTS_PER_MODULE = 100
+BUDGET_VS_JUNITXML = 1.0
+"""Most median CPU of a recorded run, as a multiple of the same run with ``--junitxml``."""
+COLLECT_BUDGET_S = 0.05
+"""Most extra CPU (s) of ``--runstore --collect-only`` over plain ``--collect-only``."""
+MEMORY_BUDGET = 1.10
+"""Most peak RSS of a recorded run of ``--memory-tests`` items, as a multiple of plain."""
 
 
 def generate(folder: Path, tests: int) -> Path:
@@ -43,9 +71,11 @@ def generate(folder: Path, tests: int) -> Path:
     return folder
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNSTORE_"))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+def _env(scratch: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "RUNSTORE_")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONPYCACHEPREFIX"] = str(scratch / "pycache")
     return env
 
 
@@ -58,92 +88,164 @@ class Sample:
     peak_kib: int
 
 
-def measure(folder: Path, args: list[str]) -> Sample:
+@dataclass(frozen=True)
+class Variant:
+    """A pytest command line (after ``pytest -q -p no:cacheprovider``) and the files it
+    writes, removed before each run."""
+
+    args: list[str]
+    writes: tuple[Path, ...] = ()
+
+    def fresh(self) -> None:
+        for path in self.writes:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def measure(folder: Path, variant: Variant, env: dict[str, str]) -> Sample:
     """Run pytest on ``folder`` and measure that process (``wait4`` gives its own usage)."""
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    variant.fresh()
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *variant.args]
     started = time.perf_counter()
     process = subprocess.Popen(
-        command, cwd=folder, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        command, cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"pytest {' '.join(args)} exited {process.returncode}")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise SystemExit(f"pytest {' '.join(variant.args)} exited {code}")
+    missing = [str(path) for path in variant.writes if not path.exists()]
+    if missing:
+        raise SystemExit(f"pytest {' '.join(variant.args)} wrote no {', '.join(missing)}")
     return Sample(elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss)
 
 
-def variants(scratch: Path, with_reportlog: bool) -> dict[str, list[str]]:
-    found = {
-        "plain": [],
-        "--runstore": ["--runstore", f"--runstore-db={scratch / 'runstore.db'}"],
-    }
-    if with_reportlog:
-        found["reportlog"] = ["--report-log", str(scratch / "report.jsonl")]
-    return found
+def runstore_variant(scratch: Path, *extra: str) -> Variant:
+    db = scratch / "runstore.db"
+    return Variant(["-p", "runstore.pytest_plugin", "--runstore", f"--runstore-db={db}",
+                    *extra], (db,))
 
 
-def _fresh(scratch: Path) -> None:
-    for name in ("runstore.db", "runstore.db-wal", "runstore.db-shm", "report.jsonl"):
-        (scratch / name).unlink(missing_ok=True)
+REPORTERS: dict[str, tuple[str | None, Callable[[Path], Variant]]] = {
+    "plain": (None, lambda scratch: Variant([])),
+    "junitxml": (None, lambda scratch: Variant(
+        ["--junitxml", str(scratch / "junit.xml")], (scratch / "junit.xml",))),
+    "reportlog": ("pytest_reportlog", lambda scratch: Variant(
+        ["-p", "pytest_reportlog.plugin", "--report-log", str(scratch / "report.jsonl")],
+        (scratch / "report.jsonl",))),
+    "json-report": ("pytest_jsonreport", lambda scratch: Variant(
+        ["-p", "pytest_jsonreport.plugin", "--json-report",
+         "--json-report-file", str(scratch / "report.json")], (scratch / "report.json",))),
+    "runstore": (None, runstore_variant),
+}
+"""Each variant: the module it needs installed (None: always there) and its command line."""
 
 
-def time_suite(tests: int, rounds: int) -> None:
-    with_reportlog = importlib.util.find_spec("pytest_reportlog") is not None
+def rotating(folder: Path, kinds: dict[str, Variant], env: dict[str, str],
+             rounds: int) -> dict[str, list[Sample]]:
+    """``rounds`` samples of each variant, after one warm-up round; each round runs every
+    variant once, the order rotated by one each round."""
+    names = list(kinds)
+    for name in names:  # warm the file cache and the bytecode once
+        measure(folder, kinds[name], env)
+    samples: dict[str, list[Sample]] = {name: [] for name in names}
+    for round_ in range(rounds):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(measure(folder, kinds[name], env))
+    return samples
+
+
+def time_suite(tests: int, rounds: int) -> bool:
+    """Print the timing table of the suite; return whether runstore kept its budget."""
     with tempfile.TemporaryDirectory(prefix="runstore-bench-") as tmp:
         scratch = Path(tmp)
         suite = generate(scratch / "suite", tests)
-        kinds = variants(scratch, with_reportlog)
-        samples: dict[str, list[Sample]] = {name: [] for name in kinds}
-        for _ in range(rounds):
-            for name, args in kinds.items():
-                _fresh(scratch)
-                samples[name].append(measure(suite, args))
-    wall = {name: statistics.median(s.wall for s in runs) for name, runs in samples.items()}
+        kinds = {name: make(scratch) for name, (needs, make) in REPORTERS.items()
+                 if needs is None or importlib.util.find_spec(needs) is not None}
+        samples = rotating(suite, kinds, _env(scratch), rounds)
     cpu = {name: statistics.median(s.cpu for s in runs) for name, runs in samples.items()}
-    best = {name: min(s.cpu for s in runs) for name, runs in samples.items()}
-    print(f"time, {tests} trivial tests, {rounds} rounds (CPU = user + system):")
+    print(f"time, {tests} trivial tests, {rounds} rounds in rotating order "
+          "(CPU = user + system of the pytest process):")
+    print(f"  {'variant':<12} {'median CPU':>10} {'best CPU':>9} {'median wall':>11} "
+          f"{'x plain':>8} {'x junitxml':>10}")
     for name, runs in samples.items():
-        print(f"  {name:<11} median wall {wall[name]:6.2f} s x{wall[name] / wall['plain']:.3f}"
-              f"   median CPU {cpu[name]:6.2f} s x{cpu[name] / cpu['plain']:.3f}"
-              f"   best CPU {best[name]:6.2f} s x{best[name] / best['plain']:.3f}"
-              f"   (wall rounds: {', '.join(f'{s.wall:.2f}' for s in runs)})")
-    if not with_reportlog:
-        print("  reportlog   not measured: pip install pytest-reportlog")
-    def over(measure: dict[str, float]) -> str:
-        return f"{100 * (measure['--runstore'] / measure['plain'] - 1):+.1f}%"
+        print(f"  {name:<12} {cpu[name]:>8.2f} s {min(s.cpu for s in runs):>7.2f} s "
+              f"{statistics.median(s.wall for s in runs):>9.2f} s "
+              f"{cpu[name] / cpu['plain']:>8.3f} {cpu[name] / cpu['junitxml']:>10.3f}")
+    for name, (needs, _) in REPORTERS.items():
+        if name not in samples:
+            print(f"  {name:<12} not measured: {needs} is not installed "
+                  "(pip install -e '.[bench]')")
+    ratio = cpu["runstore"] / cpu["junitxml"]
+    ok = ratio <= BUDGET_VS_JUNITXML
+    print(f"verdict: {'PASS' if ok else 'FAIL'}: runstore {ratio:.3f}x junitxml in median CPU "
+          f"(budget <= {BUDGET_VS_JUNITXML:.1f}x; {cpu['runstore'] / cpu['plain']:.3f}x plain)")
+    return ok
 
-    print(f"  --runstore overhead: median wall {over(wall)}, median CPU {over(cpu)}, "
-          f"best CPU {over(best)} (target <= +15%)")
+
+def collect_only(rounds: int) -> bool:
+    """Print what ``--runstore`` adds to ``--collect-only`` of one test; return whether it
+    kept its budget."""
+    with tempfile.TemporaryDirectory(prefix="runstore-bench-") as tmp:
+        scratch = Path(tmp)
+        project = generate(scratch / "one", 1)
+        kinds = {
+            "plain": Variant(["--collect-only"]),
+            "runstore": Variant(["-p", "runstore.pytest_plugin", "--runstore",
+                                 "--collect-only"]),
+        }
+        samples = rotating(project, kinds, _env(scratch), rounds)
+    cpu = {name: [s.cpu for s in runs] for name, runs in samples.items()}
+    median = {name: statistics.median(values) for name, values in cpu.items()}
+    best = {name: min(values) for name, values in cpu.items()}
+    extra = median["runstore"] - median["plain"]
+    best_extra = best["runstore"] - best["plain"]
+    print(f"collect-only, one test, {rounds} rounds alternating:")
+    for name in kinds:
+        print(f"  {name:<12} median CPU {median[name] * 1e3:7.1f} ms   best "
+              f"{best[name] * 1e3:7.1f} ms")
+    ok = extra <= COLLECT_BUDGET_S
+    print(f"verdict: {'PASS' if ok else 'FAIL'}: --runstore --collect-only costs "
+          f"{extra * 1e3:+.1f} ms of median CPU over plain (best {best_extra * 1e3:+.1f} ms; "
+          f"budget <= +{COLLECT_BUDGET_S * 1e3:.0f} ms)")
+    return ok
 
 
-def memory_suite(tests: int) -> None:
+def memory_suite(tests: int) -> bool:
+    """Print the peak RSS of plain and recorded runs; return whether runstore kept its
+    target."""
     with tempfile.TemporaryDirectory(prefix="runstore-bench-") as tmp:
         scratch = Path(tmp)
         suite = generate(scratch / "suite", tests)
-        measured: dict[str, Sample] = {}
-        for name, args in variants(scratch, with_reportlog=False).items():
-            _fresh(scratch)
-            measured[name] = measure(suite, args)
+        env = _env(scratch)
+        measured = {name: measure(suite, variant, env) for name, variant in
+                    {"plain": Variant([]), "runstore": runstore_variant(scratch)}.items()}
     plain = measured["plain"].peak_kib
     print(f"peak RSS, {tests} trivial tests:")
     for name, sample in measured.items():
-        print(f"  {name:<11} {sample.peak_kib / 1024:8.1f} MiB   x{sample.peak_kib / plain:.3f} "
+        print(f"  {name:<12} {sample.peak_kib / 1024:8.1f} MiB   x{sample.peak_kib / plain:.3f} "
               f"of plain   ({sample.wall:.1f} s wall)")
-    extra = measured["--runstore"].peak_kib / plain - 1
-    print(f"  --runstore memory {100 * extra:+.1f}% (target <= +10%)")
+    ratio = measured["runstore"].peak_kib / plain
+    ok = ratio <= MEMORY_BUDGET
+    print(f"verdict: {'PASS' if ok else 'FAIL'}: runstore peak RSS {ratio:.3f}x plain "
+          f"(target <= {MEMORY_BUDGET:.2f}x)")
+    return ok
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tests", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--collect-rounds", type=int, default=20)
     parser.add_argument("--memory-tests", type=int, default=50_000)
     parser.add_argument("--no-memory", action="store_true")
     options = parser.parse_args()
-    time_suite(options.tests, options.rounds)
+    results = [collect_only(options.collect_rounds), time_suite(options.tests, options.rounds)]
     if not options.no_memory:
-        memory_suite(options.memory_tests)
+        results.append(memory_suite(options.memory_tests))
+    print(f"verdict: {'PASS' if all(results) else 'FAIL'} overall")
 
 
 if __name__ == "__main__":

@@ -113,3 +113,24 @@ def test_a_job_that_does_not_answer_in_time_is_a_timeout_and_stop_closes() -> No
     release.set()
     writer.stop(10)
     assert closed.is_set()
+
+
+def test_records_queued_while_a_batch_ages_do_not_wake_the_thread_each() -> None:
+    sink = Sink()
+    writer = Writer(lambda: (STORE, READER, lambda: None), sink, max_age=1.0, max_items=5000)
+    waits = 0
+    wait = writer._wait
+
+    def counted() -> None:
+        nonlocal waits
+        waits += 1
+        wait()
+
+    writer._wait = counted  # type: ignore[method-assign]
+    writer.start()
+    for n in range(1000):
+        writer.add(_item(n))
+    assert sink.written.wait(10)
+    writer.stop(10)
+    assert [len(batch) for batch in sink.batches] == [1000]
+    assert waits < 20  # a wake per record would be a thousand

@@ -20,7 +20,11 @@ write and read of the run, and closes it; the pytest hooks only hand it work:
 
 Messages travel through a ``queue.SimpleQueue``, whose ``put`` is reentrant: a signal
 handler (the recorder's SIGTERM handler) may call :meth:`call` even while the main thread
-was interrupted inside :meth:`add`.
+was interrupted inside :meth:`add`. The thread does not wait on that queue, since every
+``put`` would then wake it (a thread switch per test, which cost a trivial test more than
+writing it): it waits on a second one, a bell, which ``add`` rings only when the thread is
+idle (so the first record of a batch starts its clock) or a whole batch is queued, and
+which every job rings; then it takes every queued message at once.
 """
 
 from __future__ import annotations
@@ -65,6 +69,8 @@ class _Call:
 
 
 _STOP = object()
+_BUSY, _IDLE, _TIMED = 0, 1, 2
+"""What the thread is doing: working, waiting for anything, waiting for a batch to age."""
 
 
 class Writer:
@@ -82,6 +88,8 @@ class Writer:
         self._opener = opener
         self._sink = sink
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._state = _BUSY
         self._thread = threading.Thread(target=self._main, name="runstore-writer", daemon=True)
         self._results: list[TestResult] = []
         self._errors: list[CollectionError] = []
@@ -99,20 +107,27 @@ class Writer:
         """Queue a finished record for the next batch (waiting briefly when the thread is
         behind, see the module docstring)."""
         self._queue.put(record)
-        if self._queue.qsize() > self.max_backlog and self._thread.is_alive():
+        state, queued = self._state, self._queue.qsize()
+        if state == _IDLE or (state == _TIMED and queued >= self.max_items):
+            self._bell.put(None)
+        if queued > self.max_backlog and self._thread.is_alive():
             self._caught_up.clear()
             self._caught_up.wait(BACKLOG_WAIT)
+
+    def _post(self, message: object) -> None:
+        self._queue.put(message)
+        self._bell.put(None)
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` after the records queued so far; never waits. Its exceptions are
         dropped: a job that must report a problem records it itself."""
-        self._queue.put(_Call(job))
+        self._post(_Call(job))
 
     def call(self, job: Job, timeout: float | None = None) -> Any:
         """Run ``job`` on the thread after every record queued so far is written; return
         its value. Raises the job's exception, the opener's, or :class:`WriterTimeout`."""
         pending = _Call(job)
-        self._queue.put(pending)
+        self._post(pending)
         if not pending.done.wait(timeout):
             raise WriterTimeout(f"the database did not answer within {timeout} s")
         if pending.error is not None:
@@ -124,7 +139,7 @@ class Writer:
         ``timeout`` seconds). Safe to call more than once, and before :meth:`start`."""
         if not self._thread.is_alive():
             return
-        self._queue.put(_STOP)
+        self._post(_STOP)
         self._thread.join(timeout)
 
     # -- the thread ------------------------------------------------------------------------
@@ -143,13 +158,10 @@ class Writer:
 
     def _loop(self) -> None:
         while True:
-            timeout = None
-            if self._results or self._errors:
-                timeout = max(0.0, self._since + self.max_age - _monotonic())
             try:
-                message = self._queue.get(timeout=timeout)
+                message = self._queue.get_nowait()
             except queue.Empty:
-                self._flush()
+                self._wait()
                 continue
             if message is _STOP:
                 self._flush()
@@ -168,6 +180,28 @@ class Writer:
                 self._flush()
                 if self._queue.qsize() <= self.max_items:
                     self._caught_up.set()
+
+    def _wait(self) -> None:
+        """Wait for the bell with nothing queued; write the buffer once it is old enough."""
+        timeout = None
+        if self._results or self._errors:
+            timeout = self._since + self.max_age - _monotonic()
+            if timeout <= 0:
+                self._flush()
+                self._caught_up.set()
+                return
+        # Say how to be woken before looking at the queue a last time: a record queued
+        # after that look sees the state and rings.
+        self._state = _IDLE if timeout is None else _TIMED
+        try:
+            if self._queue.empty():
+                self._bell.get(timeout=timeout)
+        except queue.Empty:
+            pass
+        finally:
+            self._state = _BUSY
+        while not self._bell.empty():  # rings that came while we were not listening
+            self._bell.get_nowait()
 
     def _run(self, pending: _Call) -> None:
         try:
