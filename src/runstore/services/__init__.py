@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     )
     from runstore.services.sessions import (
         BadReference,
+        BranchMove,
         ContextMessage,
         DuplicateEntry,
         Entry,
@@ -180,6 +181,7 @@ __all__ = [
     "AgentStorage",
     "AppliedMigration",
     "BadReference",
+    "BranchMove",
     "Busy",
     "CheckpointId",
     "CheckpointStore",
@@ -316,9 +318,9 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "HealthError", "MigrationStatus", "ReadinessError",
     ),
     "sessions": (
-        "BadReference", "ContextMessage", "DuplicateEntry", "Entry", "EntryId", "EntryType",
-        "ModelRef", "NewEntry", "NewSession", "SessionContext", "SessionError", "SessionId",
-        "SessionRecord", "SessionRepository", "SessionStorage", "SessionSummary",
+        "BadReference", "BranchMove", "ContextMessage", "DuplicateEntry", "Entry", "EntryId",
+        "EntryType", "ModelRef", "NewEntry", "NewSession", "SessionContext", "SessionError",
+        "SessionId", "SessionRecord", "SessionRepository", "SessionStorage", "SessionSummary",
     ),
     "test_runs": (
         "DEFAULT_HISTORY_WINDOW", "FAILING_OUTCOMES", "MAX_CAPTURE_CHARS", "MAX_FRAMES",
