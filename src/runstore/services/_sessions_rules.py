@@ -372,7 +372,10 @@ def validate_entry(new: NewEntry, prefix: str = "") -> Result[ValidEntry, Invali
     type or the header type ``session``, a timestamp ``to_epoch_ms`` refuses (a naive
     datetime, not an int, before 1970 or after 9999), a payload that is not a mapping with
     string keys, holds an envelope key (``type``, ``id``, ``parentId``, ``timestamp``), does
-    not fit its known type (for example a ``model_change`` without a string ``provider``) or
+    not fit its known type (for example a ``model_change`` without a string ``provider``, a
+    ``leaf`` entry without a ``targetId`` that is a string or null, a compaction without a
+    string ``firstKeptEntryId`` and without a ``retainedTail``, a ``retainedTail`` that is
+    not a list of messages with a string ``role``) or
     holds what ``encode_json`` refuses (the field then names its path), text UTF-8 cannot
     hold (a lone surrogate).
     """

@@ -831,7 +831,8 @@ class BranchMove:
 class SessionStorage(Protocol):
     """The storage of one session (from :meth:`SessionRepository.open`).
 
-    Every method returns ``NotFound("session", id)`` once the session has been deleted.
+    Every method returns ``NotFound("session", id)`` once the session has been deleted, and
+    ``StorageFailure`` of kind ``closed`` once the repository's container was closed.
     """
 
     @property
@@ -854,9 +855,11 @@ class SessionStorage(Protocol):
     def append(self, entry: NewEntry) -> Result[Entry, SessionError]:
         """Append one entry and make it the active leaf; return the stored record.
 
-        Failures: ``InvalidInput`` (see :func:`validate_entry`), ``DuplicateEntry`` (the id
-        exists), ``BadReference`` (unknown parent; a compaction's first kept entry that is not
-        an ancestor), ``NotFound`` (session deleted). Nothing is written on failure.
+        A ``leaf`` entry moves the leaf to its ``targetId`` instead. Failures:
+        ``InvalidInput`` (see :func:`validate_entry`), ``DuplicateEntry`` (the id exists),
+        ``BadReference`` (unknown parent; a ``leaf`` entry's unknown target; a compaction's
+        first kept entry that is not an ancestor), ``NotFound`` (session deleted). Nothing
+        is written on failure.
         """
         ...
 
