@@ -134,11 +134,11 @@ def test_the_agent_snippet_records_a_new_turn_each_time_it_runs(tmp_path: Path) 
         messages = agents.messages.list("thread-1").unwrap().items
         checkpoint = agents.checkpoints.latest("thread-1").unwrap()
         runs = [agents.runs.get(m.run_id).unwrap() for m in messages if m.run_id is not None]
-    assert [m.seq for m in messages] == [1, 2, 3, 4]
+    assert [m.seq for m in messages] == [1, 2, 3, 4, 5, 6]
     assert len({r.id for r in runs}) == 2
     assert all(r.status is AgentRunStatus.SUCCEEDED for r in runs)
     assert checkpoint is not None
-    assert (checkpoint.number, checkpoint.through_seq) == (2, 4)
+    assert (checkpoint.number, checkpoint.through_seq, checkpoint.reason) == (2, 5, "threshold")
 
 
 def test_ci_runs_the_readme_test_command_verbatim_and_fails_with_it() -> None:

@@ -397,6 +397,11 @@ class InMemoryCheckpointStore:
         observed_head_seq: int,
         expected_latest_id: str | None,
         at: datetime | int | None = None,
+        reason: str = "manual",
+        format_version: int = 1,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        summary_model: str | None = None,
     ) -> Result[ContextCheckpoint, AgentError]:
         """Create a checkpoint by compare-and-swap (see ``CheckpointStore.create``)."""
         checked = rules.check_checkpoint(
@@ -410,6 +415,11 @@ class InMemoryCheckpointStore:
             expected_latest_id,
             at,
             self._s.clock,
+            reason,
+            format_version,
+            tokens_before,
+            tokens_after,
+            summary_model,
         )
         if isinstance(checked, Failure):
             return checked
@@ -426,8 +436,18 @@ class InMemoryCheckpointStore:
             mine=None if mine is None else s.checkpoints[mine],
             id_taken=draft.checkpoint_id in s.checkpoints,
             latest=None if thread is None else s.latest_checkpoint(thread),
+            first_kept=None if thread is None else self._first_kept(thread, draft.through_seq),
         )
         return rules.write_decided(rules.decide_checkpoint(facts, draft), s.put_checkpoint)
+
+    def _first_kept(self, thread: rules.ThreadRow, through_seq: int) -> tuple[int, str] | None:
+        """``(seq, role)`` of the first stored message after ``through_seq``."""
+        messages = self._s.messages
+        for seq in range(through_seq + 1, thread.head_seq + 1):
+            row = messages.get((thread.id, seq))
+            if row is not None:
+                return seq, row.role
+        return None
 
     def latest(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
         """Return the newest checkpoint or None (see ``CheckpointStore.latest``)."""

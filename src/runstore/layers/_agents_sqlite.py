@@ -77,7 +77,8 @@ _RUNS = f"SELECT {_RUN_COLUMNS} FROM agent_runs r JOIN agent_threads t ON t.key 
 
 _CHECKPOINT_COLUMNS = (
     "c.id, t.id, r.id, c.number, c.previous_id, c.summary, c.through_seq,"
-    " c.observed_head_seq, c.created_at_ms"
+    " c.observed_head_seq, c.created_at_ms, c.reason, c.format_version, c.tokens_before,"
+    " c.tokens_after, c.summary_model"
 )
 
 _HEADER_COLUMNS = (
@@ -639,6 +640,11 @@ class SqliteCheckpointStore(_Base):
         observed_head_seq: int,
         expected_latest_id: str | None,
         at: datetime | int | None = None,
+        reason: str = "manual",
+        format_version: int = 1,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        summary_model: str | None = None,
     ) -> Result[ContextCheckpoint, AgentError]:
         """Create a checkpoint by compare-and-swap (see ``CheckpointStore.create``)."""
         checked = rules.check_checkpoint(
@@ -652,6 +658,11 @@ class SqliteCheckpointStore(_Base):
             expected_latest_id,
             at,
             self._clock,
+            reason,
+            format_version,
+            tokens_before,
+            tokens_after,
+            summary_model,
         )
         if isinstance(checked, Failure):
             return checked
@@ -670,6 +681,7 @@ class SqliteCheckpointStore(_Base):
                 db.scalar("SELECT 1 FROM agent_checkpoints WHERE id = ?", (draft.checkpoint_id,))
             ),
             latest=None if thread is None else self._latest(thread),
+            first_kept=None if thread is None else self._first_kept(thread[0], draft.through_seq),
         )
 
         def insert(checkpoint: ContextCheckpoint) -> None:
@@ -677,8 +689,9 @@ class SqliteCheckpointStore(_Base):
             assert run is not None
             db.execute(
                 "INSERT INTO agent_checkpoints (id, thread_key, number, run_key, previous_id,"
-                " summary, through_seq, observed_head_seq, created_at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " summary, through_seq, observed_head_seq, created_at_ms, reason, format_version,"
+                " tokens_before, tokens_after, summary_model)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     checkpoint.id,
                     thread[0],
@@ -689,6 +702,11 @@ class SqliteCheckpointStore(_Base):
                     checkpoint.through_seq,
                     checkpoint.observed_head_seq,
                     checkpoint.created_at_ms,
+                    checkpoint.reason,
+                    checkpoint.format_version,
+                    checkpoint.tokens_before,
+                    checkpoint.tokens_after,
+                    checkpoint.summary_model,
                 ),
             )
             db.execute(
@@ -697,6 +715,15 @@ class SqliteCheckpointStore(_Base):
             )
 
         return rules.write_decided(rules.decide_checkpoint(facts, draft), insert)
+
+    def _first_kept(self, thread_key: int, through_seq: int) -> tuple[int, str] | None:
+        """``(seq, role)`` of the first stored message after ``through_seq`` (one seek)."""
+        row = self._db.one(
+            "SELECT seq, role FROM agent_messages WHERE thread_key = ? AND seq > ?"
+            " ORDER BY seq LIMIT 1",
+            (thread_key, through_seq),
+        )
+        return None if row is None else (row[0], row[1])
 
     def _latest(self, thread: Keyed[rules.ThreadRow]) -> ContextCheckpoint | None:
         where = "c.thread_key = ? AND c.number = ?"

@@ -1534,6 +1534,42 @@ class CheckpointDraft:
     through_seq: int
     observed_head_seq: int
     at_ms: int
+    reason: str = "manual"
+    format_version: int = 1
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    summary_model: str | None = None
+
+    def checkpoint(self, number: int) -> ContextCheckpoint:
+        """The checkpoint this request creates as the thread's ``number``-th."""
+        return ContextCheckpoint(
+            id=CheckpointId(self.checkpoint_id),
+            thread_id=ThreadId(self.thread_id),
+            run_id=AgentRunId(self.run_id),
+            number=number,
+            previous_id=(
+                None if self.expected_latest_id is None else CheckpointId(self.expected_latest_id)
+            ),
+            summary=self.summary,
+            through_seq=self.through_seq,
+            observed_head_seq=self.observed_head_seq,
+            created_at_ms=self.at_ms,
+            reason=self.reason,
+            format_version=self.format_version,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+            summary_model=self.summary_model,
+        )
+
+    def repeats(self, stored: ContextCheckpoint) -> bool:
+        """Whether ``stored`` is what this request creates (all but number and time)."""
+        mine = self.checkpoint(stored.number)
+        return attrs.evolve(mine, created_at_ms=stored.created_at_ms) == stored
+
+
+def _check_count(value: object, field: str) -> Result[int | None, InvalidInput]:
+    """An optional count of tokens: None, or an int >= 0."""
+    return Success(None) if value is None else check_int(value, field, minimum=0)
 
 
 def check_checkpoint(
@@ -1547,10 +1583,15 @@ def check_checkpoint(
     expected_latest_id: object,
     at: object,
     clock: Clock,
+    reason: object = "manual",
+    format_version: object = 1,
+    tokens_before: object = None,
+    tokens_after: object = None,
+    summary_model: object = None,
 ) -> Result[CheckpointDraft, InvalidInput]:
     """Check the arguments of :meth:`CheckpointStore.create` (see there for the rules): the
-    ids, the token, the summary, the sequence numbers (``through_seq <= observed_head_seq``),
-    ``at``."""
+    ids, the token, the summary, the sequence numbers (``through_seq < observed_head_seq``),
+    ``at``, then the details (reason, format version, token estimates, summary model)."""
     ids = (
         check_id(checkpoint_id, "checkpoint_id"),
         check_id(thread_id, "thread_id"),
@@ -1564,21 +1605,36 @@ def check_checkpoint(
     failed = first_failure(*ids, token, expected, text, through, head)
     if isinstance(failed, Failure):
         return Failure(failed.failure())
-    if through.unwrap() > head.unwrap():
+    if through.unwrap() >= head.unwrap():
         return Failure(
-            InvalidInput("through_seq", "cannot summarize past the observed head sequence")
+            InvalidInput(
+                "through_seq",
+                "must be below observed_head_seq: a checkpoint keeps the message that"
+                " triggered it (seed 002)",
+            )
         )
-    return resolve_at(at, clock).map(
-        lambda at_ms: CheckpointDraft(
-            checkpoint_id=ids[0].unwrap(),
-            thread_id=ids[1].unwrap(),
-            run_id=ids[2].unwrap(),
-            fencing_token=token.unwrap(),
-            expected_latest_id=expected.unwrap(),  # type: ignore[arg-type]
-            summary=text.unwrap(),
-            through_seq=through.unwrap(),
-            observed_head_seq=head.unwrap(),
-            at_ms=at_ms,
+    details = (
+        resolve_at(at, clock),
+        check_id(reason, "reason"),
+        check_int(format_version, "format_version", minimum=1),
+        _check_count(tokens_before, "tokens_before"),
+        _check_count(tokens_after, "tokens_after"),
+        check_optional(summary_model, "summary_model", check_id),
+    )
+    for checked in details:
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+    return Success(
+        CheckpointDraft(
+            ids[0].unwrap(),
+            ids[1].unwrap(),
+            ids[2].unwrap(),
+            token.unwrap(),
+            expected.unwrap(),  # type: ignore[arg-type]
+            text.unwrap(),
+            through.unwrap(),
+            head.unwrap(),
+            *(checked.unwrap() for checked in details),  # type: ignore[arg-type]
         )
     )
 
@@ -1586,22 +1642,50 @@ def check_checkpoint(
 @attrs.frozen
 class CheckpointFacts:
     """What a checkpoint create is decided on, read in its unit of work: the thread, the run,
-    the checkpoint that run already created, whether the id is taken, and the thread's
-    latest checkpoint (each None when there is none)."""
+    the checkpoint that run already created, whether the id is taken, the thread's latest
+    checkpoint, and the first stored message after ``through_seq`` as ``(seq, role)`` (each
+    None when there is none)."""
 
     thread: ThreadRow | None
     run: RunRow | None
     mine: ContextCheckpoint | None
     id_taken: bool
     latest: ContextCheckpoint | None
+    first_kept: tuple[int, str] | None = None
+
+
+def _current(
+    thread: ThreadRow, latest: ContextCheckpoint | None, expected_id: str | None, head: int
+) -> Result[None, AgentError]:
+    """The compare-and-swap: the latest checkpoint is ``expected_id`` and the head is
+    ``head``, else ``Conflict("latest checkpoint changed")`` / ``Conflict("head moved")``."""
+    latest_id = None if latest is None else latest.id
+    if latest_id != expected_id:
+        return Failure(
+            Conflict(
+                "thread",
+                thread.id,
+                "latest checkpoint changed",
+                expected=expected_id or "",
+                actual=latest_id or "",
+            )
+        )
+    if thread.head_seq != head:
+        return Failure(
+            Conflict(
+                "thread", thread.id, "head moved", expected=str(head), actual=str(thread.head_seq)
+            )
+        )
+    return Success(None)
 
 
 def decide_checkpoint(
     facts: CheckpointFacts, draft: CheckpointDraft
 ) -> Result[Decided[ContextCheckpoint], AgentError]:
     """Decide a checkpoint create by compare-and-swap against the thread's head and latest
-    checkpoint: the new checkpoint (number ``checkpoint_count + 1``), or the stored one when
-    the run repeats its create; the failures of :meth:`CheckpointStore.create` in its order."""
+    checkpoint (the rules of seed 002): the new checkpoint (number ``checkpoint_count +
+    1``), or the stored one when the run repeats its create while the thread still stands
+    where it did; the failures of :meth:`CheckpointStore.create` in its order."""
     thread = facts.thread
     if thread is None:
         return Failure(NotFound("thread", draft.thread_id))
@@ -1612,48 +1696,27 @@ def decide_checkpoint(
         return Failure(run.failure())
     stored = facts.mine
     if stored is not None:
-        if (
-            stored.id == draft.checkpoint_id
-            and stored.summary == draft.summary
-            and stored.through_seq == draft.through_seq
-            and stored.observed_head_seq == draft.observed_head_seq
-            and stored.previous_id == draft.expected_latest_id
-        ):
-            return Success(Decided(stored, write=False))
-        return Failure(
-            Conflict(
-                "checkpoint",
-                draft.checkpoint_id,
-                "run already created a different checkpoint",
-                actual=stored.id,
+        if not draft.repeats(stored):
+            return Failure(
+                Conflict(
+                    "checkpoint",
+                    draft.checkpoint_id,
+                    "run already created a different checkpoint",
+                    actual=stored.id,
+                )
             )
-        )
+        # A replay re-checks the head and the latest, as seed 002 does: the caller may rely
+        # on its checkpoint only while nothing moved since.
+        replayed = _current(thread, facts.latest, stored.id, stored.observed_head_seq)
+        return replayed.map(lambda _: Decided(stored, write=False))
     if run.unwrap().status is not AgentRunStatus.RUNNING:
         return _not_running(run.unwrap(), "run is not running")
     if facts.id_taken:
         return Failure(Conflict("checkpoint", draft.checkpoint_id, "checkpoint id taken"))
     latest = facts.latest
-    latest_id = None if latest is None else latest.id
-    if latest_id != draft.expected_latest_id:
-        return Failure(
-            Conflict(
-                "thread",
-                draft.thread_id,
-                "latest checkpoint changed",
-                expected=draft.expected_latest_id or "",
-                actual=latest_id or "",
-            )
-        )
-    if thread.head_seq != draft.observed_head_seq:
-        return Failure(
-            Conflict(
-                "thread",
-                draft.thread_id,
-                "head moved",
-                expected=str(draft.observed_head_seq),
-                actual=str(thread.head_seq),
-            )
-        )
+    current = _current(thread, latest, draft.expected_latest_id, draft.observed_head_seq)
+    if isinstance(current, Failure):
+        return Failure(current.failure())
     if latest is not None and draft.through_seq <= latest.through_seq:
         return Failure(
             Conflict(
@@ -1664,18 +1727,18 @@ def decide_checkpoint(
                 actual=str(draft.through_seq),
             )
         )
-    checkpoint = ContextCheckpoint(
-        id=CheckpointId(draft.checkpoint_id),
-        thread_id=ThreadId(draft.thread_id),
-        run_id=AgentRunId(draft.run_id),
-        number=thread.checkpoint_count + 1,
-        previous_id=None if latest_id is None else CheckpointId(latest_id),
-        summary=draft.summary,
-        through_seq=draft.through_seq,
-        observed_head_seq=draft.observed_head_seq,
-        created_at_ms=draft.at_ms,
-    )
-    return Success(Decided(checkpoint, write=True))
+    kept = facts.first_kept
+    if kept != (draft.through_seq + 1, "user"):
+        return Failure(
+            Conflict(
+                "thread",
+                draft.thread_id,
+                "first kept message is not a user message at through_seq + 1",
+                expected=f"user at {draft.through_seq + 1}",
+                actual="none" if kept is None else f"{kept[1]} at {kept[0]}",
+            )
+        )
+    return Success(Decided(draft.checkpoint(thread.checkpoint_count + 1), write=True))
 
 
 TS = TypeVar("TS", bound=ThreadStore)

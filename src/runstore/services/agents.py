@@ -337,7 +337,11 @@ class ContextCheckpoint:
 
     ``number`` counts the thread's checkpoints from 1; ``previous_id`` is the checkpoint that
     was the latest when this one was created; ``observed_head_seq`` is the thread's head the
-    creating run saw. ``created_at_ms`` is epoch ms.
+    creating run saw (above ``through_seq``: the message that triggered the compaction is
+    kept). ``created_at_ms`` is epoch ms. The details of seed 002: ``reason`` (why it was
+    made, the host's word, e.g. ``"threshold"``), ``format_version`` of the summary (from
+    1), the estimated input tokens of the context ``tokens_before`` and ``tokens_after`` it
+    (None when not estimated) and the ``summary_model`` that wrote it.
     """
 
     id: CheckpointId
@@ -349,6 +353,11 @@ class ContextCheckpoint:
     through_seq: int
     observed_head_seq: int
     created_at_ms: int
+    reason: str
+    format_version: int
+    tokens_before: int | None
+    tokens_after: int | None
+    summary_model: str | None
 
 
 # -- the Protocols ---------------------------------------------------------------------------
@@ -724,24 +733,37 @@ class CheckpointStore(Protocol):
         observed_head_seq: int,
         expected_latest_id: str | None,
         at: datetime | int | None = None,
+        reason: str = "manual",
+        format_version: int = 1,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        summary_model: str | None = None,
     ) -> Result[ContextCheckpoint, AgentError]:
         """Store a summary of the thread through ``through_seq``, if nothing moved meanwhile.
 
         The caller read the thread at ``observed_head_seq`` with ``expected_latest_id`` as its
         latest checkpoint (``None``: none yet). The run must belong to the thread and be
-        running, and ``fencing_token`` must be its latest. A run creates at most one
-        checkpoint: the same create repeated by the same run returns the stored record, even
-        after the thread moved on.
+        running, and ``fencing_token`` must be its latest. The boundary follows seed 002:
+        the message that triggered the compaction is kept (``through_seq <
+        observed_head_seq``), and the first kept message, the first stored after
+        ``through_seq``, is a ``user`` message at ``through_seq + 1``, so the kept context
+        starts with a turn of the user. ``reason``, ``format_version``, ``tokens_before`` /
+        ``tokens_after`` (estimated input tokens, >= 0) and ``summary_model`` are stored
+        with it. A run creates at most one checkpoint: the same create repeated by the same
+        run returns the stored record while the thread's head and latest checkpoint are
+        still those it created it at (a replay re-checks both, as seed 002 does).
 
         Failures, in this order: ``InvalidInput`` (empty summary, ``through_seq`` below 1 or
-        above ``observed_head_seq``, bad ids, lone surrogates, a token that is not an
-        int >= 0); ``NotFound`` (thread or run); ``Conflict`` (reason ``"run belongs to
-        another thread"``); ``StaleFencingToken``; ``Conflict`` with reason ``"run already
-        created a different checkpoint"`` (``actual`` the stored id), ``"run is not
-        running"``, ``"checkpoint id taken"``, ``"latest checkpoint changed"``
+        not below ``observed_head_seq``, bad ids or details, lone surrogates, a token that
+        is not an int >= 0); ``NotFound`` (thread or run); ``Conflict`` (reason ``"run
+        belongs to another thread"``); ``StaleFencingToken``; ``Conflict`` with reason
+        ``"run already created a different checkpoint"`` (``actual`` the stored id), ``"run
+        is not running"``, ``"checkpoint id taken"``, ``"latest checkpoint changed"``
         (``expected``/``actual`` the ids, ``""`` for none), ``"head moved"``
-        (``expected``/``actual`` the head seqs) or ``"checkpoint does not advance"``
-        (``through_seq`` not above the latest checkpoint's).
+        (``expected``/``actual`` the head seqs; for a replay too), ``"checkpoint does not
+        advance"`` (``through_seq`` not above the latest checkpoint's) or ``"first kept
+        message is not a user message at through_seq + 1"`` (``expected`` ``"user at N"``,
+        ``actual`` ``"<role> at <seq>"`` or ``"none"``).
         """
         ...
 

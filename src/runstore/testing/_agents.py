@@ -209,6 +209,14 @@ class AgentsMachine(RuleBasedStateMachine):
         """The latest fencing token of each run, as the model handed it out."""
         self.appends: list[tuple[str, NewMessage]] = []
 
+    def _pick_run(self, pick: int | str) -> str:
+        """A run the model knows (most often; ``pick`` below 8), any run name, or the run
+        ``pick`` names (a scripted call)."""
+        if isinstance(pick, str):
+            return pick
+        known = sorted(self.run_threads)
+        return known[pick % len(known)] if known and pick < 8 else RUNS[pick % len(RUNS)]
+
     def token(self, run: str, which: str = "current") -> int:
         """The ``current`` token of ``run``, a ``stale`` one (one less) or ``zero``."""
         current = self.tokens.get(run, 0)
@@ -336,41 +344,58 @@ class AgentsMachine(RuleBasedStateMachine):
     def queue_run(self, run: str, thread: str, execution: str | None) -> None:
         self.run_call(lambda s: s.runs.queue(run, thread_id=thread, execution_id=execution))
 
-    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS), lease=st.sampled_from(LEASES))
-    def claim_run(self, run: str, owner: str, lease: int) -> None:
+    @rule(
+        pick=st.integers(min_value=0, max_value=9),
+        owner=st.sampled_from(OWNERS),
+        lease=st.sampled_from(LEASES),
+    )
+    def claim_run(self, pick: int | str, owner: str, lease: int) -> None:
+        run = self._pick_run(pick)
         self.run_call(lambda s: s.runs.claim(run, owner=owner, lease_ms=lease))
 
-    @rule(run=st.sampled_from(RUNS), owner=st.sampled_from(OWNERS), lease=st.sampled_from(LEASES))
-    def reclaim_run(self, run: str, owner: str, lease: int) -> None:
+    @rule(
+        pick=st.integers(min_value=0, max_value=9),
+        owner=st.sampled_from(OWNERS),
+        lease=st.sampled_from(LEASES),
+    )
+    def reclaim_run(self, pick: int | str, owner: str, lease: int) -> None:
         """A second worker taking over a run whose lease ran out (a crashed first worker)."""
+        run = self._pick_run(pick)
         self.run_call(lambda s: s.runs.reclaim(run, owner=owner, lease_ms=lease))
 
-    @rule(run=st.sampled_from(RUNS), which=st.sampled_from(TOKENS), lease=st.sampled_from(LEASES))
-    def renew_run(self, run: str, which: str, lease: int) -> None:
+    @rule(
+        pick=st.integers(min_value=0, max_value=9),
+        which=st.sampled_from(TOKENS),
+        lease=st.sampled_from(LEASES),
+    )
+    def renew_run(self, pick: int | str, which: str, lease: int) -> None:
+        run = self._pick_run(pick)
         token = self.token(run, which)
         self.run_call(lambda s: s.runs.renew(run, fencing_token=token, lease_ms=lease))
 
     @rule(
-        run=st.sampled_from(RUNS),
+        pick=st.integers(min_value=0, max_value=9),
         status=st.sampled_from(list(AgentRunStatus)),
         failure=_failures(),
         which=st.sampled_from(TOKENS),
     )
     def finish_run(
-        self, run: str, status: AgentRunStatus, failure: AgentRunFailure | None, which: str
+        self, pick: int | str, status: AgentRunStatus, failure: AgentRunFailure | None, which: str
     ) -> None:
+        run = self._pick_run(pick)
         token = self.token(run, which)
         self.run_call(
             lambda s: s.runs.finish(run, fencing_token=token, status=status, failure=failure)
         )
 
     @rule(
-        run=st.sampled_from(RUNS),
+        pick=st.integers(min_value=0, max_value=9),
         action=st.sampled_from(["finish", "renew", "append", "checkpoint"]),
     )
-    def late_worker(self, run: str, action: str) -> None:
+    def late_worker(self, pick: int | str, action: str) -> None:
         """A worker whose run was reclaimed (or never held) writes with an older token: every
         fenced write is refused with ``StaleFencingToken`` and changes nothing."""
+        run = self._pick_run(pick)
         token = self.token(run, "stale")
         thread = self.run_threads.get(run, THREADS[0])
         calls: dict[str, Callable[[AgentStorage], Result[Any, Any]]] = {
@@ -388,14 +413,15 @@ class AgentsMachine(RuleBasedStateMachine):
                 fencing_token=token,
                 summary="late",
                 through_seq=1,
-                observed_head_seq=1,
+                observed_head_seq=2,
                 expected_latest_id=None,
             ),
         }
         self.run_call(calls[action])
 
-    @rule(run=st.sampled_from(RUNS), failure=_failures())
-    def cancel_run(self, run: str, failure: AgentRunFailure | None) -> None:
+    @rule(pick=st.integers(min_value=0, max_value=9), failure=_failures())
+    def cancel_run(self, pick: int | str, failure: AgentRunFailure | None) -> None:
+        run = self._pick_run(pick)
         self.run_call(lambda s: s.runs.cancel(run, failure=failure))
 
     @rule(
@@ -419,6 +445,30 @@ class AgentsMachine(RuleBasedStateMachine):
         if status is not None:
             token = self.token(run)
             self.run_call(lambda s: s.runs.finish(run, fencing_token=token, status=status))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        late=st.lists(st.sampled_from(["finish", "renew", "append", "checkpoint"]), max_size=3),
+        finish=st.booleans(),
+    )
+    def crash_and_reclaim(self, thread: str, late: list[str], finish: bool) -> None:
+        """A worker claims a queued run and stalls past its lease; another reclaims the run,
+        the first one's late writes are refused, and the second may finish it."""
+        run = next((r for r in RUNS if r not in self.used_runs), None)
+        if run is None:
+            return
+        self.used_runs.add(run)
+        self.queue_run(run, thread, None)
+        self.claim_run(run, "w1", LEASES[0])
+        self.tick(LEASES[0])
+        self.reclaim_run(run, "w2", LEASES[-1])
+        for action in late:
+            self.late_worker(run, action)
+        if finish:
+            token = self.token(run)
+            self.run_call(
+                lambda s: s.runs.finish(run, fencing_token=token, status=AgentRunStatus.SUCCEEDED)
+            )
 
     @rule(run=st.sampled_from(RUNS))
     def get_run(self, run: str) -> None:
@@ -640,10 +690,21 @@ class AgentsMachine(RuleBasedStateMachine):
         any_run=st.sampled_from(RUNS),
         data=st.data(),
         summary=st.sampled_from(["so far"] * 6 + ["", "\ud800"]),
-        through_back=st.integers(min_value=-1, max_value=3),
+        boundary=st.sampled_from(["before_user", "before_user"])
+        | st.integers(min_value=-1, max_value=3),
         head_drift=st.sampled_from([0, 0, 0, -1, 1]),
         expectation=st.sampled_from(["latest", "latest", "none", "stale"]),
         which=st.sampled_from(TOKENS),
+        details=st.fixed_dictionaries(
+            {},
+            optional={
+                "reason": st.sampled_from(["threshold", "manual", ""]),
+                "format_version": st.sampled_from([1, 2, 0]),
+                "tokens_before": st.none() | st.integers(min_value=-1, max_value=10**6),
+                "tokens_after": st.none() | st.integers(min_value=0, max_value=10**5),
+                "summary_model": st.none() | st.sampled_from(["summarizer-1", "\ud800"]),
+            },
+        ),
     )
     def create_checkpoint(
         self,
@@ -652,28 +713,83 @@ class AgentsMachine(RuleBasedStateMachine):
         any_run: str,
         data: st.DataObject,
         summary: str,
-        through_back: int,
+        boundary: str | int,
         head_drift: int,
         expectation: str,
         which: str,
+        details: dict[str, Any],
     ) -> None:
-        """A compaction attempt: usually against what the model shows now (it should win),
-        sometimes with a moved head or a stale latest checkpoint (a lost race)."""
+        """A compaction attempt: usually against what the model shows now and just before its
+        newest user message (it should win), sometimes with another boundary, a moved head,
+        a stale latest checkpoint (a lost race) or bad details."""
         run = self._run_of(thread, data) or any_run
         current = self.model.threads.get(thread)
         head = current.unwrap().head_seq if isinstance(current, Success) else 1
         latest = self.model.checkpoints.latest(thread)
         latest_id = latest.unwrap().id if isinstance(latest, Success) and latest.unwrap() else None
         expected = {"latest": latest_id, "none": None, "stale": "c-stale"}[expectation]
+        if boundary == "before_user":
+            page = self.model.messages.list(thread, roles=["user"], limit=1)
+            users = page.unwrap().items if isinstance(page, Success) else ()
+            through = users[-1].seq - 1 if users else head - 1
+        else:
+            through = head - int(boundary)
         request: dict[str, Any] = {
             "checkpoint_id": checkpoint,
             "thread_id": thread,
             "run_id": run,
             "fencing_token": self.token(run, which),
             "summary": summary,
-            "through_seq": head - through_back,
+            "through_seq": through,
             "observed_head_seq": head + head_drift,
             "expected_latest_id": expected,
+            **details,
+        }
+        self.requests.append(request)
+        self.both(lambda s: s.checkpoints.create(**request))
+
+    @rule(
+        thread=st.sampled_from(THREADS),
+        checkpoint=st.sampled_from(CHECKPOINTS),
+        tail=st.lists(st.sampled_from(["assistant", "tool", "user"]), max_size=3),
+        reason=st.sampled_from(["threshold", "overflow"]),
+        tokens=st.none() | st.integers(min_value=0, max_value=200_000),
+    )
+    def compact(
+        self, thread: str, checkpoint: str, tail: list[str], reason: str, tokens: int | None
+    ) -> None:
+        """A whole compaction, as a runtime makes it: a turn of the run, the user's next
+        message triggers it, and the checkpoint keeps that message (through the one before),
+        against the latest checkpoint the model shows."""
+        run = next((r for r in RUNS if r not in self.used_runs), None)
+        if run is None:
+            return
+        self.used_runs.add(run)
+        current = self.model.threads.get(thread)
+        if isinstance(current, Success) and current.unwrap().active_run_id is not None:
+            active = current.unwrap().active_run_id
+            self.run_call(lambda s: s.runs.cancel(active))
+        self.start_run(run, thread, None)
+        for role in ["user", "assistant", *tail, "user"]:
+            said = NewMessage(role, {"said": role}, run, fencing_token=self.token(run))
+            self._append(thread, said)
+        got = self.model.threads.get(thread)
+        head = got.unwrap().head_seq if isinstance(got, Success) else 2
+        latest = self.model.checkpoints.latest(thread)
+        latest_id = latest.unwrap().id if isinstance(latest, Success) and latest.unwrap() else None
+        request: dict[str, Any] = {
+            "checkpoint_id": checkpoint,
+            "thread_id": thread,
+            "run_id": run,
+            "fencing_token": self.token(run),
+            "summary": f"through {head - 1}",
+            "through_seq": head - 1,
+            "observed_head_seq": head,
+            "expected_latest_id": latest_id,
+            "reason": reason,
+            "tokens_before": tokens,
+            "tokens_after": None if tokens is None else tokens // 10,
+            "summary_model": "summarizer-1",
         }
         self.requests.append(request)
         self.both(lambda s: s.checkpoints.create(**request))
@@ -1258,7 +1374,7 @@ class AgentsContract:
             fencing_token=held.fencing_token,
             summary="s",
             through_seq=1,
-            observed_head_seq=1,
+            observed_head_seq=2,
             expected_latest_id=None,
         )
         assert checkpoint == stale
@@ -1507,13 +1623,130 @@ class AgentsContract:
         assert create("c2", "r2", 5, "c1", through=3) == Failure(
             Conflict("thread", "t", "checkpoint does not advance", expected="> 3", actual="3")
         )
-        second = create("c2", "r2", 5, "c1", through=5).unwrap()
+        assert create("c1", "r1", 4, None) == Failure(
+            Conflict("thread", "t", "head moved", expected="4", actual="5")
+        ), "a replay re-checks the head"
+        second = create("c2", "r2", 5, "c1", through=4).unwrap()
         assert (second.number, second.previous_id) == (2, "c1")
+        assert create("c1", "r1", 4, None) == Failure(
+            Conflict("thread", "t", "latest checkpoint changed", expected="c1", actual="c2")
+        ), "and the latest"
         assert agents.checkpoints.latest("t") == Success(second)
         assert agents.checkpoints.for_run("r1") == Success(first)
         assert agents.checkpoints.for_run("r2") == Success(second)
         assert agents.threads.get("t").unwrap().checkpoint_count == 2
         assert len(agents.messages.list("t", after_seq=0).unwrap().items) == 5, "transcript kept"
+
+    def test_a_checkpoint_keeps_its_trigger_and_starts_the_kept_context_with_the_user(
+        self, agents: AgentStorage
+    ) -> None:
+        token = _start(agents, "r1").fencing_token
+        roles = ["user", "assistant", "tool", "assistant", "user", "assistant", "user"]
+        agents.messages.append_many(
+            "t",
+            [
+                NewMessage(role, i, run_id="r1", fencing_token=token)
+                for i, role in enumerate(roles)
+            ],
+        ).unwrap()
+
+        def create(through: int, head: int = 7, **details: Any) -> Any:
+            return agents.checkpoints.create(
+                "c1",
+                thread_id="t",
+                run_id="r1",
+                fencing_token=token,
+                summary="so far",
+                through_seq=through,
+                observed_head_seq=head,
+                expected_latest_id=None,
+                **details,
+            )
+
+        whole = create(7)
+        assert isinstance(whole, Failure)
+        assert whole.failure() == InvalidInput("through_seq", whole.failure().reason)
+        refused = "first kept message is not a user message at through_seq + 1"
+        assert create(2) == Failure(Conflict("thread", "t", refused, "user at 3", "tool at 3"))
+        assert create(5) == Failure(
+            Conflict("thread", "t", refused, "user at 6", "assistant at 6")
+        )
+        details: dict[str, Any] = {
+            "reason": "threshold",
+            "format_version": 2,
+            "tokens_before": 180_000,
+            "tokens_after": 12_000,
+            "summary_model": "summarizer-1",
+        }
+        made = create(4, **details).unwrap()
+        assert (made.through_seq, made.observed_head_seq) == (4, 7)
+        assert (made.reason, made.format_version, made.summary_model) == (
+            "threshold", 2, "summarizer-1"
+        )
+        assert (made.tokens_before, made.tokens_after) == (180_000, 12_000)
+        assert create(4, **details) == Success(made), "a replay while nothing moved"
+        assert create(4, **{**details, "reason": "manual"}) == Failure(
+            Conflict("checkpoint", "c1", "run already created a different checkpoint", actual="c1")
+        )
+        assert agents.checkpoints.latest("t") == Success(made)
+
+    def test_the_first_kept_message_must_still_be_stored(self, agents: AgentStorage) -> None:
+        token = _start(agents, "r1").fencing_token
+        agents.messages.append("t", role="user", content="q").unwrap()
+        agents.messages.append(
+            "t", role="user", content="gone", run_id="r1", fencing_token=token
+        ).unwrap()
+        agents.messages.append("t", role="assistant", content="a").unwrap()
+        agents.messages.delete_by_run("t", "r1").unwrap()
+        refused = agents.checkpoints.create(
+            "c1",
+            thread_id="t",
+            run_id="r1",
+            fencing_token=token,
+            summary="s",
+            through_seq=1,
+            observed_head_seq=3,
+            expected_latest_id=None,
+        )
+        assert refused == Failure(
+            Conflict(
+                "thread",
+                "t",
+                "first kept message is not a user message at through_seq + 1",
+                "user at 2",
+                "assistant at 3",
+            )
+        )
+
+    @pytest.mark.parametrize(
+        ("details", "field"),
+        [
+            ({"reason": ""}, "reason"),
+            ({"format_version": 0}, "format_version"),
+            ({"tokens_before": -1}, "tokens_before"),
+            ({"tokens_after": 1.5}, "tokens_after"),
+            ({"summary_model": "\ud800"}, "summary_model"),
+        ],
+    )
+    def test_bad_checkpoint_details_are_refused(
+        self, agents: AgentStorage, details: dict[str, Any], field: str
+    ) -> None:
+        token = _start(agents, "r1").fencing_token
+        agents.messages.append_many("t", [NewMessage("user", i) for i in range(2)]).unwrap()
+        result = agents.checkpoints.create(
+            "c1",
+            thread_id="t",
+            run_id="r1",
+            fencing_token=token,
+            summary="s",
+            through_seq=1,
+            observed_head_seq=2,
+            expected_latest_id=None,
+            **details,
+        )
+        assert isinstance(result, Failure)
+        assert result.failure() == InvalidInput(field, result.failure().reason)
+        assert agents.checkpoints.latest("t") == Success(None)
 
     # -- deletion ----------------------------------------------------------------------------
 
@@ -1522,6 +1755,7 @@ class AgentsContract:
     ) -> None:
         token = _start(agents, "r1").fencing_token
         agents.messages.append("t", role="user", content="hi", run_id="r1", fencing_token=token)
+        agents.messages.append("t", role="user", content="next").unwrap()
         agents.checkpoints.create(
             "c1",
             thread_id="t",
@@ -1529,7 +1763,7 @@ class AgentsContract:
             fencing_token=token,
             summary="s",
             through_seq=1,
-            observed_head_seq=1,
+            observed_head_seq=2,
             expected_latest_id=None,
         ).unwrap()
         assert agents.threads.delete("t") == Success(None)
