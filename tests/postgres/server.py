@@ -33,6 +33,7 @@ from types import ModuleType
 
 import psutil
 
+
 def _base() -> Path:
     """Memory-backed ``/dev/shm`` where there is one (copying a template database there is
     ten times faster than on disk), else the temporary folder."""
