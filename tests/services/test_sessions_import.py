@@ -434,6 +434,21 @@ def test_a_line_nested_too_deeply_is_a_typed_refusal(
     assert ids(repo) == [("a", None), ("b", "a")]
 
 
+def test_an_entry_deeper_than_the_store_keeps_is_refused_as_from_the_api(
+    repo: SessionRepository, tmp_path: Path
+) -> None:
+    """Readable at 100 levels, but deeper than any payload may nest: the raw line must not
+    slip past the rule (its export would then fail), so it is refused like the API's."""
+    deep = (
+        '{"type":"custom","id":"deep","parentId":"a","timestamp":"2025-11-30T10:00:01.000Z",'
+        '"customType":"x","data":' + "[" * 100 + "]" * 100 + "}"
+    )
+    path = write(tmp_path, HEADER, msg("a", None), deep, msg("b", "a"))
+    refused_then_lenient(repo, path, 3, LineProblem.TOO_DEEP, "skipped")
+    export_jsonl(repo, "s", io.StringIO()).unwrap()
+    assert ids(repo) == [("a", None), ("b", "a")]
+
+
 def test_leaf_entries_move_the_leaf_and_export_as_they_came(
     repo: SessionRepository, tmp_path: Path
 ) -> None:

@@ -27,13 +27,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal, localcontext
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import attrs
 from returns.result import Failure, Result, Success
 
 from runstore.services._primitives import (
     MAX_EPOCH_MS,
+    MAX_JSON_DEPTH,
     check_optional,
     check_text,
     decode_json,
@@ -351,6 +352,27 @@ def _shape_problem(entry_type: str, payload: Mapping[str, Any]) -> tuple[str, st
     return None
 
 
+def _shallow_raw(raw: object, payload: Mapping[str, Any]) -> TypeGuard[str]:
+    """Whether entry text with many brackets may still be stored as it came: its payload
+    nests no deeper than ``MAX_JSON_DEPTH`` (the rule ``encode_json`` applies to a payload
+    without raw text), walked without recursion. Other checks of raw text come first."""
+    if (
+        type(raw) is not str
+        or raw[:1] != "{"
+        or not (raw.isascii() or _fast_text(raw, len(raw)))
+        or ("\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None)
+    ):
+        return False
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return False
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
+
+
 def _fast_text(value: object, max_chars: int) -> bool:
     """Whether ``value`` is storable text of 1..max_chars characters (the quick check)."""
     if type(value) is not str or not 0 < len(value) <= max_chars:
@@ -465,11 +487,13 @@ def _validate_entry(new: NewEntry, prefix: str) -> ValidEntry | InvalidInput:
         and raw[:1] == "{"
         and (raw.isascii() or _fast_text(raw, len(raw)))
         and ("\\u" not in raw or _SURROGATE_ESCAPE.search(raw) is None)
-    ):
+        and (raw.count("{") + raw.count("[") <= MAX_JSON_DEPTH)
+    ) or _shallow_raw(raw, payload):
         body = raw
     else:
-        # Without raw text, or when it escapes UTF-16 surrogates (which may be unpaired and
-        # so not storable as UTF-8), serialize the payload itself and check that.
+        # Without raw text, when it escapes UTF-16 surrogates (which may be unpaired and so
+        # not storable as UTF-8), or when it may nest deeper than encode_json allows,
+        # serialize the payload itself and check that.
         encoded = encode_json(payload, prefix + "payload")
         if isinstance(encoded, Failure):
             not_json: InvalidInput = encoded.failure()

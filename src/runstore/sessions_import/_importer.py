@@ -19,7 +19,8 @@ itself loads and reports, by line number, every line it skipped, repaired or kep
 the format's rules say otherwise (:class:`LineIssue`):
 
 - unreadable lines (not UTF-8, not JSON, cut off, not an object, nested deeper than the JSON
-  reader follows): skipped;
+  reader follows) and entries nested deeper than the store keeps (``MAX_JSON_DEPTH``
+  levels, as for any payload): skipped;
 - a line holding several objects written together (``}{``): split, each imported (repaired);
 - a lone UTF-16 surrogate in text (``"\\ud83d"`` without its pair: pi's own output cut
   writes these): U+FFFD in its place, the entry imported (repaired);
@@ -785,6 +786,8 @@ def _problem(error: DuplicateEntry | BadReference | InvalidInput) -> LineProblem
     if isinstance(error, DuplicateEntry):
         return LineProblem.DUPLICATE_ID
     if isinstance(error, InvalidInput):
+        if "nests deeper" in error.reason:  # encode_json's depth rule (MAX_JSON_DEPTH)
+            return LineProblem.TOO_DEEP
         surrogate = "surrogate" in error.reason
         return LineProblem.LONE_SURROGATE if surrogate else LineProblem.ENTRY
     return {
