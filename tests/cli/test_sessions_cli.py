@@ -269,3 +269,24 @@ def test_a_line_nested_too_deeply_is_a_refusal_not_a_traceback(tmp_path: Path) -
         {"line": 3, "reason": lenient["skipped"][0]["reason"], "problem": "too_deep"}
     ]
     assert lenient["entries"] == 1
+
+
+def test_a_leaf_entry_is_drawn_and_moves_the_leaf(tmp_path: Path) -> None:
+    path = tmp_path / "moved.jsonl"
+    leaf = {
+        "type": "leaf",
+        "id": "l1",
+        "parentId": "e2",
+        "timestamp": "2025-11-30T10:53:23.000Z",
+        "targetId": "e1",
+    }
+    lines = [HEADER, ENTRIES[0], ENTRIES[1], leaf]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    db = str(tmp_path / "m.db")
+    assert run("--db", db, "sessions", "import", str(path)).exit_code == 0
+    text = run("--db", db, "sessions", "tree", TREE_ID).stdout.splitlines()
+    assert text[0].startswith("e1 message *")  # the leaf is the target
+    assert "l1 leaf" in text[-1]
+    assert "leaf moved to e1" in text[-1]
+    shown = _json(run("--db", db, "--format", "json", "sessions", "show", TREE_ID))
+    assert (shown["leaf_id"], shown["resume"]["leaf_id"]) == ("e1", "e1")

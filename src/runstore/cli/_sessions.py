@@ -221,6 +221,8 @@ def _entry_preview(entry: Entry) -> str:
         return f"label {payload.get('targetId')} = {payload.get('label')!r}"
     if entry.type == "session_info":
         return f"name {payload.get('name')!r}"
+    if entry.type == "leaf":
+        return f"leaf moved to {payload.get('targetId') or 'before the first entry'}"
     if entry.type in ("custom", "custom_message"):
         return f"{payload.get('customType')}: {_preview({'content': payload.get('content', '')})}"
     return ""
