@@ -14,7 +14,11 @@ from datetime import datetime
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.layers._agents_shared import AgentRunStoreBase, ThreadListingBase
+from runstore.layers._agents_shared import (
+    AgentRunStoreBase,
+    CheckpointStoreBase,
+    ThreadListingBase,
+)
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._tags import AGENT_STORAGE
@@ -379,58 +383,19 @@ class InMemoryMessageStore(rules.AppendsOne):
         return s.db.transact("delete messages by run", unit)
 
 
-class InMemoryCheckpointStore:
+class InMemoryCheckpointStore(CheckpointStoreBase):
     """Checkpoints in memory; see :class:`~runstore.services.agents.CheckpointStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
+        self._db = state.db
+        self._clock = state.clock
 
-    def create(
-        self,
-        checkpoint_id: str,
-        *,
-        thread_id: str,
-        run_id: str,
-        fencing_token: int,
-        summary: str,
-        through_seq: int,
-        observed_head_seq: int,
-        expected_latest_id: str | None,
-        at: datetime | int | None = None,
-        reason: str = "manual",
-        format_version: int = 1,
-        tokens_before: int | None = None,
-        tokens_after: int | None = None,
-        summary_model: str | None = None,
-    ) -> Result[ContextCheckpoint, AgentError]:
-        """Create a checkpoint by compare-and-swap (see ``CheckpointStore.create``)."""
-        checked = rules.check_checkpoint(
-            checkpoint_id,
-            thread_id,
-            run_id,
-            fencing_token,
-            summary,
-            through_seq,
-            observed_head_seq,
-            expected_latest_id,
-            at,
-            self._s.clock,
-            reason,
-            format_version,
-            tokens_before,
-            tokens_after,
-            summary_model,
-        )
-        if isinstance(checked, Failure):
-            return checked
-        draft = checked.unwrap()
-        return self._s.db.transact("create checkpoint", lambda: self._create(draft))
-
-    def _create(self, draft: rules.CheckpointDraft) -> Result[ContextCheckpoint, AgentError]:
+    def _checkpoint_facts(self, draft: rules.CheckpointDraft) -> rules.CheckpointFacts:
         s = self._s
         thread = s.threads.get(draft.thread_id)
         mine = s.checkpoint_by_run.get(draft.run_id)
-        facts = rules.CheckpointFacts(
+        return rules.CheckpointFacts(
             thread=thread,
             run=s.runs.get(draft.run_id),
             mine=None if mine is None else s.checkpoints[mine],
@@ -438,7 +403,6 @@ class InMemoryCheckpointStore:
             latest=None if thread is None else s.latest_checkpoint(thread),
             first_kept=None if thread is None else self._first_kept(thread, draft.through_seq),
         )
-        return rules.write_decided(rules.decide_checkpoint(facts, draft), s.put_checkpoint)
 
     def _first_kept(self, thread: rules.ThreadRow, through_seq: int) -> tuple[int, str] | None:
         """``(seq, role)`` of the first stored message after ``through_seq``."""
@@ -449,22 +413,17 @@ class InMemoryCheckpointStore:
                 return seq, row.role
         return None
 
-    def latest(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
-        """Return the newest checkpoint or None (see ``CheckpointStore.latest``)."""
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
+    def _store_checkpoint(self, checkpoint: ContextCheckpoint) -> None:
+        self._s.put_checkpoint(checkpoint)
+
+    def _latest_checkpoint(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
         found = rules.require_thread(self._s.threads.get(thread_id), thread_id)
         return found.map(self._s.latest_checkpoint)
 
-    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
-        """Return the checkpoint the run created, or None (see ``CheckpointStore.for_run``)."""
+    def _run_checkpoint(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
         s = self._s
-        checked = rules.check_id(run_id, "run_id")
-        if isinstance(checked, Failure):
-            return checked
-        found = rules.require_run(s.runs.get(run_id), run_id)
         mine = s.checkpoint_by_run.get(run_id)
+        found = rules.require_run(s.runs.get(run_id), run_id)
         return found.map(lambda _: None if mine is None else s.checkpoints[mine])
 
 

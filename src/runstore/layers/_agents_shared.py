@@ -27,6 +27,7 @@ from runstore.services.agents import (
     AgentRun,
     AgentRunFailure,
     AgentRunStatus,
+    ContextCheckpoint,
     Thread,
     ThreadStatus,
 )
@@ -35,7 +36,7 @@ from runstore.services.errors import Busy, NotFound, StorageFailure
 from runstore.services.ledger import ExecutionStorage
 from runstore.services.pagination import Page
 
-__all__ = ["AgentRunStoreBase", "ThreadListingBase"]
+__all__ = ["AgentRunStoreBase", "CheckpointStoreBase", "ThreadListingBase"]
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -292,3 +293,89 @@ class AgentRunStoreBase(ABC):
             return Success(rules.run_page(rows, query.limit))
 
         return self._db.read("list agent runs", read)
+
+
+class CheckpointStoreBase(ABC):
+    """:class:`~runstore.services.agents.CheckpointStore` on a backend's hooks."""
+
+    _db: _Units
+    _clock: Clock
+
+    @abstractmethod
+    def _checkpoint_facts(self, draft: rules.CheckpointDraft) -> rules.CheckpointFacts:
+        """What :func:`decide_checkpoint` needs to know about ``draft``."""
+
+    @abstractmethod
+    def _store_checkpoint(self, checkpoint: ContextCheckpoint) -> None:
+        """Store a new checkpoint and make it its thread's latest (``checkpoint_count``)."""
+
+    @abstractmethod
+    def _latest_checkpoint(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """The thread's latest checkpoint (None for none), ``NotFound("thread")``."""
+
+    @abstractmethod
+    def _run_checkpoint(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """The checkpoint the run created (None for none), ``NotFound("agent_run")``."""
+
+    def create(
+        self,
+        checkpoint_id: str,
+        *,
+        thread_id: str,
+        run_id: str,
+        fencing_token: int,
+        summary: str,
+        through_seq: int,
+        observed_head_seq: int,
+        expected_latest_id: str | None,
+        at: datetime | int | None = None,
+        reason: str = "manual",
+        format_version: int = 1,
+        tokens_before: int | None = None,
+        tokens_after: int | None = None,
+        summary_model: str | None = None,
+    ) -> Result[ContextCheckpoint, AgentError]:
+        """See ``CheckpointStore.create``."""
+        checked = rules.check_checkpoint(
+            checkpoint_id,
+            thread_id,
+            run_id,
+            fencing_token,
+            summary,
+            through_seq,
+            observed_head_seq,
+            expected_latest_id,
+            at,
+            self._clock,
+            reason,
+            format_version,
+            tokens_before,
+            tokens_after,
+            summary_model,
+        )
+
+        def unit(draft: rules.CheckpointDraft) -> Result[ContextCheckpoint, AgentError]:
+            decided = rules.decide_checkpoint(self._checkpoint_facts(draft), draft)
+            return rules.write_decided(decided, self._store_checkpoint)
+
+        return and_then(
+            checked, lambda draft: self._db.transact("create checkpoint", lambda: unit(draft))
+        )
+
+    def latest(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """See ``CheckpointStore.latest``."""
+        return and_then(
+            rules.check_id(thread_id, "thread_id"),
+            lambda checked: self._db.read(
+                "latest checkpoint", lambda: self._latest_checkpoint(checked)
+            ),
+        )
+
+    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        """See ``CheckpointStore.for_run``."""
+        return and_then(
+            rules.check_id(run_id, "run_id"),
+            lambda checked: self._db.read(
+                "checkpoint of run", lambda: self._run_checkpoint(checked)
+            ),
+        )

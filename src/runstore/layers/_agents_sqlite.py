@@ -20,7 +20,11 @@ from typing import Any, TypeVar
 import apsw
 from returns.result import Failure, Result, Success
 
-from runstore.layers._agents_shared import AgentRunStoreBase, ThreadListingBase
+from runstore.layers._agents_shared import (
+    AgentRunStoreBase,
+    CheckpointStoreBase,
+    ThreadListingBase,
+)
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
@@ -624,97 +628,55 @@ def page_query(thread_id: str, query: rules.ListQuery) -> tuple[str, dict[str, A
     return sql, params
 
 
-class SqliteCheckpointStore(_Base):
+class SqliteCheckpointStore(_Base, CheckpointStoreBase):
     """Checkpoints in ``agent_checkpoints``; see
     :class:`~runstore.services.agents.CheckpointStore`."""
 
-    def create(
-        self,
-        checkpoint_id: str,
-        *,
-        thread_id: str,
-        run_id: str,
-        fencing_token: int,
-        summary: str,
-        through_seq: int,
-        observed_head_seq: int,
-        expected_latest_id: str | None,
-        at: datetime | int | None = None,
-        reason: str = "manual",
-        format_version: int = 1,
-        tokens_before: int | None = None,
-        tokens_after: int | None = None,
-        summary_model: str | None = None,
-    ) -> Result[ContextCheckpoint, AgentError]:
-        """Create a checkpoint by compare-and-swap (see ``CheckpointStore.create``)."""
-        checked = rules.check_checkpoint(
-            checkpoint_id,
-            thread_id,
-            run_id,
-            fencing_token,
-            summary,
-            through_seq,
-            observed_head_seq,
-            expected_latest_id,
-            at,
-            self._clock,
-            reason,
-            format_version,
-            tokens_before,
-            tokens_after,
-            summary_model,
-        )
-        if isinstance(checked, Failure):
-            return checked
-        draft = checked.unwrap()
-        return self._db.transact("create checkpoint", lambda: self._create(draft))
+    _db: SqliteDatabase
 
-    def _create(self, draft: rules.CheckpointDraft) -> Result[ContextCheckpoint, AgentError]:
-        db = self._db
+    def _checkpoint_facts(self, draft: rules.CheckpointDraft) -> rules.CheckpointFacts:
         thread = self._thread(draft.thread_id)
         run = self._run(draft.run_id)
-        facts = rules.CheckpointFacts(
+        taken = self._db.scalar(
+            "SELECT 1 FROM agent_checkpoints WHERE id = ?", (draft.checkpoint_id,)
+        )
+        return rules.CheckpointFacts(
             thread=_facts(thread),
             run=_facts(run),
             mine=None if run is None else self._checkpoint("c.run_key = ?", (run[0],)),
-            id_taken=bool(
-                db.scalar("SELECT 1 FROM agent_checkpoints WHERE id = ?", (draft.checkpoint_id,))
-            ),
+            id_taken=bool(taken),
             latest=None if thread is None else self._latest(thread),
             first_kept=None if thread is None else self._first_kept(thread[0], draft.through_seq),
         )
 
-        def insert(checkpoint: ContextCheckpoint) -> None:
-            assert thread is not None
-            assert run is not None
-            db.execute(
-                "INSERT INTO agent_checkpoints (id, thread_key, number, run_key, previous_id,"
-                " summary, through_seq, observed_head_seq, created_at_ms, reason, format_version,"
-                " tokens_before, tokens_after, summary_model)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    checkpoint.id,
-                    thread[0],
-                    checkpoint.number,
-                    run[0],
-                    checkpoint.previous_id,
-                    checkpoint.summary,
-                    checkpoint.through_seq,
-                    checkpoint.observed_head_seq,
-                    checkpoint.created_at_ms,
-                    checkpoint.reason,
-                    checkpoint.format_version,
-                    checkpoint.tokens_before,
-                    checkpoint.tokens_after,
-                    checkpoint.summary_model,
-                ),
-            )
-            db.execute(
-                "UPDATE agent_threads SET checkpoint_count = ? WHERE key = ?",
-                (checkpoint.number, thread[0]),
-            )
-
-        return rules.write_decided(rules.decide_checkpoint(facts, draft), insert)
+    def _store_checkpoint(self, checkpoint: ContextCheckpoint) -> None:
+        self._db.execute(
+            "INSERT INTO agent_checkpoints (id, thread_key, number, run_key, previous_id,"
+            " summary, through_seq, observed_head_seq, created_at_ms, reason, format_version,"
+            " tokens_before, tokens_after, summary_model)"
+            " VALUES (?, (SELECT key FROM agent_threads WHERE id = ?), ?,"
+            " (SELECT key FROM agent_runs WHERE id = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                checkpoint.id,
+                checkpoint.thread_id,
+                checkpoint.number,
+                checkpoint.run_id,
+                checkpoint.previous_id,
+                checkpoint.summary,
+                checkpoint.through_seq,
+                checkpoint.observed_head_seq,
+                checkpoint.created_at_ms,
+                checkpoint.reason,
+                checkpoint.format_version,
+                checkpoint.tokens_before,
+                checkpoint.tokens_after,
+                checkpoint.summary_model,
+            ),
+        )
+        self._db.execute(
+            "UPDATE agent_threads SET checkpoint_count = ? WHERE id = ?",
+            (checkpoint.number, checkpoint.thread_id),
+        )
 
     def _first_kept(self, thread_key: int, through_seq: int) -> tuple[int, str] | None:
         """``(seq, role)`` of the first stored message after ``through_seq`` (one seek)."""
@@ -729,33 +691,17 @@ class SqliteCheckpointStore(_Base):
         where = "c.thread_key = ? AND c.number = ?"
         return self._checkpoint(where, (thread[0], thread[1].checkpoint_count))
 
-    def latest(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
-        """Return the newest checkpoint or None (see ``CheckpointStore.latest``)."""
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
+    def _latest_checkpoint(self, thread_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        thread = self._thread(thread_id)
+        if thread is None:
+            return Failure(NotFound("thread", thread_id))
+        return Success(self._latest(thread))
 
-        def read() -> Result[ContextCheckpoint | None, AgentError]:
-            thread = self._thread(thread_id)
-            if thread is None:
-                return Failure(NotFound("thread", thread_id))
-            return Success(self._latest(thread))
-
-        return self._db.read("latest checkpoint", read)
-
-    def for_run(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
-        """Return the checkpoint the run created, or None (see ``CheckpointStore.for_run``)."""
-        checked = rules.check_id(run_id, "run_id")
-        if isinstance(checked, Failure):
-            return checked
-
-        def read() -> Result[ContextCheckpoint | None, AgentError]:
-            run = self._run(run_id)
-            if run is None:
-                return Failure(NotFound("agent_run", run_id))
-            return Success(self._checkpoint("c.run_key = ?", (run[0],)))
-
-        return self._db.read("checkpoint of run", read)
+    def _run_checkpoint(self, run_id: str) -> Result[ContextCheckpoint | None, AgentError]:
+        run = self._run(run_id)
+        if run is None:
+            return Failure(NotFound("agent_run", run_id))
+        return Success(self._checkpoint("c.run_key = ?", (run[0],)))
 
 
 class SqliteAgentStorage(

@@ -209,6 +209,25 @@ class AgentsMachine(RuleBasedStateMachine):
         """The latest fencing token of each run, as the model handed it out."""
         self.appends: list[tuple[str, NewMessage]] = []
 
+    def _unused_run(self) -> str | None:
+        """A run name no rule has used yet (None when all are), now marked used."""
+        run = next((r for r in RUNS if r not in self.used_runs), None)
+        if run is not None:
+            self.used_runs.add(run)
+        return run
+
+    def _turn_run(self, thread: str) -> str | None:
+        """Start an unused run on ``thread`` for a turn, cancelling the one running there."""
+        run = self._unused_run()
+        if run is None:
+            return None
+        current = self.model.threads.get(thread)
+        if isinstance(current, Success) and current.unwrap().active_run_id is not None:
+            active = current.unwrap().active_run_id
+            self.run_call(lambda s: s.runs.cancel(active))
+        self.start_run(run, thread, None)
+        return run
+
     def _pick_run(self, pick: int | str) -> str:
         """A run the model knows (most often; ``pick`` below 8), any run name, or the run
         ``pick`` names (a scripted call)."""
@@ -431,15 +450,9 @@ class AgentsMachine(RuleBasedStateMachine):
     )
     def turn(self, thread: str, count: int, status: AgentRunStatus | None) -> None:
         """A whole agent turn: start an unused run, append its messages, maybe finish it."""
-        run = next((r for r in RUNS if r not in self.used_runs), None)
+        run = self._turn_run(thread)
         if run is None:
             return
-        self.used_runs.add(run)
-        current = self.model.threads.get(thread)
-        if isinstance(current, Success) and current.unwrap().active_run_id is not None:
-            active = current.unwrap().active_run_id
-            self.run_call(lambda s: s.runs.cancel(active))
-        self.start_run(run, thread, None)
         for index in range(count):
             self._append_step(thread, run, index)
         if status is not None:
@@ -454,10 +467,9 @@ class AgentsMachine(RuleBasedStateMachine):
     def crash_and_reclaim(self, thread: str, late: list[str], finish: bool) -> None:
         """A worker claims a queued run and stalls past its lease; another reclaims the run,
         the first one's late writes are refused, and the second may finish it."""
-        run = next((r for r in RUNS if r not in self.used_runs), None)
+        run = self._unused_run()
         if run is None:
             return
-        self.used_runs.add(run)
         self.queue_run(run, thread, None)
         self.claim_run(run, "w1", LEASES[0])
         self.tick(LEASES[0])
@@ -761,15 +773,9 @@ class AgentsMachine(RuleBasedStateMachine):
         """A whole compaction, as a runtime makes it: a turn of the run, the user's next
         message triggers it, and the checkpoint keeps that message (through the one before),
         against the latest checkpoint the model shows."""
-        run = next((r for r in RUNS if r not in self.used_runs), None)
+        run = self._turn_run(thread)
         if run is None:
             return
-        self.used_runs.add(run)
-        current = self.model.threads.get(thread)
-        if isinstance(current, Success) and current.unwrap().active_run_id is not None:
-            active = current.unwrap().active_run_id
-            self.run_call(lambda s: s.runs.cancel(active))
-        self.start_run(run, thread, None)
         for role in ["user", "assistant", *tail, "user"]:
             said = NewMessage(role, {"said": role}, run, fencing_token=self.token(run))
             self._append(thread, said)
