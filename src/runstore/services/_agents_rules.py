@@ -1590,8 +1590,8 @@ def check_checkpoint(
     summary_model: object = None,
 ) -> Result[CheckpointDraft, InvalidInput]:
     """Check the arguments of :meth:`CheckpointStore.create` (see there for the rules): the
-    ids, the token, the summary, the sequence numbers (``through_seq < observed_head_seq``),
-    ``at``, then the details (reason, format version, token estimates, summary model)."""
+    ids, the token, the summary, the sequence numbers, ``at``, the details (reason, format
+    version, token estimates, summary model), then ``through_seq < observed_head_seq``."""
     ids = (
         check_id(checkpoint_id, "checkpoint_id"),
         check_id(thread_id, "thread_id"),
@@ -1605,14 +1605,6 @@ def check_checkpoint(
     failed = first_failure(*ids, token, expected, text, through, head)
     if isinstance(failed, Failure):
         return Failure(failed.failure())
-    if through.unwrap() >= head.unwrap():
-        return Failure(
-            InvalidInput(
-                "through_seq",
-                "must be below observed_head_seq: a checkpoint keeps the message that"
-                " triggered it (seed 002)",
-            )
-        )
     details = (
         resolve_at(at, clock),
         check_id(reason, "reason"),
@@ -1624,6 +1616,14 @@ def check_checkpoint(
     for checked in details:
         if isinstance(checked, Failure):
             return Failure(checked.failure())
+    if through.unwrap() >= head.unwrap():  # each argument first, then how they relate
+        return Failure(
+            InvalidInput(
+                "through_seq",
+                "must be below observed_head_seq: a checkpoint keeps the message that"
+                " triggered it (seed 002)",
+            )
+        )
     return Success(
         CheckpointDraft(
             ids[0].unwrap(),
