@@ -1,4 +1,5 @@
-"""The execution-ledger contract on every shipped layer: in memory, SQLite in memory, a file."""
+"""The execution-ledger contract on every shipped layer: in memory, SQLite in memory, a file,
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -26,3 +27,11 @@ class TestSqliteFileLedger(LedgerContract):
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
         return lambda: sqlite(tmp_path / f"ledger-{next(numbers)}.db")
+
+
+class TestPostgresLedger(LedgerContract):
+    """Each layer on a fresh database of the session's PostgreSQL server."""
+
+    @pytest.fixture
+    def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
+        return postgres_layers

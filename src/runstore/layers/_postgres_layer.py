@@ -14,6 +14,7 @@ from runstore.exceptions import DatabaseOpenError
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._open import Access
 from runstore.layers._postgres_database import Pool, PostgresDatabase, PostgresSettings
+from runstore.layers._postgres_ledger import postgres_ledger
 from runstore.layers._postgres_migrations import (
     apply_migrations,
     foreign_tables,
@@ -174,8 +175,9 @@ def postgres_health() -> Layer:
 def postgres(
     target: str | Pool, settings: PostgresSettings | None = None, *, access: Access = "create"
 ) -> Layer:
-    """The PostgreSQL live layer: ``DatabaseHealth`` and the test-run services (``DataStore``,
-    ``DataReader``) on the database ``target`` names.
+    """The PostgreSQL live layer: ``DatabaseHealth``, the test-run services (``DataStore``,
+    ``DataReader``) and the execution ledger (``ExecutionStorage``, ``ActionRunStorage``) on
+    the database ``target`` names.
 
     ``target`` is a DSN (``postgresql://user:password@host:5432/dbname`` or
     ``"host=... dbname=..."``; the password never appears in errors or output) or a
@@ -192,6 +194,7 @@ def postgres(
         system_clock(),
         postgres_health(),
         postgres_test_runs(),
+        postgres_ledger(),
     )
 
 
