@@ -8,8 +8,7 @@ rolled-back SQLite transaction does to the rows.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -17,7 +16,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers._agents_shared import (
     AgentRunStoreBase,
     CheckpointStoreBase,
-    ThreadListingBase,
+    ThreadStoreBase,
 )
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
@@ -29,12 +28,9 @@ from runstore.services.agents import (
     AgentRunStatus,
     AgentStorage,
     ContextCheckpoint,
-    JsonValue,
     Message,
     NewMessage,
-    Thread,
     ThreadId,
-    ThreadStatus,
 )
 from runstore.services.clock import Clock
 from runstore.services.errors import NotFound
@@ -110,97 +106,44 @@ def _message(thread_id: str, seq: int, row: rules.MessageDraft) -> Message:
     return row.record(ThreadId(thread_id), seq)
 
 
-class InMemoryThreadStore(ThreadListingBase):
+class InMemoryThreadStore(ThreadStoreBase):
     """Threads in memory; see :class:`~runstore.services.agents.ThreadStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
         self._db = state.db
+        self._clock = state.clock
 
-    def create(
-        self,
-        thread_id: str,
-        *,
-        project_id: str,
-        title: str = "",
-        metadata: Mapping[str, JsonValue] | None = None,
-        agent_id: str | None = None,
-        owner_id: str | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Thread, AgentError]:
-        """Create an open, empty thread (see ``ThreadStore.create``)."""
-        s = self._s
-        checked = rules.check_thread_create(
-            thread_id, project_id, title, metadata, agent_id, owner_id, at, s.clock
-        )
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        return self._s.threads.get(thread_id)
 
-        def unit() -> Result[Thread, AgentError]:
-            decided = rules.decide_thread_create(s.threads.get(request.thread_id), request, s.next)
-            return rules.write_decided(decided, s.put_thread).map(rules.thread_record)
+    def _next(self, name: str) -> int:
+        return self._s.next(name)
 
-        return s.db.transact("create thread", unit)
+    def _insert_thread(self, row: rules.ThreadRow) -> None:
+        self._s.put_thread(row)
+
+    def _update_thread(self, row: rules.ThreadRow) -> None:
+        self._s.put_thread(row)
 
     def _thread_rows(self, query: rules.ThreadListing) -> list[rules.ThreadRow]:
         rows = sorted((r for r in self._s.threads.values() if query.admits(r)), key=_seq)
         return rows[: query.limit + 1]
 
-    def get(self, thread_id: str) -> Result[Thread, AgentError]:
-        """Return the thread (see ``ThreadStore.get``)."""
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
-        return rules.require_thread(self._s.threads.get(thread_id), thread_id).map(
-            rules.thread_record
-        )
-
-    def update(
-        self,
-        thread_id: str,
-        *,
-        title: str | None = None,
-        metadata: Mapping[str, JsonValue] | None = None,
-        status: ThreadStatus | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Thread, AgentError]:
-        """Change title, metadata and/or status (see ``ThreadStore.update``)."""
+    def _delete_thread(self, thread_id: str) -> bool:
         s = self._s
-        checked = rules.check_thread_update(thread_id, title, metadata, status, at, s.clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
-
-        def unit() -> Result[Thread, AgentError]:
-            decided = rules.decide_thread_update(s.threads.get(request.thread_id), request)
-            return rules.write_decided(decided, s.put_thread).map(rules.thread_record)
-
-        return s.db.transact("update thread", unit)
-
-    def delete(self, thread_id: str) -> Result[None, AgentError]:
-        """Delete the thread and everything of it (see ``ThreadStore.delete``)."""
-        s = self._s
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
-
-        def unit() -> Result[None, AgentError]:
-            found = rules.require_thread(s.threads.get(thread_id), thread_id)
-            if isinstance(found, Failure):
-                return Failure(found.failure())
-            row = found.unwrap()
-            for seq in range(1, row.head_seq + 1):
-                s.drop_message(thread_id, seq)
-            for number in range(1, row.checkpoint_count + 1):
-                checkpoint = s.checkpoints.pop(s.checkpoint_numbers.pop((thread_id, number)))
-                del s.checkpoint_by_run[checkpoint.run_id]
-            for run_id in [r.id for r in s.runs.values() if r.thread_id == thread_id]:
-                del s.runs[run_id]
-            del s.threads[thread_id]
-            return Success(None)
-
-        return s.db.transact("delete thread", unit)
+        row = s.threads.get(thread_id)
+        if row is None:
+            return False
+        for seq in range(1, row.head_seq + 1):
+            s.drop_message(thread_id, seq)
+        for number in range(1, row.checkpoint_count + 1):
+            checkpoint = s.checkpoints.pop(s.checkpoint_numbers.pop((thread_id, number)))
+            del s.checkpoint_by_run[checkpoint.run_id]
+        for run_id in [r.id for r in s.runs.values() if r.thread_id == thread_id]:
+            del s.runs[run_id]
+        del s.threads[thread_id]
+        return True
 
 
 class InMemoryAgentRunStore(AgentRunStoreBase):

@@ -1,7 +1,7 @@
 """The method skeletons every agent backend shares; each backend adds its storage strategy.
 
-The methods of :class:`~runstore.services.agents.AgentRunStore` (and the listing of
-threads) read the same in every backend::
+The methods of the thread, run and checkpoint stores of
+:class:`~runstore.services.agents.AgentStorage` read the same in every backend::
 
     validate (rules) -> unit of work -> load facts (backend) -> decide (rules)
                      -> apply (backend) -> row to record (rules)
@@ -14,7 +14,7 @@ the next value of a counter and writes a run. A hook runs inside the method's un
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -28,6 +28,7 @@ from runstore.services.agents import (
     AgentRunFailure,
     AgentRunStatus,
     ContextCheckpoint,
+    JsonValue,
     Thread,
     ThreadStatus,
 )
@@ -36,7 +37,7 @@ from runstore.services.errors import Busy, NotFound, StorageFailure
 from runstore.services.ledger import ExecutionStorage
 from runstore.services.pagination import Page
 
-__all__ = ["AgentRunStoreBase", "CheckpointStoreBase", "ThreadListingBase"]
+__all__ = ["AgentRunStoreBase", "CheckpointStoreBase", "ThreadStoreBase"]
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -54,14 +55,105 @@ class _Units(Protocol):
     ) -> Result[T, E | Busy | StorageFailure]: ...
 
 
-class ThreadListingBase(ABC):
-    """:meth:`ThreadStore.list` on a backend's one hook."""
+class ThreadStoreBase(ABC):
+    """:class:`~runstore.services.agents.ThreadStore` on a backend's hooks."""
 
     _db: _Units
+    _clock: Clock
+
+    @abstractmethod
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        """The stored thread ``thread_id``, None when there is none."""
+
+    @abstractmethod
+    def _next(self, name: str) -> int:
+        """Take the next value of counter ``name`` (one of ``rules.COUNTERS``)."""
+
+    @abstractmethod
+    def _insert_thread(self, row: rules.ThreadRow) -> None:
+        """Store a new thread."""
+
+    @abstractmethod
+    def _update_thread(self, row: rules.ThreadRow) -> None:
+        """Store the new title, metadata, status and ``updated_at_ms`` of a thread."""
+
+    @abstractmethod
+    def _delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread with every row of it; whether there was one."""
 
     @abstractmethod
     def _thread_rows(self, query: rules.ThreadListing) -> Sequence[rules.ThreadRow]:
         """The first ``query.limit + 1`` rows the listing admits, in ``seq`` order."""
+
+    def create(
+        self,
+        thread_id: str,
+        *,
+        project_id: str,
+        title: str = "",
+        metadata: Mapping[str, JsonValue] | None = None,
+        agent_id: str | None = None,
+        owner_id: str | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[Thread, AgentError]:
+        """See ``ThreadStore.create``."""
+        checked = rules.check_thread_create(
+            thread_id, project_id, title, metadata, agent_id, owner_id, at, self._clock
+        )
+
+        def unit(request: rules.ThreadCreate) -> Result[Thread, AgentError]:
+            existing = self._thread_row(request.thread_id)
+            decided = rules.decide_thread_create(existing, request, self._next)
+            return rules.write_decided(decided, self._insert_thread).map(rules.thread_record)
+
+        return and_then(
+            checked, lambda request: self._db.transact("create thread", lambda: unit(request))
+        )
+
+    def get(self, thread_id: str) -> Result[Thread, AgentError]:
+        """See ``ThreadStore.get``."""
+
+        def read(checked: str) -> Result[Thread, AgentError]:
+            found = rules.require_thread(self._thread_row(checked), checked)
+            return found.map(rules.thread_record)
+
+        return and_then(
+            rules.check_id(thread_id, "thread_id"),
+            lambda checked: self._db.read("get thread", lambda: read(checked)),
+        )
+
+    def update(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, JsonValue] | None = None,
+        status: ThreadStatus | None = None,
+        at: datetime | int | None = None,
+    ) -> Result[Thread, AgentError]:
+        """See ``ThreadStore.update``."""
+        checked = rules.check_thread_update(thread_id, title, metadata, status, at, self._clock)
+
+        def unit(request: rules.ThreadUpdate) -> Result[Thread, AgentError]:
+            decided = rules.decide_thread_update(self._thread_row(request.thread_id), request)
+            return rules.write_decided(decided, self._update_thread).map(rules.thread_record)
+
+        return and_then(
+            checked, lambda request: self._db.transact("update thread", lambda: unit(request))
+        )
+
+    def delete(self, thread_id: str) -> Result[None, AgentError]:
+        """See ``ThreadStore.delete``."""
+
+        def unit(checked: str) -> Result[None, AgentError]:
+            if self._delete_thread(checked):
+                return Success(None)
+            return Failure(NotFound("thread", checked))
+
+        return and_then(
+            rules.check_id(thread_id, "thread_id"),
+            lambda checked: self._db.transact("delete thread", lambda: unit(checked)),
+        )
 
     def list(
         self,

@@ -13,8 +13,7 @@ may change it at any moment, so every unit reads what it needs under its own loc
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
 from typing import Any, TypeVar
 
 import apsw
@@ -23,7 +22,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers._agents_shared import (
     AgentRunStoreBase,
     CheckpointStoreBase,
-    ThreadListingBase,
+    ThreadStoreBase,
 )
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
@@ -35,10 +34,8 @@ from runstore.services.agents import (
     AgentRunStatus,
     AgentStorage,
     ContextCheckpoint,
-    JsonValue,
     Message,
     NewMessage,
-    Thread,
     ThreadId,
     ThreadStatus,
     TokenUsage,
@@ -176,7 +173,7 @@ class _Base:
         return None if row is None else ContextCheckpoint(*row)
 
 
-class SqliteThreadStore(_Base, ThreadListingBase):
+class SqliteThreadStore(_Base, ThreadStoreBase):
     """Threads in ``agent_threads``; see :class:`~runstore.services.agents.ThreadStore`."""
 
     _db: SqliteDatabase
@@ -199,105 +196,41 @@ class SqliteThreadStore(_Base, ThreadListingBase):
         )
         return [_thread_row(row) for row in rows]
 
-    def create(
-        self,
-        thread_id: str,
-        *,
-        project_id: str,
-        title: str = "",
-        metadata: Mapping[str, JsonValue] | None = None,
-        agent_id: str | None = None,
-        owner_id: str | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Thread, AgentError]:
-        """Create an open, empty thread (see ``ThreadStore.create``)."""
-        checked = rules.check_thread_create(
-            thread_id, project_id, title, metadata, agent_id, owner_id, at, self._clock
+    def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
+        return _facts(self._thread(thread_id))
+
+    def _insert_thread(self, row: rules.ThreadRow) -> None:
+        self._db.execute(
+            "INSERT INTO agent_threads (id, project_id, seq, agent_id, owner_id, title,"
+            " metadata, status, created_at_ms, updated_at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.id,
+                row.project_id,
+                row.seq,
+                row.agent_id,
+                row.owner_id,
+                row.title,
+                row.metadata_json,
+                str(row.status),
+                row.created_at_ms,
+                row.updated_at_ms,
+            ),
         )
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
 
-        def insert(row: rules.ThreadRow) -> None:
-            self._db.execute(
-                "INSERT INTO agent_threads (id, project_id, seq, agent_id, owner_id, title,"
-                " metadata, status, created_at_ms, updated_at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    row.id,
-                    row.project_id,
-                    row.seq,
-                    row.agent_id,
-                    row.owner_id,
-                    row.title,
-                    row.metadata_json,
-                    str(row.status),
-                    row.created_at_ms,
-                    row.updated_at_ms,
-                ),
-            )
+    def _update_thread(self, row: rules.ThreadRow) -> None:
+        self._db.execute(
+            "UPDATE agent_threads SET title = ?, metadata = ?, status = ?, updated_at_ms = ?"
+            " WHERE id = ?",
+            (row.title, row.metadata_json, str(row.status), row.updated_at_ms, row.id),
+        )
 
-        def unit() -> Result[Thread, AgentError]:
-            thread = _facts(self._thread(request.thread_id))
-            decided = rules.decide_thread_create(thread, request, self._next)
-            return rules.write_decided(decided, insert).map(rules.thread_record)
-
-        return self._db.transact("create thread", unit)
-
-    def get(self, thread_id: str) -> Result[Thread, AgentError]:
-        """Return the thread (see ``ThreadStore.get``)."""
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
-
-        def read() -> Result[Thread, AgentError]:
-            return rules.require_thread(_facts(self._thread(thread_id)), thread_id).map(
-                rules.thread_record
-            )
-
-        return self._db.read("get thread", read)
-
-    def update(
-        self,
-        thread_id: str,
-        *,
-        title: str | None = None,
-        metadata: Mapping[str, JsonValue] | None = None,
-        status: ThreadStatus | None = None,
-        at: datetime | int | None = None,
-    ) -> Result[Thread, AgentError]:
-        """Change title, metadata and/or status (see ``ThreadStore.update``)."""
-        checked = rules.check_thread_update(thread_id, title, metadata, status, at, self._clock)
-        if isinstance(checked, Failure):
-            return checked
-        request = checked.unwrap()
-
-        def store(row: rules.ThreadRow) -> None:
-            self._db.execute(
-                "UPDATE agent_threads SET title = ?, metadata = ?, status = ?, updated_at_ms = ?"
-                " WHERE id = ?",
-                (row.title, row.metadata_json, str(row.status), row.updated_at_ms, row.id),
-            )
-
-        def unit() -> Result[Thread, AgentError]:
-            decided = rules.decide_thread_update(_facts(self._thread(request.thread_id)), request)
-            return rules.write_decided(decided, store).map(rules.thread_record)
-
-        return self._db.transact("update thread", unit)
-
-    def delete(self, thread_id: str) -> Result[None, AgentError]:
-        """Delete the thread and everything of it (see ``ThreadStore.delete``)."""
-        checked = rules.check_id(thread_id, "thread_id")
-        if isinstance(checked, Failure):
-            return checked
-
-        def unit() -> Result[None, AgentError]:
-            gone = self._db.execute(
-                "DELETE FROM agent_threads WHERE id = ? RETURNING key", (thread_id,)
-            )
-            return rules.require_thread(gone or None, thread_id).map(lambda _: None)
-
-        return self._db.transact("delete thread", unit)
+    def _delete_thread(self, thread_id: str) -> bool:
+        # The schema cascades to runs, messages (and by trigger their bodies), checkpoints.
+        gone = self._db.execute(
+            "DELETE FROM agent_threads WHERE id = ? RETURNING key", (thread_id,)
+        )
+        return bool(gone)
 
 
 _INSERT_RUN = (
