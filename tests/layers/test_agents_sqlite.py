@@ -15,10 +15,14 @@ import pytest
 from returns.result import Failure, Success
 
 from runstore.layers import Container, build, sqlite
-from runstore.layers._agents_sqlite import page_query
+from runstore.layers._agents_sqlite import page_query, run_page_query, thread_page_query
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.services import FixedClock
-from runstore.services._agents_rules import check_list_query
+from runstore.services._agents_rules import (
+    check_list_query,
+    check_run_listing,
+    check_thread_listing,
+)
 from runstore.services.agents import (
     ActiveRunExists,
     AgentRunStatus,
@@ -125,6 +129,32 @@ def test_hot_list_queries_read_only_headers_through_the_clustered_key(
     for node, _ in body_reads:
         assert plan[plan[node][0]][1].startswith("CORRELATED SCALAR SUBQUERY")
     assert "content" not in sql.replace("b.content", "")
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"agent_id": "a"},
+        {"owner_id": "o"},
+        {"status": "open"},
+        {"agent_id": "a", "owner_id": "o"},
+    ],
+)
+def test_listing_threads_and_runs_seeks_an_index(
+    db: SqliteDatabase, agents: AgentStorage, filters: dict[str, Any]
+) -> None:
+    agent, status, owner = (filters.get(key) for key in ("agent_id", "status", "owner_id"))
+    query = check_thread_listing("p", agent, status, owner, 50, None).unwrap()
+    sql, params = thread_page_query(query)
+    details = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    assert not [d for d in details if d.startswith("SCAN") or "TEMP B-TREE" in d], details
+    assert any("agent_threads_" in d for d in details), details
+    runs = check_run_listing("t", filters.get("status") and "running", 50, None).unwrap()
+    sql, params = run_page_query(1, runs)
+    details = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, params)]
+    assert not [d for d in details if d.startswith("SCAN") or "TEMP B-TREE" in d], details
+    assert any("agent_runs_thread" in d for d in details), details
 
 
 def test_listing_never_reads_a_body_it_does_not_return(

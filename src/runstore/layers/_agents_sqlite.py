@@ -179,22 +179,7 @@ class SqliteThreadStore(_Base, ThreadStoreBase):
     _db: SqliteDatabase
 
     def _thread_rows(self, query: rules.ThreadListing) -> list[rules.ThreadRow]:
-        where = ["t.project_id = ?", "t.seq > ?"]
-        params: list[str | int] = [query.project_id, query.after_seq]
-        for column, value in (
-            ("agent_id", query.agent_id),
-            ("status", query.status),
-            ("owner_id", query.owner_id),
-        ):
-            if value is not None:
-                where.append(f"t.{column} = ?")
-                params.append(str(value))
-        rows = self._db.execute(
-            f"SELECT {_THREAD_COLUMNS} FROM agent_threads t WHERE {' AND '.join(where)}"
-            " ORDER BY t.seq LIMIT ?",
-            (*params, query.limit + 1),
-        )
-        return [_thread_row(row) for row in rows]
+        return [_thread_row(row) for row in self._db.execute(*thread_page_query(query))]
 
     def _thread_row(self, thread_id: str) -> rules.ThreadRow | None:
         return _facts(self._thread(thread_id))
@@ -307,15 +292,7 @@ class SqliteAgentRunStore(_Base, AgentRunStoreBase):
         key = self._thread_key(query.thread_id)
         if key is None:
             return None
-        where = "r.thread_key = ? AND r.seq > ?"
-        params: list[str | int] = [key, query.after_seq]
-        if query.status is not None:
-            where += " AND r.status = ?"
-            params.append(str(query.status))
-        rows = self._db.execute(
-            f"{_RUNS} WHERE {where} ORDER BY r.seq LIMIT ?", (*params, query.limit + 1)
-        )
-        return [_run_row(row) for row in rows]
+        return [_run_row(row) for row in self._db.execute(*run_page_query(key, query))]
 
 
 _INSERT_HEADER = (
@@ -520,6 +497,41 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
             return Success(deleted)
 
         return self._db.transact("delete messages by run", unit)
+
+
+def thread_page_query(query: rules.ThreadListing) -> tuple[str, tuple[str | int, ...]]:
+    """The statement that reads a page of threads (``limit + 1`` rows): a seek on the
+    project's ``(project_id, seq)`` index, or its ``(project_id, agent_id, seq)`` or
+    ``(project_id, owner_id, seq)`` one when filtered by agent or owner (migration 0008);
+    the status is checked row by row. Exposed for the query-plan test."""
+    where = ["t.project_id = ?", "t.seq > ?"]
+    params: list[str | int] = [query.project_id, query.after_seq]
+    for column, value in (
+        ("agent_id", query.agent_id),
+        ("status", query.status),
+        ("owner_id", query.owner_id),
+    ):
+        if value is not None:
+            where.append(f"t.{column} = ?")
+            params.append(str(value))
+    sql = (
+        f"SELECT {_THREAD_COLUMNS} FROM agent_threads t WHERE {' AND '.join(where)}"
+        " ORDER BY t.seq LIMIT ?"
+    )
+    return sql, (*params, query.limit + 1)
+
+
+def run_page_query(
+    thread_key: int, query: rules.RunListing
+) -> tuple[str, tuple[str | int, ...]]:
+    """The statement that reads a page of a thread's runs (``limit + 1`` rows): a seek on
+    ``agent_runs (thread_key, seq)``. Exposed for the query-plan test."""
+    where = "r.thread_key = ? AND r.seq > ?"
+    params: list[str | int] = [thread_key, query.after_seq]
+    if query.status is not None:
+        where += " AND r.status = ?"
+        params.append(str(query.status))
+    return f"{_RUNS} WHERE {where} ORDER BY r.seq LIMIT ?", (*params, query.limit + 1)
 
 
 def page_query(thread_id: str, query: rules.ListQuery) -> tuple[str, dict[str, Any]]:
