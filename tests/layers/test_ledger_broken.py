@@ -23,6 +23,8 @@ from runstore.layers import (
     sqlite,
 )
 from runstore.layers._ledger_shared import ActionRunStorageBase
+from runstore.layers._postgres_database import PostgresDatabase
+from runstore.layers._postgres_ledger import PostgresActionRunStorage
 from runstore.services import (
     ActionRunError,
     ActionRunStorage,
@@ -37,7 +39,12 @@ from runstore.services import (
     FixedClock,
     NotFound,
 )
-from runstore.testing import LedgerContract, LedgerContractViolation, ledger_state_machine
+from runstore.testing import (
+    LayerFactory,
+    LedgerContract,
+    LedgerContractViolation,
+    ledger_state_machine,
+)
 from runstore.testing._ledger import T0_MS, Ledger
 
 FIND_IT = settings(
@@ -90,6 +97,21 @@ class NoFencingSqliteRuns(SqliteActionRunStorage):
         return super()._authorise(_current(self, fence), project_id)
 
 
+class NoOwnershipCheckPostgresRuns(PostgresActionRunStorage):
+    """The PostgreSQL layer with the ownership check removed (its schema's foreign key and
+    running-execution triggers still refuse some writes)."""
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return _exists(self, fence)
+
+
+class NoFencingPostgresRuns(PostgresActionRunStorage):
+    """The PostgreSQL layer skipping the fencing token check."""
+
+    def _authorise(self, fence: Fence, project_id: str | None) -> Result[None, ActionRunError]:
+        return super()._authorise(_current(self, fence), project_id)
+
+
 class MutableFinishedExecutions(InMemoryExecutionStorage):
     """Lets ``cancel`` overwrite executions that already finished."""
 
@@ -124,6 +146,21 @@ def _sqlite_with(runs: type[SqliteActionRunStorage]) -> Layer:
             lambda c: runs(c.get(SqliteDatabase), c.get(Clock), c.get(ExecutionStorage)),
         ),
     )
+
+
+def _postgres_with(
+    postgres_layers: LayerFactory, runs: type[PostgresActionRunStorage]
+) -> LayerFactory:
+    def factory() -> Layer:
+        return merge(
+            postgres_layers(),
+            Layer.service(
+                ACTION_RUN_STORAGE,
+                lambda c: runs(c.get(PostgresDatabase), c.get(Clock), c.get(ExecutionStorage)),
+            ),
+        )
+
+    return factory
 
 
 def _no_ownership_in_memory() -> Layer:
@@ -199,4 +236,21 @@ def test_the_invariant_alone_catches_a_finished_execution_that_changes() -> None
     """Even when the model is broken the same way, the immutability invariant fails."""
     machine = ledger_state_machine(_mutable_finished, model_factory=_mutable_finished)
     with pytest.raises(LedgerContractViolation, match="finished execution"):
+        run_state_machine_as_test(machine, settings=FIND_IT)
+
+
+@pytest.mark.parametrize("runs", [NoOwnershipCheckPostgresRuns, NoFencingPostgresRuns])
+def test_the_contract_fails_a_broken_postgres_layer(
+    postgres_layers: LayerFactory, runs: type[PostgresActionRunStorage]
+) -> None:
+    machine = ledger_state_machine(_postgres_with(postgres_layers, runs))
+    with pytest.raises(LedgerContractViolation):
+        run_state_machine_as_test(machine, settings=FIND_IT)
+
+
+def test_the_state_machine_finds_a_stale_worker_that_gets_through_on_postgres(
+    postgres_layers: LayerFactory,
+) -> None:
+    machine = ledger_state_machine(_postgres_with(postgres_layers, NoFencingPostgresRuns))
+    with pytest.raises(LedgerContractViolation, match=r"fencing token [0-9]+ is stale"):
         run_state_machine_as_test(machine, settings=FIND_IT)

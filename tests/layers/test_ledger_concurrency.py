@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import multiprocessing
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from returns.result import Failure
 
-from runstore.layers import build, sqlite
+from runstore.layers import Layer, build, sqlite
 from runstore.services import (
     ActionRunId,
     ActionRunStatus,
@@ -28,10 +29,15 @@ WORKERS = 4
 EXECUTIONS = 1_000
 
 
-def claim_until_empty(path: str, owner: str) -> list[tuple[str, int]]:
-    """Claim and finish executions of project ``q`` until none is left; return (id, token)."""
+def claim_until_empty(
+    path: str, owner: str, layer: Callable[[str], Layer] = sqlite
+) -> list[tuple[str, int]]:
+    """Claim and finish executions of project ``q`` until none is left; return (id, token).
+
+    ``layer`` opens ``path`` (a module-level function, so a spawned worker can be given it).
+    """
     claimed: list[tuple[str, int]] = []
-    with build(sqlite(path)) as container:
+    with build(layer(path)) as container:
         executions: ExecutionStorage = container.get(ExecutionStorage)
         while True:
             got = executions.claim("q", owner, 600_000)
@@ -93,10 +99,12 @@ def test_a_stale_token_is_refused_across_connections(tmp_path: Path) -> None:
         assert one.get(held.id).unwrap() == done
 
 
-def stale_worker_writes(path: str, run_id: str, execution_id: str, token: int) -> list[object]:
+def stale_worker_writes(
+    path: str, run_id: str, execution_id: str, token: int, layer: Callable[[str], Layer] = sqlite
+) -> list[object]:
     """Worker A in its own process, still holding ``token``: try every action-run write."""
     fence = Fence(ExecutionId(execution_id), token)
-    with build(sqlite(path)) as container:
+    with build(layer(path)) as container:
         runs: ActionRunStorage = container.get(ActionRunStorage)
         run = ActionRunId(run_id)
         return [
@@ -112,9 +120,9 @@ def stale_worker_writes(path: str, run_id: str, execution_id: str, token: int) -
         ]
 
 
-def reclaim(path: str) -> tuple[str, int]:
+def reclaim(path: str, layer: Callable[[str], Layer] = sqlite) -> tuple[str, int]:
     """Worker B in its own process: claim the execution whose lease expired."""
-    with build(sqlite(path)) as container:
+    with build(layer(path)) as container:
         executions: ExecutionStorage = container.get(ExecutionStorage)
         taken = executions.claim("q", "B", 60_000).unwrap()
         assert taken is not None
