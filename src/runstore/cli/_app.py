@@ -50,7 +50,7 @@ class _DatabaseOption(click.Option):
     default=None,
     type=click.Path(),
     callback=check_db_path,
-    help="SQLite database file (env RUNSTORE_DB).",
+    help="SQLite database file, or a postgresql:// URL (env RUNSTORE_DB).",
 )
 @click.option("--format", "output_format", type=FORMATS, default="text", show_default=True,
               help="Output format of every command.")

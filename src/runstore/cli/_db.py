@@ -1,4 +1,5 @@
-"""``runstore db``: migrate, status and check of the database file."""
+"""``runstore db``: migrate, status and check of the database (a SQLite file, or a
+PostgreSQL database named by a ``postgresql://`` URL), through its ``DatabaseHealth``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from runstore.cli._guard import cannot_open_reason
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
-from runstore.layers import DATABASE_HEALTH, Access, build, sqlite
-from runstore.migrations import shipped_ids
+from runstore.layers import DATABASE_HEALTH, Access, build, live, shipped_for, shown_database
 from runstore.services._primitives import iso_from_ms
 from runstore.services.errors import NotARunstoreDatabase
 from runstore.services.health import DatabaseHealth, MigrationStatus
@@ -51,15 +51,16 @@ def _status_document(path: str, status: MigrationStatus) -> dict[str, Any]:
                 for a in status.applied
             ],
             "pending": list(status.pending),
-            "shipped": list(shipped_ids()),
+            "shipped": list(shipped_for(path)),
             "problems": [str(p) for p in status.problems],
         },
     }
 
 
 def _database_fields(path: str) -> dict[str, Any]:
-    """``database`` (the file used) and ``database_source`` (how it was chosen)."""
-    return {"database": path, "database_source": settings().db_source}
+    """``database`` (the file or URL used, without its password) and ``database_source``
+    (how it was chosen)."""
+    return {"database": shown_database(path), "database_source": settings().db_source}
 
 
 def _render_status(document: dict[str, Any]) -> None:
@@ -85,16 +86,17 @@ def _health(access: Access) -> Iterator[DatabaseHealth]:
     cfg = settings()
     path = cfg.db_path
     fields = _database_fields(path)
+    shown = fields["database"]
     try:
-        with build(sqlite(path, access=access)) as container:
+        with build(live(path, access=access)) as container:
             yield container.get(DATABASE_HEALTH)
     except DatabaseOpenError as exc:
         if access != "read":
             foreign = isinstance(exc.error, NotARunstoreDatabase) and exc.error.tables
-            fail(str(exc.error) if foreign else f"cannot migrate {path}: {exc.error}",
+            fail(str(exc.error) if foreign else f"cannot migrate {shown}: {exc.error}",
                  output_format=cfg.output_format, document={**fields, "healthy": False})
         if isinstance(exc.error, NotARunstoreDatabase):
-            fail(f"no database at {path} (create it with: runstore db migrate)",
+            fail(f"no database at {shown} (create it with: runstore db migrate)",
                  output_format=cfg.output_format,
                  document={**fields, "exists": False, "healthy": False})
         fail(cannot_open_reason(path, exc.error), output_format=cfg.output_format,
@@ -168,7 +170,7 @@ def status() -> None:
         result = health.quick_check().bind(lambda _: health.status())
     if isinstance(result, Failure):
         fail(
-            f"cannot read {cfg.db_path}: {result.failure()}",
+            f"cannot read {shown_database(cfg.db_path)}: {result.failure()}",
             output_format=cfg.output_format,
             document={**_database_fields(cfg.db_path), "exists": True, "healthy": False},
         )
@@ -197,7 +199,7 @@ def check() -> None:
         result = health.check()
     if isinstance(result, Failure):
         fail(
-            f"cannot check {cfg.db_path}: {result.failure()}",
+            f"cannot check {shown_database(cfg.db_path)}: {result.failure()}",
             output_format=cfg.output_format,
             document={**_database_fields(cfg.db_path), "exists": True, "healthy": False},
         )

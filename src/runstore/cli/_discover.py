@@ -1,4 +1,4 @@
-"""Which database file the CLI uses when neither ``--db`` nor ``RUNSTORE_DB`` names one.
+"""Which database the CLI uses when neither ``--db`` nor ``RUNSTORE_DB`` names one.
 
 The default database belongs to the project, not to the folder the command runs in: the
 pytest plugin writes ``.runstore/runstore.db`` at pytest's rootdir, and the CLI finds it
@@ -16,14 +16,15 @@ import os
 
 import attrs
 
-from runstore.layers import DEFAULT_DB_PATH, find_project_database
+from runstore.layers import DEFAULT_DB_PATH, find_project_database, shown_database
 
 __all__ = ["DatabaseChoice", "choose_database", "find_project_database"]
 
 
 @attrs.frozen
 class DatabaseChoice:
-    """The database file a command uses and where the choice came from.
+    """The database a command uses (a file, or a ``postgresql://`` URL) and where the
+    choice came from.
 
     ``source`` is ``"--db"`` (the option), ``"RUNSTORE_DB"`` (the environment), ``"found"``
     (walking up from the current folder) or ``"default"`` (nothing found: the current
@@ -34,14 +35,15 @@ class DatabaseChoice:
     source: str
 
     def describe(self) -> str:
-        """One line naming the file and where the choice came from."""
+        """One line naming the database (a URL without its password) and where the choice
+        came from."""
         how = {
             "--db": "from --db",
             "RUNSTORE_DB": "from RUNSTORE_DB",
             "found": "found walking up from the current folder",
             "default": "none found walking up from the current folder",
         }[self.source]
-        return f"{self.path} ({how})"
+        return f"{shown_database(self.path)} ({how})"
 
 
 def choose_database(explicit: str | None, source: str) -> DatabaseChoice:

@@ -6,7 +6,8 @@ can read the file as it is (a runstore database, every shipped migration applied
 command that must not create a database (``prune``) opens it with ``access="write"``, which
 refuses a file that is not already a runstore database; ``db migrate`` and ``sessions import``
 create it. Every refusal ends the command with one line (exit 1) and leaves the file as it
-was found.
+was found. A ``postgresql://`` URL opens the PostgreSQL layer the same way
+(:func:`runstore.layers.live` decides), and every message names it without its password.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from returns.result import Failure
 from runstore.cli._output import fail
 from runstore.cli._settings import settings
 from runstore.exceptions import DatabaseOpenError
-from runstore.layers import DATABASE_HEALTH, Access, Container, build, sqlite
+from runstore.layers import DATABASE_HEALTH, Access, Container, build, live, shown_database
 from runstore.services.errors import (
     NotARunstoreDatabase,
     PendingMigrations,
@@ -33,12 +34,13 @@ __all__ = ["cannot_open_reason", "opened"]
 
 
 def cannot_open_reason(path: str, failure: object) -> str:
-    """The one-line reason ``path`` could not be opened, with a hint for an unwritable folder.
+    """The one-line reason ``path`` (a file or a URL, named without its password) could not
+    be opened, with a hint for an unwritable folder.
 
     SQLite in WAL mode needs to create ``PATH-shm`` and ``PATH-wal`` beside the file even to
     read it, so an existing file that cannot be opened usually sits in a read-only folder.
     """
-    reason = f"cannot open {path}: {failure}"
+    reason = f"cannot open {shown_database(path)}: {failure}"
     if (
         isinstance(failure, StorageFailure)
         and failure.kind is StorageFailureKind.CANT_OPEN
@@ -54,11 +56,11 @@ def _refusal(path: str, error: object) -> str:
         return str(error)  # another program's file: neither command would make it one
     if isinstance(error, NotARunstoreDatabase):
         return (
-            f"no runstore database at {path} (record a run with `pytest --runstore` "
-            "or run `runstore db migrate`)"
+            f"no runstore database at {shown_database(path)} (record a run with "
+            "`pytest --runstore` or run `runstore db migrate`)"
         )
     if isinstance(error, PendingMigrations):
-        return f"{path}: {error}: run `runstore db migrate` (or record a run) first"
+        return f"{shown_database(path)}: {error}: run `runstore db migrate` (or record a run) first"
     return cannot_open_reason(path, error)
 
 
@@ -73,7 +75,7 @@ def opened(access: Access, *, document: dict[str, Any] | None = None) -> Iterato
     cfg = settings()
     path = cfg.db_path
     try:
-        with build(sqlite(path, access=access)) as container:
+        with build(live(path, access=access)) as container:
             if access == "read":
                 ready = container.get(DATABASE_HEALTH).readiness()
                 if isinstance(ready, Failure):

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from runstore.cli._settings import Settings
+from runstore.layers import scrub_database
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -89,15 +92,26 @@ def emit_json(document: dict[str, Any]) -> None:
                           ensure_ascii=False, indent=2))
 
 
+def _scrubbed(reason: str) -> str:
+    """``reason`` without the password of the command's database URL, if any (the last
+    guard: each message already names the database without it)."""
+    context = click.get_current_context(silent=True)
+    found = None if context is None else context.find_object(Settings)
+    if found is None:
+        return reason
+    return scrub_database(reason, found.db_path)
+
+
 def fail(
     reason: str, *, output_format: str = "text", document: dict[str, Any] | None = None
 ) -> NoReturn:
     """Exit with code 1 and ``reason`` as one line on standard error.
 
     In JSON mode also write ``document`` with ``"error": reason`` added on standard output.
-    Line breaks in ``reason`` are folded so the reason stays one line.
+    Line breaks in ``reason`` are folded so the reason stays one line, and the password of
+    the command's ``postgresql://`` database never appears in it.
     """
-    reason = " ".join(reason.split())
+    reason = " ".join(_scrubbed(reason).split())
     if output_format == "json":
         emit_json({**(document or {}), "error": reason})
     click.echo(f"runstore: {reason}", err=True)

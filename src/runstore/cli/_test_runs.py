@@ -37,7 +37,7 @@ from runstore.cli._output import (
 )
 from runstore.cli._params import MAX_ID, TEXT
 from runstore.cli._settings import format_option, settings
-from runstore.layers import DATA_READER, DATA_STORE, Access
+from runstore.layers import DATA_READER, DATA_STORE, Access, shown_database
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.test_runs import (
@@ -115,7 +115,7 @@ def _services(access: Access = "read") -> Iterator[_Services]:
             store=container.get(DATA_STORE),
             reader=container.get(DATA_READER),
             output_format=cfg.output_format,
-            db_path=cfg.db_path,
+            db_path=shown_database(cfg.db_path),
         )
 
 

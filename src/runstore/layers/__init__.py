@@ -38,8 +38,12 @@ from runstore.layers._open import (
     Access,
     database_path_problem,
     find_project_database,
+    live,
     make_database_folder,
     open_database,
+    scrub_database,
+    shipped_for,
+    shown_database,
 )
 from runstore.layers._sqlite_database import ConnectionSettings, SqliteDatabase, connect
 from runstore.layers._tags import (
@@ -134,11 +138,15 @@ __all__ = [
     "in_memory_ledger",
     "in_memory_sessions",
     "in_memory_test_runs",
+    "live",
     "make_database_folder",
     "merge",
     "open_database",
     "postgres",
     "provide",
+    "scrub_database",
+    "shipped_for",
+    "shown_database",
     "sqlite",
     "sqlite_agents",
     "sqlite_database",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import apsw
 from returns.result import Failure, Result, Success
@@ -25,14 +25,21 @@ from runstore.migrations import (
 )
 from runstore.services.errors import NotARunstoreDatabase, OpenError
 
+if TYPE_CHECKING:
+    from runstore.layers._layer import Layer
+
 __all__ = [
     "DEFAULT_DB_PATH",
     "GITIGNORE",
     "Access",
     "database_path_problem",
     "find_project_database",
+    "live",
     "make_database_folder",
     "open_database",
+    "scrub_database",
+    "shipped_for",
+    "shown_database",
 ]
 
 DEFAULT_DB_PATH = os.path.join(".runstore", "runstore.db")
@@ -97,30 +104,122 @@ def postgres_extra_problem() -> str | None:
 
 
 def database_path_problem(path: str) -> str | None:
-    """Why ``path`` cannot name a database file, or None when it can.
+    """Why ``path`` cannot name a database, or None when it can.
 
     A blank or whitespace-only path is ``"the database path is blank"``; an existing
     directory is ``"<path> is a directory; give the database file"``. The CLI (``--db``,
     ``RUNSTORE_DB``) and the pytest plugin (``--runstore-db``, ``RUNSTORE_DB``) refuse such
-    a path with this reason as a usage error. A URL (``scheme://...``) is refused naming
-    its scheme only, never the rest (it may hold a password), instead of being taken as a
-    file name; a ``postgresql://`` one names the ``postgresql`` extra when it is missing
-    (:data:`POSTGRES_EXTRA`), else :func:`runstore.layers.postgres`, which opens it.
+    a path with this reason as a usage error. A ``postgresql://`` or ``postgres://`` URL
+    names a PostgreSQL database (opened by :func:`live`); while the ``postgresql`` extra
+    is missing it is refused with :data:`POSTGRES_EXTRA`. Any other URL
+    (``scheme://...``) is refused naming its scheme only, never the rest (it may hold a
+    password), instead of being taken as a file name.
     """
     if not path.strip():
         return "the database path is blank"
     url = _URL.match(path)
-    if url and postgres_url(path):  # named by its scheme alone: the rest may hold a password
-        return postgres_extra_problem() or (
-            f"{url.group(1)}:// URLs are served by runstore.layers.postgres(URL), not here yet;"
-            " give the path of a SQLite database file"
-        )
-    if url:
-        return (f"{url.group(1)}:// URLs are not served; give the path of a SQLite "
-                "database file")
+    if url and postgres_url(path):
+        return postgres_extra_problem()
+    if url:  # named by its scheme alone: the rest may hold a password
+        return (f"{url.group(1)}:// URLs are not served; give a postgresql:// URL or the "
+                "path of a SQLite database file")
     if os.path.isdir(path):
         return f"{path} is a directory; give the database file"
     return None
+
+
+def _split_url(text: str) -> tuple[str, str, str, str]:
+    """``scheme://``, the user info (``user:password``, "" when none), the rest before the
+    query, and the query of a URL. The user info ends at the last ``@`` before the query,
+    further than libpq looks, so a password holding an unescaped ``/`` is still found."""
+    scheme, _, rest = text.partition("://")
+    rest, _, query = rest.partition("#")[0].partition("?")
+    userinfo, _, hosts = rest.rpartition("@")
+    return f"{scheme}://", userinfo, hosts, query
+
+
+def _is_password(part: str) -> bool:
+    return part.partition("=")[0].strip().lower() == "password"
+
+
+def shown_database(target: str | os.PathLike[str]) -> str:
+    """``target`` as output and errors may show it: a ``postgresql://`` URL without its
+    password (the one after ``user:`` becomes ``***``, as does a ``password`` query
+    parameter; a fragment is dropped), anything else as it is. Pure text work: psycopg is
+    not imported."""
+    text = os.fspath(target)
+    if not postgres_url(text):
+        return text
+    scheme, userinfo, hosts, query = _split_url(text)
+    user, colon, password = userinfo.partition(":")
+    userinfo = user + colon + ("***" if password else "")
+    parts = ["password=***" if _is_password(part) else part for part in query.split("&")]
+    return (scheme + (f"{userinfo}@" if userinfo or "@" in text.partition("?")[0] else "")
+            + hosts + ("?" + "&".join(parts) if query else ""))
+
+
+def _passwords(target: str) -> tuple[str, ...]:
+    """The password text ``target`` (a ``postgresql://`` URL) carries, as written and
+    percent-decoded, longest first; empty for anything else."""
+    from urllib.parse import unquote_plus
+
+    if not postgres_url(target):
+        return ()
+    _, userinfo, _, query = _split_url(target)
+    found = [userinfo.partition(":")[2]] if ":" in userinfo else []
+    found += [part.partition("=")[2] for part in query.split("&") if _is_password(part)]
+    variants = {v for p in found for v in (p, unquote_plus(p)) if v}
+    return tuple(sorted(variants, key=len, reverse=True))
+
+
+def scrub_database(text: str, target: str | os.PathLike[str]) -> str:
+    """``text`` with every password that ``target`` (a ``postgresql://`` URL) carries
+    replaced by ``***``: the last guard of what the CLI and the recorder print."""
+    for secret in _passwords(os.fspath(target)):
+        text = text.replace(secret, "***")
+    return text
+
+
+def shipped_for(target: str | os.PathLike[str]) -> tuple[int, ...]:
+    """The ids of the migrations runstore ships for the database ``target`` names (a
+    ``postgresql://`` URL: PostgreSQL's translations; else SQLite's), in order."""
+    from runstore.migrations import POSTGRESQL_FOLDER, shipped_ids
+
+    return shipped_ids(POSTGRESQL_FOLDER) if postgres_url(target) else shipped_ids()
+
+
+def live(
+    target: str | os.PathLike[str],
+    settings: ConnectionSettings | None = None,
+    *,
+    access: Access = "create",
+) -> Layer:
+    """The live layer on ``target``, the one place that tells a URL from a path:
+    :func:`runstore.layers.postgres` for a ``postgresql://`` or ``postgres://`` URL, else
+    :func:`runstore.layers.sqlite` on the file (or ``:memory:``). ``access`` means the same
+    on both (see :func:`open_database` and
+    :func:`runstore.layers._postgres_layer.open_postgres`).
+
+    ``settings`` are SQLite's; on PostgreSQL ``busy_timeout_ms`` becomes the lock timeout
+    of a statement and ``busy_budget_ms`` the retry budget of a unit
+    (``PostgresSettings``), so a caller waits as long on either. The CLI and the pytest
+    plugin open every database through this function.
+
+    Raises :class:`~runstore.exceptions.MissingExtra` for a URL while the ``postgresql``
+    extra is missing; building the layer raises ``DatabaseOpenError`` as each does.
+    """
+    from runstore.layers import postgres, sqlite
+
+    if not postgres_url(target):
+        return sqlite(target, settings, access=access)
+    if settings is None:
+        return postgres(os.fspath(target), access=access)
+    from runstore.layers._postgres_database import PostgresSettings
+
+    waits = PostgresSettings(
+        lock_timeout_ms=settings.busy_timeout_ms, busy_budget_ms=settings.busy_budget_ms
+    )
+    return postgres(os.fspath(target), waits, access=access)
 
 
 def make_database_folder(path: str | os.PathLike[str]) -> None:
