@@ -34,12 +34,13 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeAlias, TypeVar
 
 import attrs
 import psycopg
+import psycopg.sql
 from psycopg import pq
 from psycopg.adapt import Buffer
 from psycopg.types.numeric import NumericLoader
@@ -352,6 +353,51 @@ class PostgresDatabase(UnitOfWork):
                         if not cursor.nextset():
                             break
                 return found
+        except psycopg.Error as exc:
+            self._note_error(exc)
+            raise
+
+    def copy_in(self, table: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> int:
+        """Write ``rows`` (values in ``columns`` order) into ``table`` with ``COPY ... FROM
+        STDIN``, the server's bulk path; return how many rows were sent. Strings are escaped
+        as every statement's are. ``table`` and ``columns`` are names from the schema,
+        quoted here. Runs inside a unit of work; raises like :meth:`execute`."""
+        self._check_usable()
+        connection = self._conn
+        if connection is None:
+            raise TransactionMisuse("copy_in() runs inside a unit of work")
+        target = psycopg.sql.SQL("COPY {} ({}) FROM STDIN").format(
+            psycopg.sql.Identifier(table),
+            psycopg.sql.SQL(", ").join(psycopg.sql.Identifier(c) for c in columns),
+        )
+        sent = 0
+        try:
+            with connection.cursor() as cursor, cursor.copy(target) as copy:
+                self._ran = True
+                for row in rows:
+                    copy.write_row(row)
+                    sent += 1
+        except psycopg.Error as exc:
+            self._note_error(exc)
+            raise
+        return sent
+
+    def stream(
+        self, sql: str, params: Params | None = None, *, batch_rows: int = 5_000
+    ) -> Iterator[Row]:
+        """Yield the rows of one query through a server-side cursor, ``batch_rows`` at a
+        time, so a table of millions of rows is never held at once. Runs inside a unit of
+        work (the cursor lives in its transaction); raises like :meth:`execute`."""
+        self._check_usable()
+        connection = self._conn
+        if connection is None:
+            raise TransactionMisuse("stream() runs inside a unit of work")
+        try:
+            with connection.cursor(name=f"runstore_stream{len(self._frames)}") as cursor:
+                cursor.itersize = batch_rows
+                cursor.execute(sql, params)
+                self._ran = True
+                yield from cursor
         except psycopg.Error as exc:
             self._note_error(exc)
             raise
