@@ -19,14 +19,14 @@ from runstore.services._agents_rules import (
     CheckpointDraft,
     CheckpointFacts,
     Decided,
+    RunQueue,
     RunRow,
-    RunStart,
     ThreadRow,
     check_failure,
     check_list_query,
     check_messages,
     decide_checkpoint,
-    decide_run_start,
+    decide_run_queue,
     decode_cost,
     decode_failure,
     encode_content,
@@ -53,6 +53,7 @@ from runstore.services.agents import (
 )
 from runstore.services.clock import FixedClock
 from runstore.services.errors import Conflict, InvalidInput, NotFound
+from runstore.services.ledger import StaleFencingToken
 from runstore.testing import agents_json_values
 
 
@@ -123,6 +124,7 @@ def test_times() -> None:
 def test_list_queries() -> None:
     assert check_list_query(None, None, None, 50).unwrap().forward is False
     assert check_list_query(0, None, ("user",), 1).unwrap().forward is True
+    assert check_list_query(None, None, [], 10).unwrap().roles == frozenset(), "an empty page"
     cases = [
         ((None, None, None, 0), "limit"),
         ((None, None, None, -1), "limit"),
@@ -130,7 +132,6 @@ def test_list_queries() -> None:
         ((None, None, None, 2.0), "limit"),
         ((-1, None, None, 10), "after_seq"),
         ((None, -3, None, 10), "before_seq"),
-        ((None, None, [], 10), "roles"),
         ((None, None, "user", 10), "roles"),
         ((None, None, ["ok", ""], 10), "roles"),
     ]
@@ -178,6 +179,7 @@ def test_errors_and_records_are_values() -> None:
         usage.input = 5  # type: ignore[misc]
     assert AgentRunStatus.CANCELLED.is_finished
     assert not AgentRunStatus.RUNNING.is_finished
+    assert not AgentRunStatus.QUEUED.is_finished
 
 
 # -- decisions over loaded facts ---------------------------------------------------------------
@@ -191,45 +193,83 @@ class _NoLedger:
 
 
 def _thread_row(**changes: Any) -> ThreadRow:
-    row = ThreadRow("t", "p", "", "{}", ThreadStatus.OPEN, None, 0, 0, None, 0, 1, 1)
+    row = ThreadRow("t", "p", 1, None, None, "", "{}", ThreadStatus.OPEN, None, 0, 0, None, 0, 1, 1)
     return attrs.evolve(row, **changes)
 
 
 def _run_row(**changes: Any) -> RunRow:
-    row = RunRow("r", "t", "p", None, AgentRunStatus.RUNNING, None, 1, None)
+    row = RunRow(
+        "r", "t", "p", None, 1, AgentRunStatus.RUNNING, "w", 10, 7, 1, None, 1, 1, None
+    )
     return attrs.evolve(row, **changes)
 
 
-def test_a_run_start_reads_the_ledger_only_when_its_rung_is_reached() -> None:
+def _counter() -> Any:
+    values: dict[str, int] = {}
+
+    def take(name: str) -> int:
+        values[name] = values.get(name, 0) + 1
+        return values[name]
+
+    return take
+
+
+def test_a_run_queue_reads_the_ledger_only_when_its_rung_is_reached() -> None:
     ledger: Any = _NoLedger()
-    start = RunStart("r", "t", "ex", 5)
-    assert decide_run_start(None, None, start, ledger) == Failure(NotFound("thread", "t"))
+    queue = RunQueue("r", "t", "ex", 5, None, 0, 5)
+    counter = _counter()
+    assert decide_run_queue(None, None, queue, ledger, counter) == Failure(
+        NotFound("thread", "t")
+    )
     replay = _run_row(execution_id="ex")
-    assert decide_run_start(_thread_row(), replay, start, ledger) == Success(
+    assert decide_run_queue(_thread_row(), replay, queue, ledger, counter) == Success(
         Decided(replay, write=False)
     )
     archived = _thread_row(status=ThreadStatus.ARCHIVED)
-    assert decide_run_start(archived, None, start, ledger) == Failure(
+    assert decide_run_queue(archived, None, queue, ledger, counter) == Failure(
         Conflict("thread", "t", "thread is archived")
     )
     busy = _thread_row(active_run_id="other")
-    plain = RunStart("r", "t", None, 5)
-    assert decide_run_start(busy, None, plain, ledger) == Failure(ActiveRunExists("t", "other"))
-    decided = decide_run_start(_thread_row(), None, plain, ledger).unwrap()
+    start = RunQueue("r", "t", None, 5, "w", 1_000, 6)
+    assert decide_run_queue(busy, None, start, ledger, counter) == Failure(
+        ActiveRunExists("t", "other")
+    )
+    queued = decide_run_queue(busy, None, attrs.evolve(start, owner=None), ledger, counter)
+    assert queued.unwrap().row.status is AgentRunStatus.QUEUED, "queueing takes no slot"
+    decided = decide_run_queue(_thread_row(), None, start, ledger, counter).unwrap()
     assert decided.write
-    assert (decided.row.status, decided.row.started_at_ms) == (AgentRunStatus.RUNNING, 5)
+    row = decided.row
+    assert (row.status, row.started_at_ms, row.lease_expires_at_ms) == ("running", 5, 1_006)
+    assert (row.seq, row.fencing_token, row.attempts, row.owner) == (2, 1, 1, "w")
 
 
 def _draft(**changes: Any) -> CheckpointDraft:
-    draft = CheckpointDraft("c2", "t", "r", "c1", "so far", 3, 4, 9)
+    draft = CheckpointDraft("c2", "t", "r", 7, "c1", "so far", 3, 4, 9)
     return attrs.evolve(draft, **changes)
 
 
 def _checkpoint(**changes: Any) -> ContextCheckpoint:
     stored = ContextCheckpoint(
-        CheckpointId("c1"), ThreadId("t"), AgentRunId("r0"), 1, None, "before", 2, 2, 1
+        CheckpointId("c1"),
+        ThreadId("t"),
+        AgentRunId("r0"),
+        1,
+        None,
+        "before",
+        2,
+        3,
+        1,
+        "manual",
+        1,
+        None,
+        None,
+        None,
     )
     return attrs.evolve(stored, **changes)
+
+
+def _why(error: object) -> str:
+    return getattr(error, "reason", type(error).__name__)
 
 
 def test_the_checkpoint_ladder_answers_in_its_documented_order() -> None:
@@ -239,35 +279,46 @@ def test_the_checkpoint_ladder_answers_in_its_documented_order() -> None:
         mine=None,
         id_taken=False,
         latest=_checkpoint(),
+        first_kept=(4, "user"),
     )
     made = decide_checkpoint(good, _draft()).unwrap()
     assert made.write
     assert (made.row.number, made.row.previous_id, made.row.created_at_ms) == (2, "c1", 9)
     # Each broken fact alone gives its reason; earlier rungs win when several are broken.
+    kept = "first kept message is not a user message at through_seq + 1"
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"thread": None}, "not found"),
-        ({"run": None}, "not found"),
+        ({"thread": None}, "NotFound"),
+        ({"run": None}, "NotFound"),
         ({"run": _run_row(thread_id="other")}, "run belongs to another thread"),
+        ({"run": _run_row(fencing_token=8)}, "StaleFencingToken"),
         ({"mine": _checkpoint(id="c9", run_id="r")}, "run already created a different checkpoint"),
         ({"run": _run_row(status=AgentRunStatus.FAILED)}, "run is not running"),
         ({"id_taken": True}, "checkpoint id taken"),
         ({"latest": None}, "latest checkpoint changed"),
         ({"thread": _thread_row(head_seq=5, checkpoint_count=1)}, "head moved"),
         ({"latest": _checkpoint(through_seq=3)}, "checkpoint does not advance"),
+        ({"first_kept": (4, "assistant")}, kept),
+        ({"first_kept": (5, "user")}, kept),
+        ({"first_kept": None}, kept),
     ]
     for index, (changes, reason) in enumerate(cases):
         result = decide_checkpoint(attrs.evolve(good, **changes), _draft())
         assert isinstance(result, Failure), changes
-        error = result.failure()
-        assert getattr(error, "reason", "not found") == reason, (changes, error)
+        assert _why(result.failure()) == reason, (changes, result)
         later = dict(kv for c, _ in cases[index + 1 :] for kv in c.items())
         both = decide_checkpoint(attrs.evolve(good, **{**later, **changes}), _draft())
         assert both == result, ("an earlier rung decides", changes)
+    stale = decide_checkpoint(attrs.evolve(good, run=_run_row(fencing_token=8)), _draft())
+    assert stale == Failure(StaleFencingToken("r", 7, 8))
     replay = _checkpoint(
         id="c2", run_id="r", summary="so far", through_seq=3, observed_head_seq=4, previous_id="c1"
     )
-    moved_on = attrs.evolve(good, mine=replay, thread=_thread_row(head_seq=8))
-    assert decide_checkpoint(moved_on, _draft()) == Success(Decided(replay, write=False))
+    standing = attrs.evolve(good, mine=replay, latest=replay)
+    assert decide_checkpoint(standing, _draft()) == Success(Decided(replay, write=False))
+    moved_on = attrs.evolve(standing, thread=_thread_row(head_seq=8))
+    assert _why(decide_checkpoint(moved_on, _draft()).failure()) == "head moved"
+    superseded = attrs.evolve(standing, latest=_checkpoint(id="c3", through_seq=4))
+    assert _why(decide_checkpoint(superseded, _draft()).failure()) == "latest checkpoint changed"
 
 
 @given(

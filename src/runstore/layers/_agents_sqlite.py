@@ -7,8 +7,16 @@ together or not at all, across threads and processes alike. Message headers and 
 apart: listing reads headers through the clustered ``(thread_key, seq)`` key and then the
 bodies of exactly the rows it returns, each by a rowid computed from its header.
 
-This layer keeps no in-process cache: counters live in the thread row, and another process
-may change it at any moment, so every unit reads what it needs under its own lock.
+Claims are safe across processes for the same reason: a ``claim``, ``reclaim`` or fenced
+write reads the run's status and token and writes under the unit's write lock, and tokens and
+the creation orders come from the ``agent_counters`` rows (one ``UPDATE ... RETURNING``
+each), so two workers never get the same token and a stale one is refused by whichever unit
+comes second. A retried append finds its client id through the unique
+``(thread_key, client_id)`` index before it takes sequence numbers.
+
+This layer keeps no in-process cache: counters live in the thread row and in
+``agent_counters``, and another process may change them at any moment, so every unit reads
+what it needs under its own lock. The method skeletons are :mod:`._agents_shared`'s.
 """
 
 from __future__ import annotations

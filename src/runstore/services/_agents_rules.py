@@ -906,9 +906,8 @@ def decide_run_queue(
             and (request.owner is None or existing.owner == request.owner)
         ):
             return Success(Decided(existing, write=False))
-        return Failure(
-            Conflict("agent_run", request.run_id, "run exists with another thread or execution")
-        )
+        reason = "run exists with another thread, execution or owner"
+        return Failure(Conflict("agent_run", request.run_id, reason))
     if thread.status is ThreadStatus.ARCHIVED:
         return Failure(Conflict("thread", request.thread_id, "thread is archived"))
     if request.execution_id is not None:
