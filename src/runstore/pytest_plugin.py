@@ -7,7 +7,8 @@ so an installed but disabled plugin costs one module of option definitions.
 Options:
 
 - ``--runstore`` or the ini value ``runstore = true``: record this run.
-- ``--runstore-db PATH``: the database file (default: ``$RUNSTORE_DB``, else the project's
+- ``--runstore-db PATH``: the database file, or a ``postgresql://`` URL (the password never
+  appears in pytest's output) (default: ``$RUNSTORE_DB``, else the project's
   ``.runstore/runstore.db`` at pytest's rootdir, whichever folder pytest runs from; the
   CLI finds it walking up). A blank path or a directory is a usage error, worded as the
   CLI's. A ``.runstore`` folder the plugin creates gets a ``.gitignore`` holding ``*``.
@@ -46,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         dest="runstore_db",
         metavar="PATH",
-        help="runstore database file (default: $RUNSTORE_DB, else .runstore/runstore.db "
+        help="runstore database file or postgresql:// URL (default: $RUNSTORE_DB, else "
+        ".runstore/runstore.db "
         "under the invocation directory).",
     )
     group.addoption(

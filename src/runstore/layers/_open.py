@@ -37,6 +37,7 @@ __all__ = [
     "live",
     "make_database_folder",
     "open_database",
+    "resolve_database",
     "scrub_database",
     "shipped_for",
     "shown_database",
@@ -178,6 +179,15 @@ def scrub_database(text: str, target: str | os.PathLike[str]) -> str:
     for secret in _passwords(os.fspath(target)):
         text = text.replace(secret, "***")
     return text
+
+
+def resolve_database(target: str, base: str) -> str:
+    """``target`` (a database path or URL) as seen from the folder ``base``: a path made
+    absolute against it (``~`` expanded, normalised); a ``postgresql://`` URL and
+    ``:memory:`` as they are."""
+    if target == ":memory:" or postgres_url(target):
+        return target
+    return os.path.normpath(os.path.join(base, os.path.expanduser(target)))
 
 
 def shipped_for(target: str | os.PathLike[str]) -> tuple[int, ...]:

@@ -59,8 +59,11 @@ from runstore.layers import (
     build,
     database_path_problem,
     find_project_database,
+    live,
     merge,
-    sqlite,
+    resolve_database,
+    scrub_database,
+    shown_database,
 )
 from runstore.recorder._convert import (
     ItemAssembler,
@@ -157,7 +160,7 @@ def _now() -> datetime:
 class RecorderSettings:
     """What a recording session is fixed to when pytest configures.
 
-    ``db_path`` is absolute (or ``:memory:``); ``env_db`` is ``$RUNSTORE_DB`` made
+    ``db_path`` is absolute (or ``:memory:``, or a ``postgresql://`` URL); ``env_db`` is ``$RUNSTORE_DB`` made
     absolute (None when unset), which the CLI reads as well. ``retention`` is the policy
     applied after the run (None: keep every run).
     """
@@ -172,12 +175,6 @@ class RecorderSettings:
         factory=lambda: RunRetentionPolicy(DEFAULT_KEEP_RUNS)
     )
     warning: str | None = None
-
-
-def _absolute(path: str, base: str) -> str:
-    if path == ":memory:":
-        return path
-    return os.path.normpath(os.path.join(base, os.path.expanduser(path)))
 
 
 def _checked_db(value: str | None, hint: str) -> str | None:
@@ -247,7 +244,7 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
     env_db = _checked_db(os.environ.get("RUNSTORE_DB") or None, "RUNSTORE_DB")
     option_db = _checked_db(config.getoption("runstore_db", None), "'--runstore-db'")
     given = option_db or env_db
-    db_path = (_absolute(given, invocation_dir) if given is not None
+    db_path = (resolve_database(given, invocation_dir) if given is not None
                else os.path.join(rootdir, DEFAULT_DB_PATH))
     named = {
         "--runstore-project": config.getoption("runstore_project", None) or "",
@@ -266,7 +263,7 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
         invocation_id=uuid.uuid4().hex,
         rootdir=rootdir,
         invocation_dir=invocation_dir,
-        env_db=None if env_db is None else _absolute(env_db, invocation_dir),
+        env_db=None if env_db is None else resolve_database(env_db, invocation_dir),
         retention=_retention(config),
         warning=warning,
     )
@@ -343,7 +340,7 @@ class Recorder:
         """Remember the first problem for the summary line (any thread)."""
         with self._lock:
             if self._problem is None:
-                self._problem = clean_text(reason)
+                self._problem = clean_text(scrub_database(reason, self._settings.db_path))
 
     def _fail(self, reason: str) -> None:
         """Remember the first problem and stop writing results; the tests go on."""
@@ -369,7 +366,7 @@ class Recorder:
 
     def _open(self) -> tuple[DataStore, DataReader, Callable[[], None]]:
         layer: Layer = merge(
-            sqlite(self._settings.db_path, CONNECTION),
+            live(self._settings.db_path, CONNECTION),
             Layer.value(Clock, PinnedClock()),
         )
         try:
@@ -502,7 +499,7 @@ class Recorder:
         run = summary.id
         cli_db = self._cli_db()
         show = "runstore show" if cli_db is None else (
-            f"runstore --db {shlex.quote(cli_db)} show"
+            f"runstore --db {shlex.quote(shown_database(cli_db))} show"
         )
         if summary.status is RunStatus.INTERRUPTED:
             detail = f"recorded as interrupted: {_plural(summary.total, 'finished item')}"
