@@ -22,7 +22,7 @@ from returns.result import Failure
 from runstore.cli._output import fail
 from runstore.cli._settings import settings
 from runstore.exceptions import DatabaseOpenError
-from runstore.layers import DATABASE_HEALTH, Access, Container, build, live, shown_database
+from runstore.layers import DATABASE_HEALTH, Access, Container, Tag, build, live, shown_database
 from runstore.services.errors import (
     NotARunstoreDatabase,
     PendingMigrations,
@@ -65,17 +65,27 @@ def _refusal(path: str, error: object) -> str:
 
 
 @contextmanager
-def opened(access: Access, *, document: dict[str, Any] | None = None) -> Iterator[Container]:
+def opened(
+    access: Access, *, needs: tuple[Tag[Any], ...] = (), document: dict[str, Any] | None = None
+) -> Iterator[Container]:
     """The services on the command's database, opened once as ``access`` says.
 
     With ``"read"`` the database must also be ready to read
-    (``DatabaseHealth.readiness``). A refusal ends the command (exit 1) with one line on
+    (``DatabaseHealth.readiness``). ``needs`` are the services the command uses: a
+    database whose layer does not provide them all (sessions on PostgreSQL, for now) is
+    refused before it is opened. A refusal ends the command (exit 1) with one line on
     standard error and, in JSON mode, ``document`` with the ``error`` on standard output.
     """
     cfg = settings()
     path = cfg.db_path
+    layer = live(path, access=access)
+    missing = sorted(tag.key.rpartition(".")[2] for tag in set(needs) - layer.provides)
+    if missing:
+        fail(f"{shown_database(path)}: this command needs {', '.join(missing)}, which runstore "
+             "does not serve on this kind of database yet; use a SQLite database file",
+             output_format=cfg.output_format, document=document)
     try:
-        with build(live(path, access=access)) as container:
+        with build(layer) as container:
             if access == "read":
                 ready = container.get(DATABASE_HEALTH).readiness()
                 if isinstance(ready, Failure):

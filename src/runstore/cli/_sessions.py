@@ -86,7 +86,7 @@ def _get(result: Result[T, Any]) -> T:
 @contextmanager
 def _repository(*, create: bool = False) -> Iterator[SessionRepository]:
     """The sessions on the command's database: read-only, or created when ``create``."""
-    with opened("create" if create else "read") as container:
+    with opened("create" if create else "read", needs=(SESSION_REPOSITORY,)) as container:
         yield container.get(SESSION_REPOSITORY)
 
 

@@ -110,7 +110,7 @@ class _Services:
 def _services(access: Access = "read") -> Iterator[_Services]:
     """The test-run services on the command's database (read-only unless ``access`` says)."""
     cfg = settings()
-    with opened(access) as container:
+    with opened(access, needs=(DATA_STORE, DATA_READER)) as container:
         yield _Services(
             store=container.get(DATA_STORE),
             reader=container.get(DATA_READER),
