@@ -17,7 +17,7 @@ __all__ = ["cli", "main"]
 _TEST_RUNS = ("runs", "show", "failures", "flaky", "history", "slowest", "coverage", "trends",
               "diff", "prune")
 _COMMANDS = {
-    "db": "runstore.cli._db:db",
+    "db": "runstore.cli._copy:db",  # the db group, with its copy command
     "sessions": "runstore.cli._sessions:sessions",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }

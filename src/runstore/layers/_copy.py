@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.migrations import JOURNAL_TABLE
+from runstore.migrations import JOURNAL_TABLE, POSTGRESQL_FOLDER, shipped_migrations
 from runstore.services.errors import Busy, InvalidInput, OpenError, StorageFailure
 from runstore.services.health import ReadinessError
 
@@ -276,6 +277,7 @@ class _Side(Protocol):
     """What the copy needs of one database."""
 
     shown: str
+    folder: str | None
 
     def migration_ids(self) -> tuple[int, ...]: ...
     def tables(self) -> dict[str, _Table]: ...
@@ -309,6 +311,8 @@ class _Common:
     """The statements both backends spell alike (``mark``: the parameter placeholder)."""
 
     mark = "?"
+    folder: str | None = None
+    """Where this backend's migration files are (None: SQLite's, the runner's default)."""
 
     def __init__(self, db: _Statements, shown: str) -> None:
         self.statements = db
@@ -455,6 +459,7 @@ _PG_KEYS = (
 
 class _PostgresSide(_Common):
     mark = "%s"
+    folder: str | None = POSTGRESQL_FOLDER
 
     def __init__(self, db: PostgresDatabase) -> None:
         super().__init__(db, db.shown)
@@ -628,6 +633,7 @@ def _plan(
     dst_tables: dict[str, _Table],
     *,
     one_sided: str,
+    one_sided_sql: str,
 ) -> Result[_Plan, SchemaMismatch]:
     candidates: dict[str, _Table] = {}
     skipped: dict[str, str] = {}
@@ -640,7 +646,7 @@ def _plan(
             continue
         mine, theirs = set(table.columns), set(other.columns)
         if mine != theirs:
-            if not one_sided:
+            if not re.search(rf"\b{re.escape(name)}\b", one_sided_sql, re.IGNORECASE):
                 return Failure(
                     SchemaMismatch(name, tuple(sorted(mine - theirs)), tuple(sorted(theirs - mine)))
                 )
@@ -662,6 +668,12 @@ def _plan(
                 changed = True
     order, deferred = _foreign_key_order(candidates)
     return Success(_Plan(order, deferred, tuple(sorted(skipped.items()))))
+
+
+def _sql_of(side: _Side, ids: set[int]) -> str:
+    """The text of the migrations ``ids`` of ``side``'s backend."""
+    shipped = shipped_migrations() if side.folder is None else shipped_migrations(side.folder)
+    return "\n".join(m.sql for m in shipped if m.id in ids)
 
 
 def _foreign_key_order(
@@ -777,10 +789,10 @@ def _copy(src: _Side, dst: _Side, *, partial: bool) -> Result[CopyReport, CopyEr
                 return dst_schema
             dst_tables, dst_ids = dst_schema.unwrap()
             src_tables = src.tables()
-            one_sided = ", ".join(
-                f"{n:04d}" for n in sorted(set(src.migration_ids()) ^ set(dst_ids))
-            )
-            planned = _plan(src_tables, dst_tables, one_sided=one_sided)
+            src_ids, dst_set = set(src.migration_ids()), set(dst_ids)
+            one_sided = ", ".join(f"{n:04d}" for n in sorted(src_ids ^ dst_set))
+            sql = _sql_of(src, src_ids - dst_set) + _sql_of(dst, dst_set - src_ids)
+            planned = _plan(src_tables, dst_tables, one_sided=one_sided, one_sided_sql=sql)
             if isinstance(planned, Failure):
                 return planned
             plan = planned.unwrap()
