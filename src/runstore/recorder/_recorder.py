@@ -160,9 +160,9 @@ def _now() -> datetime:
 class RecorderSettings:
     """What a recording session is fixed to when pytest configures.
 
-    ``db_path`` is absolute (or ``:memory:``, or a ``postgresql://`` URL); ``env_db`` is ``$RUNSTORE_DB`` made
-    absolute (None when unset), which the CLI reads as well. ``retention`` is the policy
-    applied after the run (None: keep every run).
+    ``db_path`` is absolute (or ``:memory:``, or a ``postgresql://`` URL); ``env_db`` is
+    ``$RUNSTORE_DB`` made absolute (None when unset), which the CLI reads as well.
+    ``retention`` is the policy applied after the run (None: keep every run).
     """
 
     db_path: str
