@@ -32,6 +32,8 @@ from runstore.services import (
     NewActionRun,
     NewExecution,
     StaleFencingToken,
+    StorageFailure,
+    StorageFailureKind,
 )
 
 WORKERS = 8
@@ -301,3 +303,52 @@ def test_a_duplicate_key_written_past_the_service_is_refused_by_the_index(
             "VALUES ('x', 'q', %s, 99, 'a', 'null', 'queued', 'queued', 1, 0, 'k')",
             (held.id,),
         )
+
+
+# -- units that fail ---------------------------------------------------------------------------
+
+
+def test_an_enclosing_unit_that_fails_rolls_back_its_ledger_writes_and_numbers(dsn: str) -> None:
+    with build(postgres(dsn)) as container:
+        db = container.get(PostgresDatabase)
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        runs: ActionRunStorage = container.get(ActionRunStorage)
+        before = _counters(dsn)
+
+        def unit() -> Result[None, str]:
+            held = _running(executions)
+            runs.queue(NewActionRun("q", held.id, "a"), held.fence).unwrap()
+            assert runs.list("q").unwrap().items  # seen inside the unit
+            return Failure("changed my mind")
+
+        assert db.transact("outer", unit) == Failure("changed my mind")
+        assert _counters(dsn) == before
+        assert executions.list("q").unwrap().items == ()
+        assert runs.list("q").unwrap().items == ()
+        assert executions.create(NewExecution("q", "again")).unwrap().id == "exe_1"
+
+
+def test_a_claim_whose_write_fails_gives_its_fencing_token_back(
+    dsn: str, raw: psycopg.Connection[Any]
+) -> None:
+    raw.execute(
+        "CREATE FUNCTION refuse_doomed() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.lease_owner = 'doomed' THEN RAISE EXCEPTION 'refused'; END IF; "
+        "RETURN NEW; END; $$"
+    )
+    raw.execute(
+        "CREATE TRIGGER refuse_doomed BEFORE UPDATE ON executions "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_doomed()"
+    )
+    with build(postgres(dsn)) as container:
+        executions: ExecutionStorage = container.get(ExecutionStorage)
+        queued = executions.create(NewExecution("q", "job")).unwrap()
+        before = _counters(dsn)
+        failed = executions.claim("q", "doomed", 60_000).failure()
+        assert isinstance(failed, StorageFailure)
+        assert (failed.kind, failed.sqlstate) == (StorageFailureKind.OTHER, "P0001")
+        assert _counters(dsn) == before
+        assert executions.get(queued.id).unwrap() == queued
+        claimed = executions.claim("q", "fine", 60_000).unwrap()
+        assert claimed is not None
+        assert claimed.fencing_token == 1
