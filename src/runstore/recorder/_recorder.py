@@ -409,7 +409,10 @@ class Recorder:
         self._abort_stale(store, reader)
         if not self._writing:
             return
-        start = attrs.evolve(start, environment=environment(self._config))
+        found = environment(self._config)
+        # The command line may hold the database URL: its password is never stored.
+        argv = tuple(scrub_database(arg, self._settings.db_path) for arg in found.command_line)
+        start = attrs.evolve(start, environment=attrs.evolve(found, command_line=argv))
         self._run_id = self._ok(store.begin_run(start), "starting the run")
 
     def _write_batch(
