@@ -1,4 +1,5 @@
-"""The sessions contract on every shipped layer: in memory, SQLite in memory, a file."""
+"""The sessions contract on every shipped layer: in memory, SQLite in memory, a file,
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -33,3 +34,11 @@ class TestSqliteFileSessions(SessionsContract):
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
         numbers = itertools.count()
         return lambda: sqlite(tmp_path / f"sessions-{next(numbers)}.db")
+
+
+class TestPostgresSessions(SessionsContract):
+    """Each layer on a fresh database of the session's PostgreSQL server."""
+
+    @pytest.fixture
+    def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
+        return postgres_layers

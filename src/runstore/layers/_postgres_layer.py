@@ -21,6 +21,7 @@ from runstore.layers._postgres_migrations import (
     migration_status,
     readiness,
 )
+from runstore.layers._postgres_sessions import postgres_sessions
 from runstore.layers._postgres_test_runs import postgres_test_runs
 from runstore.layers._tags import DATABASE_HEALTH
 from runstore.migrations import JOURNAL_TABLE
@@ -176,8 +177,8 @@ def postgres(
     target: str | Pool, settings: PostgresSettings | None = None, *, access: Access = "create"
 ) -> Layer:
     """The PostgreSQL live layer: ``DatabaseHealth``, the test-run services (``DataStore``,
-    ``DataReader``) and the execution ledger (``ExecutionStorage``, ``ActionRunStorage``) on
-    the database ``target`` names.
+    ``DataReader``), the execution ledger (``ExecutionStorage``, ``ActionRunStorage``) and
+    sessions (``SessionRepository``) on the database ``target`` names.
 
     ``target`` is a DSN (``postgresql://user:password@host:5432/dbname`` or
     ``"host=... dbname=..."``; the password never appears in errors or output) or a
@@ -195,6 +196,7 @@ def postgres(
         postgres_health(),
         postgres_test_runs(),
         postgres_ledger(),
+        postgres_sessions(),
     )
 
 
