@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
+import click
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
@@ -18,16 +19,20 @@ from psycopg.conninfo import conninfo_to_dict
 
 from postgres.fixtures import PostgresCluster
 from runstore.cli import cli
+from runstore.cli._guard import opened
+from runstore.cli._settings import Settings
 from runstore.layers import (
+    DATA_READER,
     DATABASE_HEALTH,
+    Tag,
     build,
     live,
     postgres,
     resolve_database,
+    scrub_database,
     shipped_for,
     shown_database,
 )
-from runstore.layers._open import scrub_database
 from runstore.layers._postgres_database import PostgresDatabase
 from runstore.migrations import POSTGRESQL_FOLDER, shipped_ids
 
@@ -144,12 +149,18 @@ def test_runstore_db_names_the_database_as_the_option_does(url: str) -> None:
     assert SECRET not in result.stdout
 
 
-def test_sessions_are_refused_on_postgresql_before_anything_is_opened(
+def test_a_command_needing_a_service_the_layer_lacks_is_refused_before_opening(
     url: str, postgres_dsn: str
 ) -> None:
-    reason = one_line(run("--db", url, "sessions", "list"))
-    assert "needs SessionRepository" in reason
-    assert relations(postgres_dsn) == 0
+    @click.command()
+    def needs_more() -> None:
+        with opened("create", needs=(DATA_READER, Tag("tests.NotServedHere"))):
+            raise AssertionError("opened a database that cannot serve the command")
+
+    result = CliRunner().invoke(needs_more, obj=Settings(db_path=url, output_format="text"))
+    reason = one_line(result)
+    assert "this command needs NotServedHere, which runstore does not serve" in reason
+    assert relations(postgres_dsn) == 0  # not even migrated
 
 
 def test_another_scheme_is_a_usage_error_naming_it_alone() -> None:

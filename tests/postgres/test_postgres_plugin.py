@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -180,27 +179,3 @@ def test_eight_pytest_processes_record_into_one_database_at_once(
             assert run.counts.get("failed") == failing
             assert len(reader.tests(run.id).unwrap()) == CASES
     print(f"8 pytest --runstore processes into one PostgreSQL database: {elapsed:.1f} s")
-
-
-def test_the_readme_block_runs_as_written_on_the_test_server(
-    tmp_path: Path, postgres_dsn: str
-) -> None:
-    """The README's PostgreSQL commands, verbatim but for the URL of the first line."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    marker = "DB='postgresql://"
-    start = readme.index(marker)
-    block = readme[start: readme.index("```", start)]
-    first, _, rest = block.partition("\n")
-    url = url_of(postgres_dsn)
-    script = f"DB='{url}'\n{rest}"
-    (tmp_path / "test_cart.py").write_text(
-        "def test_total():\n    assert sum([120, 250]) == 370\n", encoding="utf-8"
-    )
-    path = os.pathsep.join([str(BIN), os.environ.get("PATH", "")])
-    done = subprocess.run(["sh", "-e", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180, check=False,
-                          env={**env(PATH=path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": ""})
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert first.startswith(marker)
-    assert "run 1" in done.stdout and "1 passed" in done.stdout
-    assert SECRET not in done.stdout + done.stderr
