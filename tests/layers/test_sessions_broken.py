@@ -34,10 +34,17 @@ from runstore.layers import (
     merge,
     sqlite,
 )
+from runstore.layers._postgres_database import PostgresDatabase
+from runstore.layers._postgres_sessions import (
+    _POSTGRES_PATH,
+    _RETAINS_TAIL,
+    PostgresSessionRepository,
+)
 from runstore.services import Clock, FixedClock, NewEntry, NotFound, SessionRepository
 from runstore.services._sessions_rules import AppendPlan, Head, ListingKey, walk_path
 from runstore.services.sessions import BranchMove, Entry, SessionError, SessionRecord
 from runstore.testing import (
+    LayerFactory,
     SessionsContract,
     SessionsContractViolation,
     sessions_state_machine,
@@ -262,3 +269,80 @@ def test_the_same_tests_pass_on_the_layers_they_are_broken_from(
     ):
         with build(merge(factory(), Layer.value(CLOCK, clock))) as container:
             getattr(contract, test)(Sessions(container.get(SessionRepository), clock))
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+
+class WalksPastRetainedTailsOnPostgres(PostgresSessionRepository):
+    """Walks a compaction with a retained tail as if it had none: the PostgreSQL path
+    statement without its retained-tail step."""
+
+    def _path_rows(self, ref: int, start: str, *, to_root: bool, all_bodies: bool) -> list[Any]:
+        return self._postgres.execute(
+            _POSTGRES_PATH.replace(_RETAINS_TAIL, "false"),
+            {"key": ref, "start": start, "walk": int(not to_root), "all_bodies": int(all_bodies)},
+        )
+
+
+class LeafMovesNotLoggedOnPostgres(LeafMovesNotLogged, PostgresSessionRepository):
+    """:class:`LeafMovesNotLogged` over the PostgreSQL layer."""
+
+
+class ForkKeepsTheSourceCwdOnPostgres(ForkKeepsTheSourceCwd, PostgresSessionRepository):
+    """:class:`ForkKeepsTheSourceCwd` over the PostgreSQL layer."""
+
+
+class RefusesWhatPiKeepsOnPostgres(RefusesWhatPiKeeps, PostgresSessionRepository):
+    """:class:`RefusesWhatPiKeeps` over the PostgreSQL layer."""
+
+
+def _on_postgres(postgres_layers: LayerFactory, cls: type[Any]) -> Callable[[], Layer]:
+    return lambda: _service(cls, postgres_layers, PostgresDatabase)
+
+
+def test_the_state_machine_fails_a_broken_postgres_layer(postgres_layers: LayerFactory) -> None:
+    machine = sessions_state_machine(_on_postgres(postgres_layers, LeafMovesNotLoggedOnPostgres))
+    with pytest.raises(SessionsContractViolation):
+        run_state_machine_as_test(machine, settings=FIND_IT)
+
+
+@pytest.mark.parametrize(
+    ("cls", "test"),
+    [
+        (LeafMovesNotLoggedOnPostgres, "test_leaf_moves_are_entries_of_the_log"),
+        (WalksPastRetainedTailsOnPostgres, "test_a_compaction_with_a_retained_tail_stops_the_walk"),
+        (ForkKeepsTheSourceCwdOnPostgres, "test_fork_can_set_the_cwd"),
+        (
+            RefusesWhatPiKeepsOnPostgres,
+            "test_a_first_kept_entry_off_the_path_is_kept_as_pi_keeps_it",
+        ),
+        (PostgresSessionRepository, None),
+    ],
+    ids=lambda value: getattr(value, "__name__", value) if isinstance(value, type) else None,
+)
+def test_the_contract_catches_a_broken_postgres_layer(
+    postgres_layers: LayerFactory, cls: type[Any], test: str | None
+) -> None:
+    """Each broken layer fails its test; the layer they are broken from passes them all."""
+    contract = SessionsContract()
+    clock = FixedClock(T0_MS)
+    tests = (
+        [test]
+        if test is not None
+        else [
+            "test_leaf_moves_are_entries_of_the_log",
+            "test_a_compaction_with_a_retained_tail_stops_the_walk",
+            "test_fork_can_set_the_cwd",
+            "test_a_first_kept_entry_off_the_path_is_kept_as_pi_keeps_it",
+        ]
+    )
+    for name in tests:
+        factory = _on_postgres(postgres_layers, cls)
+        with build(merge(factory(), Layer.value(CLOCK, clock))) as container:
+            sessions = Sessions(container.get(SessionRepository), clock)
+            if test is None:
+                getattr(contract, name)(sessions)
+            else:
+                with pytest.raises(AssertionError):
+                    getattr(contract, name)(sessions)

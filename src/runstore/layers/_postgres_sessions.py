@@ -142,6 +142,7 @@ class PostgresSessionRepository(SqliteSessionRepository):
 
     def __init__(self, db: PostgresDatabase, clock: Clock) -> None:
         self._dialect = _SessionsDialect(db)
+        self._postgres = db
         self._writing = 0
         super().__init__(_as_sqlite(self._dialect), clock)
 
