@@ -53,6 +53,35 @@ def timed(call: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def compare(calls: dict[str, dict[str, Callable[[], Any]]], repeat: int) -> tuple[float, float]:
+    """Time each query of ``calls["small"]`` and ``calls["large"]`` ``repeat`` times after a
+    warm-up, alternating; print the medians; return the ratio large / small of the summed
+    medians and the worst single query's ratio."""
+    samples: dict[str, dict[str, list[float]]] = {
+        label: {name: [] for name in calls[label]} for label in calls
+    }
+    for label in calls:  # warm-up: caches, statement cache, page cache
+        for call in calls[label].values():
+            for _ in range(3):
+                call()
+    for _ in range(repeat):
+        for label in calls:
+            for name, call in calls[label].items():
+                samples[label][name].append(timed(call))
+    medians = {
+        label: {name: statistics.median(times) for name, times in by_name.items()}
+        for label, by_name in samples.items()
+    }
+    print(f"median of {repeat} calls each:")
+    print(f"  {'query':<12} {'small':>10} {'large':>10}  ratio")
+    for name in medians["small"]:
+        small, large = medians["small"][name], medians["large"][name]
+        print(f"  {name:<12} {small * 1000:8.3f}ms {large * 1000:8.3f}ms  {large / small:5.2f}")
+    ratio = sum(medians["large"].values()) / sum(medians["small"].values())
+    worst = max(medians["large"][n] / medians["small"][n] for n in medians["small"])
+    return ratio, worst
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--small-runs", type=int, default=20)
@@ -70,30 +99,7 @@ def main() -> None:
                   f"{path.stat().st_size / 1e6:.0f} MB (built in {built:.1f} s)")
             container = stack.enter_context(build(sqlite(path)))
             calls[label] = queries(container.get(DataReader))
-        samples: dict[str, dict[str, list[float]]] = {
-            label: {name: [] for name in calls[label]} for label in calls
-        }
-        for label in calls:  # warm-up: caches, statement cache, page cache
-            for call in calls[label].values():
-                for _ in range(3):
-                    call()
-        for _ in range(args.repeat):
-            for label in calls:
-                for name, call in calls[label].items():
-                    samples[label][name].append(timed(call))
-        medians = {
-            label: {name: statistics.median(times) for name, times in by_name.items()}
-            for label, by_name in samples.items()
-        }
-        print(f"median of {args.repeat} calls each:")
-        print(f"  {'query':<12} {'small':>10} {'large':>10}  ratio")
-        for name in medians["small"]:
-            small, large = medians["small"][name], medians["large"][name]
-            print(f"  {name:<12} {small * 1000:8.3f}ms {large * 1000:8.3f}ms  {large / small:5.2f}")
-        total_small = sum(medians["small"].values())
-        total_large = sum(medians["large"].values())
-        ratio = total_large / total_small
-        worst = max(medians["large"][n] / medians["small"][n] for n in medians["small"])
+        ratio, worst = compare(calls, args.repeat)
         verdict = "ok" if ratio <= TARGET else "OVER TARGET"
         print(f"ratio of the summed medians {ratio:.2f} (target <= {TARGET}): {verdict}; "
               f"worst single query {worst:.2f}")

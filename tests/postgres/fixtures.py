@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -86,16 +87,24 @@ class _Fresh(str):
     """Container key of the database a fresh layer made (its name)."""
 
 
+@contextmanager
+def cluster() -> Iterator[PostgresCluster]:
+    """The server ``RUNSTORE_TEST_POSTGRES`` names, else a throw-away one, as a cluster
+    (closed, and a throw-away server stopped, on leaving); benchmarks use it too."""
+    external = os.environ.get(ENVIRONMENT, "").strip()
+    server = None if external else TestServer()
+    found = PostgresCluster(server.dsn if server is not None else external, server)
+    try:
+        yield found
+    finally:
+        found.close()
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresCluster]:
     """The session's PostgreSQL server (see the module docstring)."""
-    external = os.environ.get(ENVIRONMENT, "").strip()
-    server = None if external else TestServer()
-    cluster = PostgresCluster(server.dsn if server is not None else external, server)
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    with cluster() as found:
+        yield found
 
 
 @pytest.fixture

@@ -60,6 +60,13 @@ _PARAMETER = re.compile(r"\?(\d*)")
 _NULL_SAFE_IS = re.compile(r"\bIS\s+(?!NOT\b|NULL\b|DISTINCT\b)", re.IGNORECASE)
 _LEAST = re.compile(r"\bmin\(([^(),]+),([^(),]+)\)", re.IGNORECASE)
 _CROSS_JOIN = re.compile(r"\bCROSS\s+JOIN\b", re.IGNORECASE)
+_PLAIN_INSERT = re.compile(
+    r"\s*INSERT\s+INTO\s+(\w+)\s*\(([\w\s,]+)\)\s*VALUES\s*\(\s*\?(?:\s*,\s*\?)*\s*\)\s*",
+    re.IGNORECASE,
+)
+
+COPY_FROM_ROWS = 32
+"""From this many rows on, a plain ``INSERT ... VALUES (?, ...)`` batch is sent as ``COPY``."""
 
 
 class _Statement:
@@ -116,6 +123,17 @@ def translate(sql: str) -> _Statement:
     return _Statement(text, True, frozenset(json_params))
 
 
+@lru_cache(maxsize=256)
+def copy_target(sql: str) -> tuple[str, tuple[str, ...]] | None:
+    """The table and columns of a plain ``INSERT INTO t (a, b) VALUES (?, ?)``, else None
+    (``RETURNING``, ``ON CONFLICT``, ``SELECT``, numbered or fewer parameters)."""
+    match = _PLAIN_INSERT.fullmatch(sql)
+    if match is None:
+        return None
+    columns = tuple(c.strip() for c in match.group(2).split(","))
+    return (match.group(1), columns) if sql.count("?") == len(columns) else None
+
+
 class _Dialect:
     """The statements, units and mirrors the SQLite hooks use, run on PostgreSQL."""
 
@@ -136,8 +154,19 @@ class _Dialect:
         return None if row is None else row[0]
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        """Run ``sql`` once per row; a batch of at least :data:`COPY_FROM_ROWS` rows of a
+        plain ``INSERT INTO t (columns) VALUES (?, ...)`` goes as one ``COPY t (columns)
+        FROM STDIN`` instead: the same rows, constraints and errors (foreign keys are
+        checked at the end of the statement, as for a multi-row INSERT), without the
+        server's per-statement work for each row, which made up most of a large
+        ``record_results`` (see ``benchmarks/postgres_test_runs.py``)."""
+        batch = rows if isinstance(rows, list) else list(rows)
+        target = copy_target(sql)
+        if target is not None and len(batch) >= COPY_FROM_ROWS:
+            self._pg.copy_in(target[0], target[1], batch)
+            return
         statement = translate(sql)
-        self._pg.executemany(statement.sql, [statement.bind(row) for row in rows])
+        self._pg.executemany(statement.sql, [statement.bind(row) for row in batch])
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Row]:
         statement = translate(sql)
