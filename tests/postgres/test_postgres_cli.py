@@ -134,6 +134,24 @@ def test_reading_a_database_without_the_schema_says_so_and_creates_nothing(
     assert relations(postgres_dsn) == 0
 
 
+def test_prune_refuses_a_database_without_the_schema_and_creates_nothing(
+    url: str, postgres_dsn: str
+) -> None:
+    reason = one_line(run("--db", url, "prune", "--keep-runs", "5"))
+    assert reason.startswith("runstore: no runstore database at postgresql://")
+    assert relations(postgres_dsn) == 0
+
+
+def test_another_programs_database_is_refused_by_every_command(
+    url: str, postgres_dsn: str
+) -> None:
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id bigint PRIMARY KEY)")
+    for command in (["show", "latest"], ["db", "status"], ["db", "migrate"], ["db", "check"]):
+        assert "orders" in one_line(run("--db", url, *command))
+    assert relations(postgres_dsn) == 2  # the table and its primary key, nothing added
+
+
 def test_a_migrated_database_without_runs_says_how_to_record_one(url: str) -> None:
     assert run("--db", url, "db", "migrate").exit_code == 0
     assert "no runs recorded in" in one_line(run("--db", url, "show", "latest"))

@@ -11,7 +11,7 @@ import click
 from returns.result import Failure
 
 from runstore.cli._discover import DatabaseChoice
-from runstore.cli._guard import cannot_open_reason
+from runstore.cli._guard import cannot_open_reason, foreign_reason
 from runstore.cli._output import emit_json, fail, say
 from runstore.cli._settings import format_option, settings
 from runstore.exceptions import DatabaseOpenError
@@ -92,9 +92,11 @@ def _health(access: Access) -> Iterator[DatabaseHealth]:
             yield container.get(DATABASE_HEALTH)
     except DatabaseOpenError as exc:
         if access != "read":
-            foreign = isinstance(exc.error, NotARunstoreDatabase) and exc.error.tables
-            fail(str(exc.error) if foreign else f"cannot migrate {shown}: {exc.error}",
-                 output_format=cfg.output_format, document={**fields, "healthy": False})
+            error = exc.error
+            reason = (foreign_reason(path, error)
+                      if isinstance(error, NotARunstoreDatabase) and error.tables
+                      else f"cannot migrate {shown}: {error}")
+            fail(reason, output_format=cfg.output_format, document={**fields, "healthy": False})
         if isinstance(exc.error, NotARunstoreDatabase):
             fail(f"no database at {shown} (create it with: runstore db migrate)",
                  output_format=cfg.output_format,
@@ -110,7 +112,7 @@ def _refuse_foreign(health: DatabaseHealth) -> None:
         error = ready.failure()
         if isinstance(error, NotARunstoreDatabase) and error.tables:
             cfg = settings()
-            fail(str(error), output_format=cfg.output_format,
+            fail(foreign_reason(cfg.db_path, error), output_format=cfg.output_format,
                  document={**_database_fields(cfg.db_path), "exists": True, "healthy": False})
 
 

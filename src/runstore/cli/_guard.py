@@ -30,7 +30,7 @@ from runstore.services.errors import (
     StorageFailureKind,
 )
 
-__all__ = ["cannot_open_reason", "opened"]
+__all__ = ["cannot_open_reason", "foreign_reason", "opened"]
 
 
 def cannot_open_reason(path: str, failure: object) -> str:
@@ -50,10 +50,16 @@ def cannot_open_reason(path: str, failure: object) -> str:
     return reason
 
 
+def foreign_reason(path: str, error: NotARunstoreDatabase) -> str:
+    """The one line refusing ``path``, another program's database, named as the command
+    names it (a URL without its password)."""
+    return f"{shown_database(path)} is not a runstore database: {error.detail}"
+
+
 def _refusal(path: str, error: object) -> str:
     """The one line a command ends with when ``path`` cannot be used for it."""
     if isinstance(error, NotARunstoreDatabase) and error.tables:
-        return str(error)  # another program's file: neither command would make it one
+        return foreign_reason(path, error)  # neither command would make it one
     if isinstance(error, NotARunstoreDatabase):
         return (
             f"no runstore database at {shown_database(path)} (record a run with "

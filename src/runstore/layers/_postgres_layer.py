@@ -17,7 +17,7 @@ from runstore.layers._postgres_database import Pool, PostgresDatabase, PostgresS
 from runstore.layers._postgres_ledger import postgres_ledger
 from runstore.layers._postgres_migrations import (
     apply_migrations,
-    foreign_tables,
+    foreign_database,
     migration_status,
     readiness,
 )
@@ -88,20 +88,12 @@ def _check_and_migrate(db: PostgresDatabase, *, create: bool) -> Result[None, Op
     if isinstance(status, Failure):
         return status
     if not status.unwrap().applied:
-        found = db.read("database check", lambda: Success(foreign_tables(db)))
+        found = db.read("database check", lambda: Success(foreign_database(db)))
         if isinstance(found, Failure):
             return found
-        tables = found.unwrap()
-        if tables:
-            shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
-            return Failure(
-                NotARunstoreDatabase(
-                    db.shown,
-                    f"its schema holds another program's tables ({shown}) and no "
-                    f"{JOURNAL_TABLE} journal; runstore adds its schema only to an empty one",
-                    tables,
-                )
-            )
+        foreign = found.unwrap()
+        if foreign is not None:
+            return Failure(foreign)
         if not create:
             return Failure(NotARunstoreDatabase(db.shown, f"it holds no {JOURNAL_TABLE} journal"))
     migrated = apply_migrations(db)

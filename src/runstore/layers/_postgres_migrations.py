@@ -35,7 +35,14 @@ from runstore.services.errors import (
 )
 from runstore.services.health import AppliedMigration, ReadinessError
 
-__all__ = ["MIGRATION_LOCK", "apply_migrations", "foreign_tables", "migration_status", "readiness"]
+__all__ = [
+    "MIGRATION_LOCK",
+    "apply_migrations",
+    "foreign_database",
+    "foreign_tables",
+    "migration_status",
+    "readiness",
+]
 
 MIGRATION_LOCK = 0x72756E73746F7265
 """The advisory lock key migrations hold (the bytes of ``runstore`` as a bigint)."""
@@ -104,15 +111,31 @@ def foreign_tables(db: PostgresDatabase) -> tuple[str, ...]:
     return tuple(row[0] for row in rows)
 
 
+def foreign_database(db: PostgresDatabase) -> NotARunstoreDatabase | None:
+    """The refusal of ``db`` when its schema holds no journal but another program's tables
+    or views (named, at most five in the text, all in ``tables``); None when it has the
+    journal or holds nothing. Call it inside a read or a unit of work."""
+    tables = foreign_tables(db)
+    if not tables:
+        return None
+    shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+    return NotARunstoreDatabase(
+        db.shown,
+        f"its schema holds another program's tables ({shown}) and no {JOURNAL_TABLE} "
+        "journal; runstore adds its schema only to an empty one",
+        tables,
+    )
+
+
 def readiness(db: PostgresDatabase) -> Result[None, ReadinessError]:
     """Whether this code can read ``db`` as it is, from its journal alone: the failures of
     :meth:`runstore.services.DatabaseHealth.readiness`, in its order."""
 
     def read() -> Result[None, ReadinessError]:
         if not _journal_exists(db):
-            tables = foreign_tables(db)
+            foreign = foreign_database(db)
             detail = f"it holds no {JOURNAL_TABLE} journal"
-            return Failure(NotARunstoreDatabase(db.shown, detail, tables))
+            return Failure(foreign or NotARunstoreDatabase(db.shown, detail))
         return journal_readiness(_read_journal(db), shipped_ids(POSTGRESQL_FOLDER))
 
     return db.read("database readiness", read)
