@@ -17,9 +17,10 @@ from returns.result import Failure, Result, Success
 
 from postgres.test_postgres_cli import url_of
 from runstore.cli import cli
-from runstore.layers import build, postgres
+from runstore.layers import Layer, SqliteDatabase, build, postgres, sqlite
+from runstore.layers._postgres_database import PostgresDatabase
 from runstore.services import NewEntry, NewSession, SessionRepository
-from runstore.services.errors import Conflict
+from runstore.services.errors import Conflict, StorageFailure, StorageFailureKind
 
 FILES = Path(__file__).resolve().parents[2].parent / "shared" / "acceptance" / "pi-sessions"
 TREE_ID = "5f0c2a8e-3b1d-4c6e-9a7f-2d8e4b6c1a90"
@@ -134,16 +135,35 @@ def test_creates_of_one_id_on_many_clients_make_one_session(postgres_dsn: str) -
         assert [s.id for s in c.get(SessionRepository).list().unwrap().items] == ["same"]
 
 
-def test_the_schema_refuses_to_change_an_entry_with_sqlites_message(
-    postgres_dsn: str, tmp_path: Path
-) -> None:
+def _update_refused(db: PostgresDatabase | SqliteDatabase) -> StorageFailureKind:
+    def update() -> Result[None, Any]:
+        db.execute("UPDATE session_entries SET type = 'custom'")
+        return Success(None)
+
+    refused = db.transact("change an entry", update)
+    assert isinstance(refused, Failure)
+    failure = refused.failure()
+    assert isinstance(failure, StorageFailure)
+    return failure.kind
+
+
+def test_the_schema_refuses_to_change_an_entry_with_sqlites_message(postgres_dsn: str) -> None:
     """Migration 0009: an UPDATE of an entry or a body is a constraint error (SQLSTATE class
-    23) with the message of SQLite's trigger; deleting the session still cascades."""
-    with build(postgres(postgres_dsn)) as c:
-        repo = c.get(SessionRepository)
-        repo.create(NewSession(id="s", cwd="/w")).unwrap()
-        entry = NewEntry.message("e1", None, {"role": "user", "content": "hi"}, timestamp=1)
-        repo.open("s").unwrap().append(entry).unwrap()
+    23) with the message of SQLite's trigger, a ``StorageFailure`` of the kind SQLite's is;
+    deleting the session still cascades."""
+    entry = NewEntry.message("e1", None, {"role": "user", "content": "hi"}, timestamp=1)
+    kinds = []
+    backends: tuple[tuple[Layer, type[Any]], ...] = (
+        (postgres(postgres_dsn), PostgresDatabase),
+        (sqlite(":memory:"), SqliteDatabase),
+    )
+    for layer, database in backends:
+        with build(layer) as c:
+            repo = c.get(SessionRepository)
+            repo.create(NewSession(id="s", cwd="/w")).unwrap()
+            repo.open("s").unwrap().append(entry).unwrap()
+            kinds.append(_update_refused(c.get(database)))
+    assert kinds == [StorageFailureKind.CONSTRAINT] * 2
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         for statement in (
             "UPDATE session_entries SET type = 'custom'",
