@@ -78,8 +78,8 @@ def opened(
 
     With ``"read"`` the database must also be ready to read
     (``DatabaseHealth.readiness``). ``needs`` are the services the command uses: a
-    database whose layer does not provide them all (sessions on PostgreSQL, for now) is
-    refused before it is opened. A refusal ends the command (exit 1) with one line on
+    database whose layer does not provide them all is refused before it is opened (nothing
+    is created or migrated). A refusal ends the command (exit 1) with one line on
     standard error and, in JSON mode, ``document`` with the ``error`` on standard output.
     """
     cfg = settings()
