@@ -64,6 +64,7 @@ __all__ = [
     "CopyError",
     "CopyMismatch",
     "CopyReport",
+    "CounterSet",
     "DestinationNotEmpty",
     "NotCopied",
     "RowsNotCopyable",
