@@ -132,7 +132,7 @@ def test_a_new_or_empty_file_is_still_created(tmp_path: Path, make: str) -> None
 def test_runstores_own_empty_journal_is_not_foreign(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     open_database(path).unwrap().close()
-    assert open_database(path, access="write").map(lambda db: db.close()) == Success(None)
+    assert open_database(path, access="write").bind(lambda db: db.close()) == Success(None)
 
 
 @pytest.mark.parametrize(
