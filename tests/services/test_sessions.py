@@ -13,7 +13,7 @@ from returns.result import Failure, Result, Success
 
 from runstore import services
 from runstore.services import InvalidInput, ModelRef, NewEntry
-from runstore.services._sessions_rules import SESSIONS_CURSOR, check_listing
+from runstore.services._sessions_rules import SESSIONS_CURSOR, check_listing, walk_step
 from runstore.services.pagination import CursorCodec
 from runstore.services.sessions import (
     ROOT_STATE,
@@ -304,14 +304,58 @@ def test_name_labels_model_and_thinking_are_the_latest_appended() -> None:
 
 def test_state_follows_the_path() -> None:
     state = next_state(None, "thinking_level_change", {"thinkingLevel": "low"})
-    assert state == EntryState(None, "low", None)
+    assert state == EntryState(None, "low")
     same = next_state(state, "message", {"message": {"role": "user"}})
     assert same is state
     modelled = next_state(state, "message", _assistant({}))
-    assert modelled == EntryState(ModelRef("p", "m"), "low", None)
+    assert modelled == EntryState(ModelRef("p", "m"), "low")
     assert next_state(modelled, "message", _assistant({})) is modelled
-    assert next_state(modelled, "compaction", {"firstKeptEntryId": "k"}).anchor_id == "k"
+    # A compaction or a leaf move changes neither: the state is over the whole path.
+    assert next_state(modelled, "compaction", {"firstKeptEntryId": "k"}) is modelled
+    assert next_state(modelled, "leaf", {"targetId": None}) is modelled
     assert next_state(None, "custom", {}) is ROOT_STATE
+
+
+@pytest.mark.parametrize(
+    ("steps", "stops_at"),
+    [
+        ([("a", "message", {})], None),
+        (
+            [
+                ("k", "compaction", {"firstKeptEntryId": "b"}),
+                ("c", "message", {}),
+                ("b", "message", {}),
+                ("a", "message", {}),
+            ],
+            "b",
+        ),
+        ([("k", "compaction", {"retainedTail": []}), ("a", "message", {})], "k"),
+        ([("k", "compaction", {"firstKeptEntryId": "zz"}), ("a", "message", {})], None),
+        # The first kept entry is not met before an older compaction: that one's rule holds.
+        (
+            [
+                ("k2", "compaction", {"firstKeptEntryId": "a"}),
+                ("k1", "compaction", {"firstKeptEntryId": "c"}),
+                ("c", "message", {}),
+                ("a", "message", {}),
+            ],
+            "c",
+        ),
+        ([("k", "compaction", {"firstKeptEntryId": "k"}), ("a", "message", {})], None),
+    ],
+)
+def test_the_walk_stops_where_seed_004_stops(
+    steps: list[tuple[str, str, dict[str, Any]]], stops_at: str | None
+) -> None:
+    """walk_step over a path read from the leaf towards the root (getPathToRootOrCompaction)."""
+    pending: str | None = None
+    stopped: str | None = None
+    for entry_id, entry_type, payload in steps:
+        done, pending = walk_step(entry_id, entry_type, payload, pending)
+        if done:
+            stopped = entry_id
+            break
+    assert stopped == stops_at
 
 
 def test_context_puts_the_compaction_summary_first() -> None:
@@ -361,9 +405,9 @@ def test_context_puts_the_compaction_summary_first() -> None:
 # -- cursors -------------------------------------------------------------------------------------
 
 
-@given(st.integers(min_value=1, max_value=2**62))
-def test_listing_cursors_name_a_session_key(key: int) -> None:
-    assert check_listing(10, SESSIONS_CURSOR.encode(key)) == Success(key)
+@given(st.integers(min_value=0, max_value=2**62), st.integers(min_value=1, max_value=2**62))
+def test_listing_cursors_name_a_creation_time_and_a_session_key(created: int, key: int) -> None:
+    assert check_listing(10, SESSIONS_CURSOR.encode(created, key)) == Success((created, key))
     assert check_listing(10, None) == Success(None)
 
 
