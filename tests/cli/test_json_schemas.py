@@ -40,6 +40,8 @@ CASES: list[tuple[str, list[str], int]] = [
     ("db-status.json", ["db", "migrate"], 0),
     ("db-status.json", ["db", "status"], 0),
     ("db-check.json", ["db", "check"], 0),
+    ("db-copy.json", ["db", "copy", "SELF", "NEW"], 0),
+    ("error.json", ["db", "copy", "SELF", "SELF"], 1),
     ("runs.json", ["runs", "--project", "zoo"], 0),
     ("runs.json", ["runs", "--all-projects", "--limit", "2"], 0),
     ("show.json", ["show", "4"], 0),
@@ -111,8 +113,9 @@ def db(zoo_db: Path, tmp_path: Path) -> Path:
 
 def _invoke(db: Path, args: list[str]) -> tuple[int, Any]:
     folder = db.parent
-    args = [str(folder / "session.jsonl") if a == "TRANSCRIPT" else
-            str(folder / "out.jsonl") if a == "OUT" else a for a in args]
+    places = {"TRANSCRIPT": folder / "session.jsonl", "OUT": folder / "out.jsonl",
+              "SELF": db, "NEW": folder / "copy.db"}
+    args = [str(places[a]) if a in places else a for a in args]
     result = CliRunner().invoke(cli, ["--db", str(db), "--format", "json", *args],
                                 catch_exceptions=False)
     return result.exit_code, json.loads(result.stdout)
