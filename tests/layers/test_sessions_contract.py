@@ -37,7 +37,12 @@ class TestSqliteFileSessions(SessionsContract):
 
 
 class TestPostgresSessions(SessionsContract):
-    """Each layer on a fresh database of the session's PostgreSQL server."""
+    """Each layer on a fresh database of the session's PostgreSQL server. The state machine
+    runs fewer examples (about 2 s each on 2 shared cores, a fresh database apiece)."""
+
+    state_machine_settings: ClassVar[settings] = settings(
+        SessionsContract.state_machine_settings, max_examples=25
+    )
 
     @pytest.fixture
     def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
