@@ -13,6 +13,7 @@ from returns.result import Failure, Result, Success
 from runstore.exceptions import DatabaseOpenError
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._open import Access
+from runstore.layers._postgres_agents import postgres_agents
 from runstore.layers._postgres_database import Pool, PostgresDatabase, PostgresSettings
 from runstore.layers._postgres_ledger import postgres_ledger
 from runstore.layers._postgres_migrations import (
@@ -169,8 +170,9 @@ def postgres(
     target: str | Pool, settings: PostgresSettings | None = None, *, access: Access = "create"
 ) -> Layer:
     """The PostgreSQL live layer: ``DatabaseHealth``, the test-run services (``DataStore``,
-    ``DataReader``), the execution ledger (``ExecutionStorage``, ``ActionRunStorage``) and
-    sessions (``SessionRepository``) on the database ``target`` names.
+    ``DataReader``), the execution ledger (``ExecutionStorage``, ``ActionRunStorage``),
+    agent state (``AgentStorage``) and sessions (``SessionRepository``) on the database
+    ``target`` names.
 
     ``target`` is a DSN (``postgresql://user:password@host:5432/dbname`` or
     ``"host=... dbname=..."``; the password never appears in errors or output) or a
@@ -188,6 +190,7 @@ def postgres(
         postgres_health(),
         postgres_test_runs(),
         postgres_ledger(),
+        postgres_agents(),
         postgres_sessions(),
     )
 
