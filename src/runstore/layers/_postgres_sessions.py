@@ -6,7 +6,9 @@ through the test-run layer's SQLite-to-PostgreSQL translation (``_postgres_test_
 both backends run the same statements and the same rules and give the same records. Three
 statements are SQLite's own (the recursive path walk reads ``json_extract`` and ``json_type``
 of a compaction's body, and they take named parameters); they run as the PostgreSQL forms
-below, which read the body as ``json`` (not ``jsonb``, which refuses ``\\u0000``). What else
+below, which read the body as ``json`` (not ``jsonb``, which refuses ``\\u0000``) and take
+each step of a walk as a ``LATERAL`` primary-key lookup (``LIMIT 1`` keeps it one: planned
+as a join, a step may scan the whole session, which makes a walk quadratic). What else
 differs is how a unit of work keeps its facts true until it commits, since PostgreSQL runs
 writers at once where SQLite's ``BEGIN IMMEDIATE`` runs them one by one.
 
@@ -84,7 +86,8 @@ WITH RECURSIVE up(id, parent_id, seq, type, timestamp_ms, pending, done) AS (
            CASE WHEN e.type = 'compaction' THEN {_FIRST_KEPT} ELSE up.pending END,
            %(walk)s <> 0 AND (e.id IS NOT DISTINCT FROM up.pending
                               OR (e.type = 'compaction' AND {_RETAINS_TAIL}))
-      FROM up JOIN session_entries AS e ON e.session_key = %(key)s AND e.id = up.parent_id
+      FROM up CROSS JOIN LATERAL (SELECT * FROM session_entries AS s
+           WHERE s.session_key = %(key)s AND s.id = up.parent_id LIMIT 1) AS e
      WHERE NOT up.done
 )
 SELECT up.id, up.parent_id, up.seq, up.type, up.timestamp_ms, b.body
@@ -99,7 +102,8 @@ WITH RECURSIVE up(id, parent_id) AS (
     SELECT id, parent_id FROM session_entries WHERE session_key = %(key)s AND id = %(start)s
     UNION ALL
     SELECT e.id, e.parent_id
-      FROM up JOIN session_entries AS e ON e.session_key = %(key)s AND e.id = up.parent_id
+      FROM up CROSS JOIN LATERAL (SELECT * FROM session_entries AS s
+           WHERE s.session_key = %(key)s AND s.id = up.parent_id LIMIT 1) AS e
      WHERE up.id <> %(target)s
 )
 SELECT count(*) FROM up WHERE id = %(target)s
@@ -110,7 +114,8 @@ WITH RECURSIVE up(id, parent_id) AS (
     SELECT id, parent_id FROM session_entries WHERE session_key = %(key)s AND id = %(start)s
     UNION ALL
     SELECT e.id, e.parent_id
-      FROM up JOIN session_entries AS e ON e.session_key = %(key)s AND e.id = up.parent_id
+      FROM up CROSS JOIN LATERAL (SELECT * FROM session_entries AS s
+           WHERE s.session_key = %(key)s AND s.id = up.parent_id LIMIT 1) AS e
 )
 SELECT e.id, e.parent_id, e.type, e.timestamp_ms, {_STATE_COLUMNS}, b.body
   FROM up JOIN session_entries AS e ON e.session_key = %(key)s AND e.id = up.id
