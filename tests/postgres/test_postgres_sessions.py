@@ -176,3 +176,51 @@ def test_the_schema_refuses_to_change_an_entry_with_sqlites_message(postgres_dsn
         conn.execute("DELETE FROM sessions")
         row = conn.execute("SELECT count(*) FROM session_entries").fetchone()
         assert row == (0,)
+
+
+def test_each_step_of_a_walk_is_one_primary_key_lookup(postgres_dsn: str) -> None:
+    """The path, ancestor and copy walks look each parent up by the primary key; planned as
+    a join, each step scanned every entry of the session (a walk quadratic in its length)."""
+    from runstore.layers._postgres_sessions import (
+        _POSTGRES_ANCESTOR,
+        _POSTGRES_COPY,
+        _POSTGRES_PATH,
+    )
+
+    with build(postgres(postgres_dsn)) as c:
+        repo = c.get(SessionRepository)
+        repo.create(NewSession(id="s", cwd="/w")).unwrap()
+        entries = [
+            NewEntry.message(
+                f"e{i}", f"e{i - 1}" if i else None, {"role": "user", "content": "x"}, timestamp=i
+            )
+            for i in range(1000)
+        ]
+        repo.open("s").unwrap().append_many(entries).unwrap()
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute("ANALYZE session_entries")
+        row = conn.execute("SELECT key FROM sessions").fetchone()
+        assert row is not None
+        start = {"key": row[0], "start": "e999"}
+        for sql, params in (
+            (_POSTGRES_PATH, {**start, "walk": 1, "all_bodies": 0}),
+            (_POSTGRES_ANCESTOR, {**start, "target": "e0"}),
+            (_POSTGRES_COPY, start),
+        ):
+            document = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()
+            assert document is not None
+            step = _recursive_step(document[0][0]["Plan"])
+            scans = {(n["Node Type"], n.get("Index Name")) for n in _nodes(step)}
+            assert ("Index Scan", "session_entries_pkey") in scans, scans
+            assert not {kind for kind, _ in scans} & {"Hash Join", "Merge Join", "Seq Scan"}
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(n for child in plan.get("Plans", ()) for n in _nodes(child))]
+
+
+def _recursive_step(plan: dict[str, Any]) -> dict[str, Any]:
+    """The recursive term of the plan's ``Recursive Union``."""
+    union = next(n for n in _nodes(plan) if n["Node Type"] == "Recursive Union")
+    step: dict[str, Any] = union["Plans"][1]
+    return step
