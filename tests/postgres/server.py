@@ -13,7 +13,8 @@ runs the server, and this module does the same through the wheel's helpers.
 
 Servers live in ``/dev/shm`` where it exists (their data is thrown away). Settings: a
 Unix socket in the server's folder only (no TCP), ``fsync``,
-``full_page_writes`` and ``synchronous_commit`` off (the data is thrown away), C collation
+``full_page_writes`` and ``synchronous_commit`` off (the data is thrown away; a
+``durable`` server keeps ``synchronous_commit`` on), C collation
 (byte order, which is Python's order of ``str``).
 """
 
@@ -143,7 +144,10 @@ class TestServer:
 
     __test__ = False  # not a test class, whatever pytest thinks of the name
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        """Start a server; ``durable`` keeps ``synchronous_commit`` on, so that a commit
+        survives :meth:`halt` (off, the last commits are lost with the WAL buffers)."""
+        self._synchronous_commit = "on" if durable else "off"
         clear_stale()
         SERVERS.mkdir(mode=0o755, exist_ok=True)
         self.folder = Path(tempfile.mkdtemp(prefix="pg-", dir=SERVERS))
@@ -155,14 +159,25 @@ class TestServer:
         self._user = self._prepare()
         started = time.perf_counter()
         self._initdb()
+        self.start()
+        self.start_seconds = time.perf_counter() - started
+        self.dsn = f"host={self.socket_dir} user=postgres dbname=postgres"
+
+    def start(self) -> None:
+        """Start the server on its data folder and socket (again, after :meth:`halt`)."""
         self._run(
             "pg_ctl", "-D", str(self.pgdata), "-l", str(self.log), "-w", "-t", "60",
             "-o", f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off"
-            " -c full_page_writes=off -c synchronous_commit=off -c max_connections=200",
+            " -c full_page_writes=off -c max_connections=200"
+            f" -c synchronous_commit={self._synchronous_commit}",
             "start",
         )
-        self.start_seconds = time.perf_counter() - started
-        self.dsn = f"host={self.socket_dir} user=postgres dbname=postgres"
+
+    def halt(self) -> None:
+        """Stop the server at once (``pg_ctl -m immediate``: every session is cut off, no
+        checkpoint), keeping its folder, so that :meth:`start` brings it back as after a
+        crash."""
+        self._run("pg_ctl", "-D", str(self.pgdata), "-m", "immediate", "-w", "stop")
 
     def _prepare(self) -> str | None:
         if os.geteuid() != 0:

@@ -13,7 +13,10 @@ no connection between units, many containers (one per thread) can share one pool
 connection the server dropped (a restart, ``pg_terminate_backend``) is discarded by the
 pool: that unit returns ``StorageFailure`` of kind ``connection`` and the next one runs on
 a fresh connection, with no new container. A unit that loses its connection before its
-first statement ran is tried once more on a fresh one.
+first statement ran is tried once more on a fresh one. While the server is down a unit waits
+``connect_timeout_s`` for a connection and returns ``StorageFailure`` of kind
+``connection``; the pool gives up each failing reconnection within half that time, so the
+first unit after the server is back connects afresh.
 
 Isolation. ``transact`` runs ``READ COMMITTED``: each layer takes the explicit locks its
 rules need (a transaction-level advisory lock per domain, ``SELECT ... FOR UPDATE``, or
@@ -250,6 +253,11 @@ class PostgresDatabase(UnitOfWork):
             kwargs=kwargs,
             configure=_configure,
             timeout=float(settings.connect_timeout_s),
+            # Give up a failing reconnection within half a unit's wait, so the next unit
+            # starts a fresh one at once: left to back off (1 s doubling, for 5 min by
+            # default), the pool stayed without connections long after a restarted server
+            # was back.
+            reconnect_timeout=settings.connect_timeout_s / 2,
             name="runstore",
         )
         pool.open(wait=False)
