@@ -131,6 +131,43 @@ def test_an_unreachable_server_is_one_warning_without_the_password(tmp_path: Pat
     assert "Connection refused" in line
 
 
+LOGGER_WATCH = """\
+import logging
+import threading
+from pathlib import Path
+
+class Watched(dict):
+    '''logging's table of loggers, noting each logger added off the main thread.'''
+
+    off_main = []
+
+    def __setitem__(self, name, value):
+        if threading.current_thread() is not threading.main_thread():
+            self.off_main.append(name)
+        super().__setitem__(name, value)
+
+logging.Logger.manager.loggerDict = Watched(logging.Logger.manager.loggerDict)
+
+def pytest_unconfigure(config):
+    Path(__file__).with_name("off_main.txt").write_text("\\n".join(Watched.off_main))
+"""
+
+
+def test_the_postgresql_driver_makes_no_logger_while_a_test_runs(tmp_path: Path) -> None:
+    # pytest iterates logging's table of loggers at every test phase (catching_logs), so a
+    # logger that psycopg's import makes on the writer thread meanwhile failed a test's
+    # setup with "dictionary changed size during iteration", once in many runs. Every
+    # logger made off the main thread is such a chance; the driver's must all be made
+    # before the first test.
+    project = committed_project(tmp_path / "shop", FLAKY_PROJECT)
+    (project / "conftest.py").write_text(LOGGER_WATCH, encoding="utf-8")
+    url = f"postgresql://runner:{SECRET}@127.0.0.1:1/runs"  # the import is the same
+    done = run(project, *pytest_args("--runstore", f"--runstore-db={url}"), RATES="warm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not recorded: opening the database" in summary_line(done)  # it did try
+    assert (project / "off_main.txt").read_text(encoding="utf-8") == ""
+
+
 CASES = 30
 """Tests in each of the eight concurrent projects; every fifth fails."""
 

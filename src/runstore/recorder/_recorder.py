@@ -18,6 +18,8 @@ Only the process that sees every report records: a plain pytest process, or the
   hooks hand it finished items, and it writes them in batches of at most
   :data:`BATCH_ITEMS` items, or when the oldest is :data:`BATCH_SECONDS` old even while a
   test hangs, so a killed run keeps every result that finished a second before the kill.
+  The layer is composed, and its driver imported, on the main thread before that thread
+  starts: an import there would race pytest over logging's table of loggers (``_start``).
 - The run ends ``interrupted`` on Ctrl-C (``pytest_keyboard_interrupt``, also called for
   ``pytest.exit``, but not for pytest's own stop after collection errors), an internal
   error, or SIGTERM, which is recorded at once and then handed on as without runstore
@@ -310,6 +312,7 @@ class Recorder:
         self._resolver = PathResolver(settings.rootdir, settings.invocation_dir)
         self._assembler = ItemAssembler(self._resolver)
         self._stack = ExitStack()
+        self._layer: Layer | None = None
         self._writer = Writer(self._open, self._write_batch,
                               max_age=BATCH_SECONDS, max_items=BATCH_ITEMS)
         self._term = TermHook(self._on_sigterm)
@@ -365,12 +368,9 @@ class Recorder:
     # -- on the writer thread ------------------------------------------------------------
 
     def _open(self) -> tuple[DataStore, DataReader, Callable[[], None]]:
-        layer: Layer = merge(
-            live(self._settings.db_path, CONNECTION),
-            Layer.value(Clock, PinnedClock()),
-        )
+        assert self._layer is not None  # composed by _start before the thread starts
         try:
-            container = self._stack.enter_context(build(layer))
+            container = self._stack.enter_context(build(self._layer))
         except Exception as exc:
             self._fail(f"opening the database: {type(exc).__name__}: {safe_str(exc)}")
             raise
@@ -560,6 +560,12 @@ class Recorder:
             started_at=_session_start(self._config),
             selection=self._selection,
         )
+        # Composing the layer imports its driver (psycopg and psycopg_pool for a URL), and
+        # an import makes module loggers: here, on the main thread, and never on the writer
+        # thread, since pytest iterates logging's table of loggers at every test phase
+        # (``catching_logs``) and fails the test being set up when a logger is added meanwhile
+        # ("dictionary changed size during iteration"). Only building it waits for the database.
+        self._layer = merge(live(settings.db_path, CONNECTION), Layer.value(Clock, PinnedClock()))
         self._writing = True
         self._writer.start()
         self._started = True
