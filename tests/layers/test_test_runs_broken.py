@@ -8,6 +8,8 @@ state machine of ``runstore.testing`` must catch each of them (and say where).
 The searches are steered: the machine gets extra rules that make whole runs, coverage and
 hard pruning likely (``_biased``) and its pools are narrowed, so each broken layer is caught
 within seconds; the control test drives a correct wrapper through the same steered machine.
+Each breakage is also wrapped around the PostgreSQL layer, and fails there the program that
+caught it on memory; the correct wrapper around it passes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from hypothesis import Phase as HypothesisPhase
 from hypothesis import settings
 from hypothesis import strategies as st
+from hypothesis.database import InMemoryExampleDatabase
 from hypothesis.stateful import rule, run_state_machine_as_test
 from returns.result import Failure, Result, Success
 
@@ -185,17 +188,18 @@ class PassThrough:
         return self.inner_reader.compare(run_a, run_b)
 
 
-def broken(kind: type[PassThrough]) -> LayerFactory:
-    """A layer factory providing ``kind`` wrapped around a fresh in-memory layer."""
+def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:
+    """A layer factory providing ``kind`` wrapped around a fresh layer of ``inner`` (the
+    in-memory one by default; each PostgreSQL one on a database of its own)."""
 
     def factory() -> Layer:
         def make(c: Container) -> Generator[PassThrough, None, None]:
             clock = c.get(Clock)
-            inner_layer = merge(in_memory(), Layer.value(Clock, clock))
-            with build(inner_layer) as inner:
+            inner_layer = merge(inner(), Layer.value(Clock, clock))
+            with build(inner_layer) as built:
                 yield kind(
-                    inner.get(DataStore),
-                    inner.get(DataReader),
+                    built.get(DataStore),
+                    built.get(DataReader),
                     clock,
                 )
 
@@ -499,39 +503,77 @@ SEARCH = settings(
 )
 
 
-@pytest.mark.parametrize(
-    ("kind", "narrow", "symptoms"),
-    [
-        (HalfBatchOnFailure, {}, ("tests(", "counts=")),
-        (CountsTrustInput, {}, ("counts",)),
-        (UntrimmedHistory, {"projects": ("alpha",), "max_nodeids": 1}, ("history(",)),
-        (
-            CoverageDiesWithItsRun,
-            {"projects": ("alpha",), "invocations": ("inv-1",)},
-            ("coverage", "pruned_files"),
-        ),
-        (CleanBreakIsFlaky, {"projects": ("alpha",), "max_nodeids": 1}, ("classify(",)),
-        (NewNotFrozen, {"projects": ("alpha",), "max_nodeids": 1}, ("is_new", "failures(")),
-    ],
-)
-def test_the_contract_catches_a_broken_layer(
-    kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
+CASES = [
+    (HalfBatchOnFailure, {}, ("tests(", "counts=")),
+    (CountsTrustInput, {}, ("counts",)),
+    (UntrimmedHistory, {"projects": ("alpha",), "max_nodeids": 1}, ("history(",)),
+    (
+        CoverageDiesWithItsRun,
+        {"projects": ("alpha",), "invocations": ("inv-1",)},
+        ("coverage", "pruned_files"),
+    ),
+    (CleanBreakIsFlaky, {"projects": ("alpha",), "max_nodeids": 1}, ("classify(",)),
+    (NewNotFrozen, {"projects": ("alpha",), "max_nodeids": 1}, ("is_new", "failures(")),
+]
+"""Each broken layer, the narrowed pools its search needs, and a word its report holds."""
+
+
+def _caught(
+    kind: type[PassThrough],
+    narrow: dict[str, Any],
+    symptoms: tuple[str, ...],
+    search: settings,
+    inner: LayerFactory = in_memory,
 ) -> None:
-    machine = _biased(test_runs_state_machine(broken(kind)), **narrow)
+    """The steered ``search`` over ``kind`` wrapped around ``inner`` fails with a symptom."""
+    machine = _biased(test_runs_state_machine(broken(kind, inner)), **narrow)
     if kind in (UntrimmedHistory, CleanBreakIsFlaky):
         machine = _deep_history(machine)
     if kind is NewNotFrozen:
         machine = _overlapping_runs(machine)
     with pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(machine, settings=SEARCH)
+        run_state_machine_as_test(machine, settings=search)
     message = str(caught.value)
     assert any(s in message for s in symptoms), message[:2_000]
+
+
+@pytest.mark.parametrize(("kind", "narrow", "symptoms"), CASES)
+def test_the_contract_catches_a_broken_layer(
+    kind: type[PassThrough], narrow: dict[str, Any], symptoms: tuple[str, ...]
+) -> None:
+    _caught(kind, narrow, symptoms, SEARCH)
+
+
+@pytest.mark.parametrize(("kind", "narrow", "symptoms"), CASES)
+def test_the_contract_catches_a_broken_postgres_layer(
+    postgres_layers: LayerFactory,
+    kind: type[PassThrough],
+    narrow: dict[str, Any],
+    symptoms: tuple[str, ...],
+) -> None:
+    """The same breakage wrapped around the PostgreSQL layer fails the program that caught
+    it on memory. The search runs on memory (seconds; on PostgreSQL, each example on a
+    database of its own, it took minutes) and keeps the failing program; only that program
+    is run on PostgreSQL (hypothesis' reuse phase replays it, step for step)."""
+    found = InMemoryExampleDatabase()
+    _caught(kind, narrow, symptoms, settings(SEARCH, database=found))
+    replay = settings(SEARCH, database=found, phases=[HypothesisPhase.reuse])
+    _caught(kind, narrow, symptoms, replay, postgres_layers)
 
 
 def test_a_correct_wrapper_passes() -> None:
     """The delegating base itself, driven by the same biased machine, is correct: the
     failures above come from the breakage, not from the wrapping or the bias."""
-    machine = _deep_history(_biased(test_runs_state_machine(broken(PassThrough))))
+    _passes(in_memory)
+
+
+def test_a_correct_wrapper_passes_on_postgres(postgres_layers: LayerFactory) -> None:
+    """The delegating base around the PostgreSQL layer passes the same steered machine."""
+    _passes(postgres_layers)
+
+
+def _passes(inner: LayerFactory) -> None:
+    machine = _deep_history(_biased(test_runs_state_machine(broken(PassThrough, inner))))
     run_state_machine_as_test(
         machine,
         settings=settings(max_examples=4, stateful_step_count=20, deadline=None, database=None),
