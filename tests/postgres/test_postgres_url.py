@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from runstore.exceptions import MissingExtra
+from runstore.exceptions import DatabaseOpenError, MissingExtra
 from runstore.layers import DATA_READER, build, database_path_problem, postgres
 from runstore.layers._open import POSTGRES_EXTRA, postgres_url
+from runstore.services.errors import StorageFailure, StorageFailureKind
 
 
 def _without_psycopg(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,3 +42,24 @@ def test_with_the_extra_a_url_opens_the_postgresql_layer(postgres_dsn: str) -> N
     assert "unused-pw" not in (database_path_problem(url) or "")
     with build(postgres(url)) as c:
         assert c.get(DATA_READER).projects().unwrap() == ()
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://bob:hunter2@[::1/x",
+        "mysql://bob:hunter2@h/x",
+        "host=h user=bob password=hunter2 port=abc dbname",
+    ],
+)
+def test_a_connection_string_psycopg_cannot_parse_is_refused_without_its_password(
+    dsn: str,
+) -> None:
+    with pytest.raises(DatabaseOpenError) as raised:
+        build(postgres(dsn)).__enter__()
+    message = str(raised.value)
+    assert "hunter2" not in message
+    assert "cannot parse" in message
+    error = raised.value.error
+    assert isinstance(error, StorageFailure)
+    assert error.kind is StorageFailureKind.CANT_OPEN

@@ -236,6 +236,9 @@ class PostgresDatabase(UnitOfWork):
         With ``read_only`` every transaction of its connections is read-only.
         """
         settings = settings or PostgresSettings()
+        unparsable = _unparsable(dsn)
+        if unparsable is not None:
+            return Failure(unparsable)
         secret = password_of(dsn)
         kwargs = _connection_kwargs(settings, read_only=read_only)
         try:  # one direct connection first: the pool would only log why it cannot connect
@@ -679,6 +682,27 @@ class PostgresDatabase(UnitOfWork):
             raise _TransactionLost(exc) from exc
         finally:
             self._pop_rollback()
+
+
+def _unparsable(dsn: str) -> StorageFailure | None:
+    """``StorageFailure`` (kind ``cant_open``) when psycopg cannot parse ``dsn``, else None.
+
+    psycopg's parse errors quote the whole connection string, where no parser found the
+    password, so the message names the target only as output may show it (a URL without
+    its password; any other text not at all)."""
+    from runstore.layers._open import postgres_url, shown_database
+
+    try:
+        psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        shown = shown_database(dsn) if postgres_url(dsn) else "the connection string"
+        reason = str(exc).replace(dsn, shown).splitlines()[0] if str(exc) else "unparsable"
+        if dsn in reason or not postgres_url(dsn):
+            reason = "psycopg cannot parse it"
+        return StorageFailure(
+            "open", StorageFailureKind.CANT_OPEN, -1, f"cannot parse {shown}: {reason}"
+        )
+    return None
 
 
 def _connection_kwargs(settings: PostgresSettings, *, read_only: bool) -> dict[str, Any]:
