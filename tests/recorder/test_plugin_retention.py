@@ -93,10 +93,12 @@ def test_max_age_days_drops_old_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--runstore-keep-runs=-1"], "Invalid value for '--runstore-keep-runs': must be 0"),
+        (["--runstore-keep-runs=-1"], "'--runstore-keep-runs': must be a finite number from 0"),
         (["--runstore-keep-runs=lots"], "'lots' is not a whole number of runs"),
         (["--runstore-max-age-days=soon"], "'soon' is not a number of days"),
-        (["--runstore-max-age-days=nan"], "must be 0 (no age limit) or more, got nan"),
+        (["--runstore-max-age-days=nan"], "from 0 (no age limit) to 1,000,000, got 'nan'"),
+        (["--runstore-max-age-days=1e999"], "from 0 (no age limit) to 1,000,000, got '1e999'"),
+        (["--runstore-max-age-days=2000000"], "'--runstore-max-age-days': must be a finite"),
         (["-o", "runstore_keep_runs=x"], "Invalid value for ini runstore_keep_runs"),
     ],
 )

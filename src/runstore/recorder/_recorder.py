@@ -79,7 +79,7 @@ from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.recorder._writer import Writer, WriterTimeout
-from runstore.services._test_runs_rules import MAX_KEEP_RUNS, valid_policy
+from runstore.services._test_runs_rules import MAX_AGE_DAYS, MAX_KEEP_RUNS, valid_policy
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.test_runs import (
@@ -191,11 +191,12 @@ def _checked_db(value: str | None, hint: str) -> str | None:
 
 
 def _count(config: pytest.Config, name: str, convert: Callable[[str], float], noun: str,
-           zero: str) -> float | None:
+           zero: str, most: float) -> float | None:
     """The value of retention setting ``name``: the flag, else the ini value, else None.
 
     A usage error names where the value came from when ``convert`` refuses it (``noun``
-    says what was expected) or it is negative or not finite (``zero`` says what 0 means).
+    says what was expected) or it is not a finite number from 0 (``zero`` says what 0
+    means) to ``most``; the value is quoted as given.
     """
     given = config.getoption(name, None)
     where, text = f"'--{name.replace('_', '-')}'", "" if given is None else str(given)
@@ -207,9 +208,9 @@ def _count(config: pytest.Config, name: str, convert: Callable[[str], float], no
         value = convert(text)
     except ValueError:
         raise pytest.UsageError(f"Invalid value for {where}: {text!r} is not {noun}") from None
-    if not math.isfinite(value) or value < 0:
-        raise pytest.UsageError(f"Invalid value for {where}: must be 0 ({zero}) or more, "
-                                f"got {text}")
+    if not (math.isfinite(value) and 0 <= value <= most):
+        raise pytest.UsageError(f"Invalid value for {where}: must be a finite number from 0 "
+                                f"({zero}) to {most:,}, got {text!r}")
     return value
 
 
@@ -217,8 +218,9 @@ def _retention(config: pytest.Config) -> RunRetentionPolicy | None:
     """The retention policy of the options (see the plugin's docstring): None keeps every
     run. A usage error for a value that is not a count of runs or an age in days."""
     keep = _count(config, "runstore_keep_runs", int, "a whole number of runs",
-                  "keep every run")
-    age = _count(config, "runstore_max_age_days", float, "a number of days", "no age limit")
+                  "keep every run", MAX_KEEP_RUNS)
+    age = _count(config, "runstore_max_age_days", float, "a number of days", "no age limit",
+                 MAX_AGE_DAYS)
     keep_runs = DEFAULT_KEEP_RUNS if keep is None else int(keep) or MAX_KEEP_RUNS
     if keep_runs == MAX_KEEP_RUNS and not age:
         return None
