@@ -184,3 +184,14 @@ def test_the_schemas_are_package_data() -> None:
     patterns = declared["tool"]["setuptools"]["package-data"]["runstore"]
     for name in SCHEMAS:
         assert any(fnmatch.fnmatch(f"cli/schemas/{name}", p) for p in patterns), name
+
+
+def test_the_readme_names_every_shipped_schema() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    shipped = sorted(
+        entry.name
+        for entry in resources.files("runstore.cli").joinpath("schemas").iterdir()
+        if entry.name.endswith(".json")
+    )
+    assert shipped
+    assert [name for name in shipped if f"`{name}`" not in readme] == []
