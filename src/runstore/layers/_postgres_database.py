@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeAlias, TypeVar
@@ -61,7 +60,7 @@ from runstore.layers._postgres_errors import (
     redact,
     scrub,
 )
-from runstore.layers._unit_of_work import UnitOfWork, _not_a_result
+from runstore.layers._unit_of_work import RETRY, Retry, UnitOfWork, _not_a_result, retrying
 from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 
 __all__ = ["PostgresDatabase", "PostgresSettings"]
@@ -154,11 +153,6 @@ class PostgresSettings:
     pool_max_size: int = attrs.field(default=4, validator=attrs.validators.ge(1))
 
 
-class _Retry:
-    """Marker: the outermost attempt may be run again."""
-
-
-_RETRY = _Retry()
 
 _RETRY_LOCK = "55P03"
 """lock_not_available: ``lock_timeout`` passed; retried like SQLite's SQLITE_BUSY."""
@@ -487,21 +481,11 @@ class PostgresDatabase(UnitOfWork):
     def _retrying(
         self,
         operation: str,
-        attempt: Callable[[], Result[T, E | Busy | StorageFailure] | _Retry],
+        attempt: Callable[[], Result[T, E | Busy | StorageFailure] | Retry],
     ) -> Result[T, E | Busy | StorageFailure]:
-        budget_ms = self._settings.busy_budget_ms
-        started = time.monotonic()
-        pause = 0.005
-        while True:
-            outcome = attempt()
-            if not isinstance(outcome, _Retry):
-                return outcome
-            waited_ms = int((time.monotonic() - started) * 1000)
-            remaining_ms = budget_ms - waited_ms
-            if remaining_ms <= 0:
-                return Failure(Busy(operation=operation, waited_ms=waited_ms))
-            time.sleep(min(pause, remaining_ms / 1000))
-            pause = min(pause * 2, 0.1)
+        """Run ``attempt`` until it is not busy or the busy budget is spent (see
+        :func:`~runstore.layers._unit_of_work.retrying`)."""
+        return retrying(operation, self._settings.busy_budget_ms, attempt)
 
     def _acquire(self, operation: str) -> StorageFailure | None:
         try:
@@ -522,7 +506,7 @@ class PostgresDatabase(UnitOfWork):
                 connection.close()
         self._pool.putconn(connection)
 
-    def _begin(self, operation: str, begin: str) -> StorageFailure | _Retry | None:
+    def _begin(self, operation: str, begin: str) -> StorageFailure | Retry | None:
         """Take a connection and open the transaction; a failure, a retry, or None."""
         for tries_left in (1, 0):
             problem = self._acquire(operation)
@@ -537,7 +521,7 @@ class PostgresDatabase(UnitOfWork):
                 if is_programmer_error(exc):
                     raise
                 if _retryable(exc):
-                    return _RETRY
+                    return RETRY
                 if not (is_connection_lost(exc) and tries_left):
                     return self._failure(exc, operation)
         raise AssertionError("unreachable")
@@ -549,10 +533,10 @@ class PostgresDatabase(UnitOfWork):
 
     def _outermost(
         self, operation: str, fn: Callable[[], Result[T, E]], begin: str, *, reading: bool = False
-    ) -> Result[T, E | Busy | StorageFailure] | _Retry:
+    ) -> Result[T, E | Busy | StorageFailure] | Retry:
         started = self._begin(operation, begin)
         if started is not None:
-            return started if isinstance(started, _Retry) else Failure(started)
+            return started if isinstance(started, Retry) else Failure(started)
         self._push()
         self._reading = reading
         self._lost = None
@@ -570,7 +554,7 @@ class PostgresDatabase(UnitOfWork):
         lost = self._lost
         if lost is not None:
             self._abort()
-            return _RETRY if _retryable(lost) else Failure(self._failure(lost, operation))
+            return RETRY if _retryable(lost) else Failure(self._failure(lost, operation))
         if not isinstance(result, Success):
             self._abort()
             if isinstance(result, Failure):
@@ -584,7 +568,7 @@ class PostgresDatabase(UnitOfWork):
             self._abort()
             if failed is None:
                 raise TransactionMisuse(f"{operation!r} left its transaction failed")
-            return _RETRY if _retryable(failed) else Failure(self._failure(failed, operation))
+            return RETRY if _retryable(failed) else Failure(self._failure(failed, operation))
         if connection.info.transaction_status == pq.TransactionStatus.IDLE:
             self._abort()
             raise TransactionMisuse(
@@ -596,22 +580,22 @@ class PostgresDatabase(UnitOfWork):
             self._abort()
             if is_programmer_error(exc):
                 raise
-            return _RETRY if _retryable(exc) else Failure(self._failure(exc, operation))
+            return RETRY if _retryable(exc) else Failure(self._failure(exc, operation))
         self._release()
         self._pop_commit()
         return result
 
     def _outcome_of(
         self, exc: BaseException, lost: psycopg.Error | None, operation: str
-    ) -> Failure[Busy | StorageFailure] | _Retry | None:
+    ) -> Failure[Busy | StorageFailure] | Retry | None:
         """What the outermost unit returns for ``exc`` after rolling back; None to re-raise."""
         if isinstance(exc, _TransactionLost):
             cause = lost or exc.cause
-            return _RETRY if _retryable(cause) else Failure(self._failure(cause, operation))
+            return RETRY if _retryable(cause) else Failure(self._failure(cause, operation))
         if not isinstance(exc, psycopg.Error) or is_programmer_error(exc):
             return None
         if _retryable(exc):
-            return _RETRY
+            return RETRY
         return Failure(self._failure(exc, operation))
 
     def _abort(self) -> None:

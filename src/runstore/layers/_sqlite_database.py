@@ -20,7 +20,7 @@ from returns.result import Failure, Result, Success
 
 from runstore.exceptions import ConnectionUsedAfterFork, TransactionMisuse
 from runstore.layers._sqlite_errors import from_apsw, is_busy, is_programmer_error
-from runstore.layers._unit_of_work import UnitOfWork, _not_a_result
+from runstore.layers._unit_of_work import RETRY, Retry, UnitOfWork, _not_a_result, retrying
 from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 
 __all__ = ["ConnectionSettings", "SqliteDatabase", "connect"]
@@ -73,11 +73,6 @@ class _TransactionLost(Exception):
         super().__init__(str(error))
 
 
-class _Retry:
-    """Marker: the outermost attempt met SQLITE_BUSY and may be tried again."""
-
-
-_RETRY = _Retry()
 
 
 class _Forks:
@@ -474,33 +469,22 @@ class SqliteDatabase(UnitOfWork):
     def _retrying(
         self,
         operation: str,
-        attempt: Callable[[], Result[T, E | Busy | StorageFailure] | _Retry],
+        attempt: Callable[[], Result[T, E | Busy | StorageFailure] | Retry],
     ) -> Result[T, E | Busy | StorageFailure]:
-        """Run ``attempt`` until it is not busy or the busy budget is spent."""
-        budget_ms = self._settings.busy_budget_ms
-        started = time.monotonic()
-        pause = 0.005
-        while True:
-            outcome = attempt()
-            if not isinstance(outcome, _Retry):
-                return outcome
-            waited_ms = int((time.monotonic() - started) * 1000)
-            remaining_ms = budget_ms - waited_ms
-            if remaining_ms <= 0:
-                return Failure(Busy(operation=operation, waited_ms=waited_ms))
-            time.sleep(min(pause, remaining_ms / 1000))
-            pause = min(pause * 2, 0.1)
+        """Run ``attempt`` until it is not busy or the busy budget is spent (see
+        :func:`~runstore.layers._unit_of_work.retrying`)."""
+        return retrying(operation, self._settings.busy_budget_ms, attempt)
 
     def _outermost(
         self, operation: str, fn: Callable[[], Result[T, E]], begin: str
-    ) -> Result[T, E | Busy | StorageFailure] | _Retry:
+    ) -> Result[T, E | Busy | StorageFailure] | Retry:
         connection = self._connection
         try:
             connection.execute(begin)
         except apsw.Error as exc:
             if is_programmer_error(exc):
                 raise
-            return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
+            return RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
         self._push()
         self._reading = begin == "BEGIN"
         self._operation = operation
@@ -521,7 +505,7 @@ class SqliteDatabase(UnitOfWork):
             )
         if lost is not None:
             self._abort()
-            return _RETRY if isinstance(lost, Busy) else Failure(lost)
+            return RETRY if isinstance(lost, Busy) else Failure(lost)
         if not isinstance(result, Success):
             self._abort()
             if isinstance(result, Failure):
@@ -533,7 +517,7 @@ class SqliteDatabase(UnitOfWork):
             self._abort()
             if is_programmer_error(exc):
                 raise
-            return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
+            return RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
         self._pop_commit()
         return result
 
@@ -597,13 +581,13 @@ class SqliteDatabase(UnitOfWork):
 
 def _outcome_of_exception(
     exc: BaseException, lost: Busy | StorageFailure | None, operation: str
-) -> Failure[Busy | StorageFailure] | _Retry | None:
+) -> Failure[Busy | StorageFailure] | Retry | None:
     """What the outermost unit returns for ``exc`` after rolling back; None to re-raise."""
     if isinstance(exc, _TransactionLost):
         error = lost or exc.error
-        return _RETRY if isinstance(error, Busy) else Failure(error)
+        return RETRY if isinstance(error, Busy) else Failure(error)
     if not isinstance(exc, apsw.Error) or is_programmer_error(exc):
         return None
     if lost is not None:
-        return _RETRY if isinstance(lost, Busy) else Failure(lost)
-    return _RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))
+        return RETRY if isinstance(lost, Busy) else Failure(lost)
+    return RETRY if is_busy(exc) else Failure(from_apsw(exc, operation=operation))

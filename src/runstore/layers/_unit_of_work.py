@@ -20,20 +20,52 @@ is registered with :meth:`UnitOfWork.on_commit`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar, final, overload
 
 from returns.result import Failure, Result, Success
 
 from runstore.exceptions import TransactionMisuse
+from runstore.services.errors import Busy
 
-__all__ = ["TxDict", "UnitOfWork"]
+__all__ = ["RETRY", "Retry", "TxDict", "UnitOfWork", "retrying"]
 
 K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
 E = TypeVar("E")
 D = TypeVar("D")
+
+
+class Retry:
+    """Marker an outermost attempt returns when the database was busy (SQLITE_BUSY, a
+    PostgreSQL serialization failure, deadlock or lock timeout) and it may run again."""
+
+
+RETRY = Retry()
+
+
+def retrying(
+    operation: str,
+    budget_ms: int,
+    attempt: Callable[[], Result[T, E] | Retry],
+) -> Result[T, E | Busy]:
+    """Run ``attempt`` until it returns a Result, pausing 5 ms doubling to 100 ms between
+    tries; once ``budget_ms`` (ms) is spent, ``Busy(operation, waited_ms)``. Both live
+    backends retry their outermost units of work through this one loop."""
+    started = time.monotonic()
+    pause = 0.005
+    while True:
+        outcome = attempt()
+        if not isinstance(outcome, Retry):
+            return outcome
+        waited_ms = int((time.monotonic() - started) * 1000)
+        remaining_ms = budget_ms - waited_ms
+        if remaining_ms <= 0:
+            return Failure(Busy(operation=operation, waited_ms=waited_ms))
+        time.sleep(min(pause, remaining_ms / 1000))
+        pause = min(pause * 2, 0.1)
 
 
 class _Missing:
