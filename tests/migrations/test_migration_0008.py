@@ -81,7 +81,7 @@ def test_old_agent_rows_read_and_work_after_the_upgrade(tmp_path: Path) -> None:
         assert (taken.fencing_token, taken.attempts) == (1, 2)
         assert agents.runs.finish(
             "stuck", fencing_token=0, status=AgentRunStatus.SUCCEEDED
-        ) == Failure(StaleFencingToken("stuck", 0, 1))
+        ) == Failure(StaleFencingToken("stuck", 0, 1, entity="agent run"))
         agents.runs.finish("stuck", fencing_token=1, status=AgentRunStatus.SUCCEEDED).unwrap()
         new = agents.threads.create("u", project_id="p").unwrap()
         run = agents.runs.start("next", thread_id="t", owner="w", lease_ms=60_000).unwrap()

@@ -276,7 +276,7 @@ def test_a_stale_worker_in_another_process_is_refused_every_write(dsn: str) -> N
         token = pool.apply(reclaim_in_process, (dsn,))
         refused = pool.apply(stale_writes, (dsn, held.fencing_token))
     assert token > held.fencing_token
-    assert refused == [StaleFencingToken("r1", held.fencing_token, token)] * 4
+    assert refused == [StaleFencingToken("r1", held.fencing_token, token, entity="agent run")] * 4
     with build(postgres(dsn)) as container:
         agents = container.get(AgentStorage)
         thread = agents.threads.get("t").unwrap()

@@ -309,7 +309,8 @@ def test_the_checkpoint_ladder_answers_in_its_documented_order() -> None:
         both = decide_checkpoint(attrs.evolve(good, **{**later, **changes}), _draft())
         assert both == result, ("an earlier rung decides", changes)
     stale = decide_checkpoint(attrs.evolve(good, run=_run_row(fencing_token=8)), _draft())
-    assert stale == Failure(StaleFencingToken("r", 7, 8))
+    assert stale == Failure(StaleFencingToken("r", 7, 8, entity="agent run"))
+    assert str(stale.failure()) == "agent run 'r': fencing token 7 is stale (current 8)"
     replay = _checkpoint(
         id="c2", run_id="r", summary="so far", through_seq=3, observed_head_seq=4, previous_id="c1"
     )

@@ -983,11 +983,12 @@ def _expired(row: RunRow, now_ms: int) -> bool:
 
 def held(row: RunRow | None, run_id: str, token: int) -> Result[RunRow, AgentError]:
     """The fencing rule: the run's row when ``token`` is its latest; ``NotFound("agent_run")``
-    when there is no run, ``StaleFencingToken(run_id, token, current)`` otherwise."""
+    when there is no run, ``StaleFencingToken(run_id, token, current, entity="agent run")``
+    otherwise."""
     if row is None:
         return Failure(NotFound("agent_run", run_id))
     if token != row.fencing_token:
-        return Failure(StaleFencingToken(run_id, token, row.fencing_token))
+        return Failure(StaleFencingToken(run_id, token, row.fencing_token, entity="agent run"))
     return Success(row)
 
 

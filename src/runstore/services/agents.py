@@ -451,8 +451,8 @@ class AgentRunStore(Protocol):
     The fenced methods (``renew``, ``finish``, and the writes of the other stores made on a
     run's behalf) check, in this order: the arguments (``InvalidInput``), the run
     (``NotFound``), then the token: one that is not the run's latest is
-    ``StaleFencingToken(run_id, presented, current)`` (the ledger's error value, its
-    ``execution_id`` naming the run), and then the run's status.
+    ``StaleFencingToken(run_id, presented, current, entity="agent run")`` (the ledger's error
+    value, its ``execution_id`` naming the run), and then the run's status.
     """
 
     def queue(

@@ -292,15 +292,20 @@ class Fence:
 @attrs.frozen
 class StaleFencingToken:
     """``execution_id`` was claimed again since ``presented`` was handed out; ``current`` is
-    the token of its latest claim. Nothing was written."""
+    the token of its latest claim. Nothing was written.
+
+    ``entity`` names what was claimed: ``"execution"`` (the ledger) or ``"agent run"`` (the
+    agents service, whose ``execution_id`` is then the run's id); the message names it.
+    """
 
     execution_id: str
     presented: int
     current: int
+    entity: str = attrs.field(default="execution", kw_only=True)
 
     def __str__(self) -> str:
         return (
-            f"execution {self.execution_id!r}: fencing token {self.presented} is stale "
+            f"{self.entity} {self.execution_id!r}: fencing token {self.presented} is stale "
             f"(current {self.current})"
         )
 

@@ -1347,7 +1347,9 @@ class AgentsContract:
         taken = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE).unwrap()
         assert (taken.owner, taken.attempts, taken.started_at_ms) == ("w2", 2, now)
         assert taken.fencing_token > held.fencing_token
-        stale = Failure(StaleFencingToken("r1", held.fencing_token, taken.fencing_token))
+        stale = Failure(
+            StaleFencingToken("r1", held.fencing_token, taken.fencing_token, entity="agent run")
+        )
         assert agents.runs.renew("r1", fencing_token=held.fencing_token, lease_ms=1) == stale
         done = agents.runs.finish(
             "r1", fencing_token=held.fencing_token, status=AgentRunStatus.SUCCEEDED
@@ -1369,7 +1371,9 @@ class AgentsContract:
         clock.advance(1)
         taken = agents.runs.reclaim("r1", owner="w2", lease_ms=LEASE).unwrap()
         before = agents.threads.get("t").unwrap()
-        stale = Failure(StaleFencingToken("r1", held.fencing_token, taken.fencing_token))
+        stale = Failure(
+            StaleFencingToken("r1", held.fencing_token, taken.fencing_token, entity="agent run")
+        )
         late = NewMessage("assistant", "late", run_id="r1", fencing_token=held.fencing_token)
         fresh = NewMessage("user", "fine")
         assert agents.messages.append_many("t", [fresh, late]) == stale
