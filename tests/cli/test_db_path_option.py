@@ -32,3 +32,18 @@ def test_db_option_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, val
     result = CliRunner().invoke(cli, ["--db", value, "runs"])
     assert result.exit_code == 2, result.output
     assert "'--db'" in result.stderr
+
+
+@pytest.mark.parametrize("source", ["--db", "RUNSTORE_DB"])
+def test_a_key_value_connection_string_is_a_usage_error_never_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    conninfo = "host=localhost password=hunter2 dbname=app"
+    args, env = (["--db", conninfo], {}) if source == "--db" else ([], {"RUNSTORE_DB": conninfo})
+    result = CliRunner().invoke(cli, [*args, "db", "migrate"], env=env, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "a key=value connection string is not served" in result.stderr
+    assert "postgresql://user@host:port/dbname" in result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+    assert list(tmp_path.iterdir()) == []  # no SQLite file of that name

@@ -52,6 +52,18 @@ def test_a_url_is_refused_by_its_scheme_without_echoing_the_password() -> None:
     assert database_path_problem("file.db") is None
 
 
+def test_a_key_value_connection_string_is_refused_without_echoing_it() -> None:
+    for conninfo in ("host=db password=secret dbname=app", " dbname = app", "PORT=5432"):
+        problem = database_path_problem(conninfo)
+        assert problem is not None, conninfo
+        assert problem.startswith(
+            "a key=value connection string is not served; give the server as a postgresql://"
+        ), conninfo
+        assert "secret" not in problem
+    assert database_path_problem("hostname=1.db") is None  # a file name, not a keyword
+    assert database_path_problem("runs/user=me.db") is None
+
+
 def test_the_project_database_is_found_walking_up(tmp_path: Path) -> None:
     db = tmp_path / "proj" / ".runstore" / "runstore.db"
     with build(sqlite(db)):

@@ -82,6 +82,14 @@ def find_project_database(start: str) -> str | None:
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
+_CONNINFO = re.compile(
+    r"\s*(host|hostaddr|port|dbname|user|password|passfile|service|sslmode|connect_timeout"
+    r"|application_name|options|target_session_attrs)\s*=",
+    re.IGNORECASE,
+)
+"""The start of a libpq key/value connection string (``host=db dbname=app ...``): its
+first keyword, one of the common ones of libpq's "Parameter Key Words"."""
+
 POSTGRES_SCHEMES = frozenset({"postgresql", "postgres"})
 """URL schemes served by the PostgreSQL layer (libpq's two spellings)."""
 
@@ -114,10 +122,15 @@ def database_path_problem(path: str) -> str | None:
     names a PostgreSQL database (opened by :func:`live`); while the ``postgresql`` extra
     is missing it is refused with :data:`POSTGRES_EXTRA`. Any other URL
     (``scheme://...``) is refused naming its scheme only, never the rest (it may hold a
-    password), instead of being taken as a file name.
+    password), instead of being taken as a file name. So is a libpq key/value connection
+    string (``host=db password=... dbname=app``): it is named by its form alone, with the
+    URL form to use instead, rather than created as a SQLite file of that name.
     """
     if not path.strip():
         return "the database path is blank"
+    if _CONNINFO.match(path):  # named by its form alone: it may hold a password
+        return ("a key=value connection string is not served; give the server as a "
+                "postgresql://user@host:port/dbname URL, or the path of a SQLite database file")
     url = _URL.match(path)
     if url and postgres_url(path):
         return postgres_extra_problem()
