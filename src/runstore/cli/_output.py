@@ -11,9 +11,10 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
+from returns.result import Failure, Result
 
 from runstore.cli._settings import Settings
 from runstore.layers import scrub_database
@@ -26,13 +27,19 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
     "SCHEMA_VERSION",
+    "Refusals",
+    "Refused",
     "console",
     "emit_json",
+    "exit_on_refusal",
     "fail",
+    "one_line",
     "plain_table",
     "say",
     "status_on_terminal",
 ]
+
+T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -92,6 +99,55 @@ def emit_json(document: dict[str, Any]) -> None:
                           ensure_ascii=False, indent=2))
 
 
+class Refused(Exception):
+    """An answer's "no": ``reason`` (one line for a person) and ``document``, what the
+    answer knew before it stopped (JSON fields such as ``candidates``).
+
+    Raised by :meth:`Refusals.fail` inside a document function; the command line turns it
+    into exit 1 with the reason (:func:`exit_on_refusal`), the MCP server into a tool
+    error with the same line. Not an error of runstore: a control signal of the CLI.
+    """
+
+    def __init__(self, reason: str, document: dict[str, Any] | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.document = document
+
+
+class Refusals:
+    """How a document function says "no": ``fail(reason)`` or ``get(result)``, both raising
+    :class:`Refused`; a command's services mix it in."""
+
+    __slots__ = ()
+
+    def fail(self, reason: str, document: dict[str, Any] | None = None) -> NoReturn:
+        """Stop the answer with ``reason`` (and what it knew, ``document``)."""
+        raise Refused(reason, document)
+
+    def get(self, result: Result[T, Any]) -> T:
+        """The value of ``result``; a Failure stops the answer with its text as the reason."""
+        if isinstance(result, Failure):
+            self.fail(str(result.failure()))
+        return result.unwrap()
+
+
+@contextlib.contextmanager
+def exit_on_refusal(output_format: str) -> Iterator[None]:
+    """Turn a :class:`Refused` raised in the block into the command's exit 1 (:func:`fail`)."""
+    try:
+        yield
+    except Refused as refused:
+        fail(refused.reason, output_format=output_format, document=refused.document)
+
+
+def one_line(reason: str, database: str | None = None) -> str:
+    """``reason`` as one line (line breaks folded), without the password of ``database``
+    (a ``postgresql://`` URL) when one is given."""
+    if database is not None:
+        reason = scrub_database(reason, database)
+    return " ".join(reason.split())
+
+
 def _scrubbed(reason: str) -> str:
     """``reason`` without the password of the command's database URL, if any (the last
     guard: each message already names the database without it)."""
@@ -111,7 +167,7 @@ def fail(
     Line breaks in ``reason`` are folded so the reason stays one line, and the password of
     the command's ``postgresql://`` database never appears in it.
     """
-    reason = " ".join(_scrubbed(reason).split())
+    reason = one_line(_scrubbed(reason))
     if output_format == "json":
         emit_json({**(document or {}), "error": reason})
     click.echo(f"runstore: {reason}", err=True)

@@ -20,17 +20,18 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import click
-from returns.result import Failure, Result
+from returns.result import Failure
 
 from runstore.cli._guard import opened
 from runstore.cli._output import (
+    Refusals,
     console,
     emit_json,
-    fail,
+    exit_on_refusal,
     plain_table,
     say,
     status_on_terminal,
@@ -49,6 +50,8 @@ from runstore.services.test_runs import (
     ErrorInfo,
     Evidence,
     FailureRecord,
+    FlakyTest,
+    HistoryEntry,
     Outcome,
     Phase,
     RunId,
@@ -67,11 +70,17 @@ if TYPE_CHECKING:
     from rich.table import Table
 
 __all__ = [
+    "Services",
     "coverage",
+    "coverage_document",
     "diff",
+    "diff_document",
     "failures",
+    "failures_document",
     "flaky",
+    "flaky_document",
     "history",
+    "history_document",
     "prune",
     "runs",
     "show",
@@ -90,33 +99,39 @@ _PIPE_WIDTH = 10_000  # columns when output is not a terminal: long lines are no
 
 
 @attrs.frozen
-class _Services:
+class Services(Refusals):
+    """What a test-run answer reads, and how it says "no".
+
+    ``fail(reason)`` and ``get(result)`` (from :class:`~runstore.cli._output.Refusals`)
+    raise :class:`~runstore.cli._output.Refused`: a command exits 1 with the reason, the
+    MCP server answers a tool error with it. ``db_path`` names the database as messages
+    show it (a URL without its password); ``output_format`` is the command's (``"json"``
+    for the MCP server).
+    """
+
     store: DataStore
     reader: DataReader
     output_format: str
     db_path: str
 
-    def fail(self, reason: str, document: dict[str, Any] | None = None) -> NoReturn:
-        fail(reason, output_format=self.output_format, document=document)
 
-    def get(self, result: Result[T, Any]) -> T:
-        """The value of ``result``; a Failure ends the command with its reason (exit 1)."""
-        if isinstance(result, Failure):
-            self.fail(str(result.failure()))
-        return result.unwrap()
+_Services = Services
 
 
 @contextmanager
-def _services(access: Access = "read") -> Iterator[_Services]:
-    """The test-run services on the command's database (read-only unless ``access`` says)."""
+def _services(access: Access = "read") -> Iterator[Services]:
+    """The test-run services on the command's database (read-only unless ``access`` says);
+    a refusal in the block ends the command (exit 1, the reason on standard error)."""
     cfg = settings()
     with opened(access, needs=(DATA_STORE, DATA_READER)) as container:
-        yield _Services(
+        services = Services(
             store=container.get(DATA_STORE),
             reader=container.get(DATA_READER),
             output_format=cfg.output_format,
             db_path=shown_database(cfg.db_path),
         )
+        with exit_on_refusal(services.output_format):
+            yield services
 
 
 def _project(services: _Services, explicit: str | None) -> str:
@@ -625,15 +640,9 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
       runstore failures --new
     """
     with _services() as services:
-        summary = _run(services, project, run)
-        found = services.get(services.reader.failures(summary.id))
-        if only_new:
-            found = tuple(f for f in found if f.is_new)
-        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
+        summary, found, verdicts = _failing(services, run, project, only_new)
         if services.output_format == "json":
-            emit_json({"run": _run_document(summary), "failures": [
-                {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid))}
-                for f in found]})
+            emit_json(_failures_json(summary, found, verdicts))
             return
         _print(_run_heading(summary))
         if not found:
@@ -657,6 +666,42 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
                 _print(f"  caused by {_error_line(cause.exception_type, cause.message)}")
             if failure.phase is not Phase.COLLECT:
                 _print_detail(services, summary.id, failure.nodeid)
+
+
+def _failing(
+    services: Services, run: int | str, project: str | None, only_new: bool
+) -> tuple[RunSummary, tuple[FailureRecord, ...], dict[str, TestClassification]]:
+    """The run ``run`` names, its failures (only the new ones with ``only_new``) and the
+    verdict of each item by node id."""
+    summary = _run(services, project, run)
+    found = services.get(services.reader.failures(summary.id))
+    if only_new:
+        found = tuple(f for f in found if f.is_new)
+    verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
+    return summary, found, verdicts
+
+
+def _failures_json(
+    summary: RunSummary,
+    found: tuple[FailureRecord, ...],
+    verdicts: dict[str, TestClassification],
+) -> dict[str, Any]:
+    return {"run": _run_document(summary), "failures": [
+        {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid))} for f in found]}
+
+
+def failures_document(
+    services: Services, run: int | str = "latest", project: str | None = None,
+    only_new: bool = False,
+) -> dict[str, Any]:
+    """The ``failures`` JSON document (schema ``failures.json``, without ``schema_version``).
+
+    ``run`` is a run id, ``"latest"`` or ``"latest~N"`` (as :data:`RUN` converts it),
+    ``project`` the ``--project`` value (None: the default project), ``only_new`` is
+    ``--new``. An unknown project or run, or a storage failure, raises
+    :class:`~runstore.cli._output.Refused` with the command's one-line reason.
+    """
+    return _failures_json(*_failing(services, run, project, only_new))
 
 
 _TAIL_LINES = 5
@@ -810,12 +855,7 @@ def flaky(project: str | None) -> None:
         name = _project(services, project)
         found = services.get(services.reader.flaky_tests(name))
         if services.output_format == "json":
-            emit_json({"project": name, "flaky": [
-                {"nodeid": f.nodeid, "flips": f.flips, "failures": f.failures,
-                 "passes": f.passes, "window": [o.value for o in f.window],
-                 "last_run_id": f.last_run_id, "because": _evidence_document(f.because)}
-                for f in found
-            ]})
+            emit_json(_flaky_json(name, found))
             return
         if not found:
             _print(f"no flaky tests in {name}")
@@ -826,6 +866,22 @@ def flaky(project: str | None) -> None:
                  test.because.summary or _runs_list(test.because.run_ids),
                  " ".join(_SYMBOL.get(o, "?") for o in test.window))
         _print(f"{_plural(len(found), 'flaky test')} in {name}", table)
+
+
+def _flaky_json(name: str, found: tuple[FlakyTest, ...]) -> dict[str, Any]:
+    return {"project": name, "flaky": [
+        {"nodeid": f.nodeid, "flips": f.flips, "failures": f.failures,
+         "passes": f.passes, "window": [o.value for o in f.window],
+         "last_run_id": f.last_run_id, "because": _evidence_document(f.because)}
+        for f in found
+    ]}
+
+
+def flaky_document(services: Services, project: str | None = None) -> dict[str, Any]:
+    """The ``flaky`` JSON document (schema ``flaky.json``, without ``schema_version``) of
+    ``project`` (None: the default project); refusals as :func:`failures_document`."""
+    name = _project(services, project)
+    return _flaky_json(name, services.get(services.reader.flaky_tests(name)))
 
 
 _SYMBOL = {
@@ -878,17 +934,9 @@ def history(nodeid: str, project: str | None) -> None:
       runstore history test_checkout.py::test_total
     """
     with _services() as services:
-        name = _project(services, project)
-        resolved = _resolve_test(services, name, nodeid)
-        entries = services.get(services.reader.history(name, resolved))
+        name, resolved, entries = _history_of(services, nodeid, project)
         if services.output_format == "json":
-            emit_json({"project": name, "nodeid": resolved, "history": [
-                {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
-                 "recorded_at_ms": e.recorded_at_ms, "message": e.message,
-                 "git_commit": e.git_commit, "git_dirty": e.git_dirty,
-                 "rerun_failures": e.rerun_failures}
-                for e in entries
-            ]})
+            emit_json(_history_json(name, resolved, entries))
             return
         table = _table("run", "outcome", "took", "recorded", "commit", "reruns", "message")
         for entry in entries:
@@ -897,6 +945,35 @@ def history(nodeid: str, project: str | None) -> None:
                  entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms),
                  commit, entry.rerun_failures or "", _first_line(entry.message or ""))
         _print(resolved, table)
+
+
+def _history_of(
+    services: Services, nodeid: str, project: str | None
+) -> tuple[str, str, tuple[HistoryEntry, ...]]:
+    """The project, the one node id ``nodeid`` names in it, and that test's history."""
+    name = _project(services, project)
+    resolved = _resolve_test(services, name, nodeid)
+    return name, resolved, services.get(services.reader.history(name, resolved))
+
+
+def _history_json(name: str, resolved: str, entries: tuple[HistoryEntry, ...]) -> dict[str, Any]:
+    return {"project": name, "nodeid": resolved, "history": [
+        {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
+         "recorded_at_ms": e.recorded_at_ms, "message": e.message,
+         "git_commit": e.git_commit, "git_dirty": e.git_dirty,
+         "rerun_failures": e.rerun_failures}
+        for e in entries
+    ]}
+
+
+def history_document(
+    services: Services, nodeid: str, project: str | None = None
+) -> dict[str, Any]:
+    """The ``history`` JSON document (schema ``history.json``, without ``schema_version``)
+    of the one test ``nodeid`` (a node id or a unique part of one) names; no match or
+    several raise :class:`~runstore.cli._output.Refused` (several: with ``candidates``),
+    other refusals as :func:`failures_document`."""
+    return _history_json(*_history_of(services, nodeid, project))
 
 
 @click.command()
@@ -940,12 +1017,55 @@ def _coverage_document(report: CoverageReport) -> dict[str, Any]:
     }
 
 
+def _covered(
+    services: Services, run: int | str, project: str | None, path: str | None
+) -> tuple[RunSummary, CoverageReport]:
+    """The run ``run`` names and its coverage, its files narrowed to ``path`` when given."""
+    summary = _run(services, project, run)
+    found = services.reader.coverage(summary.id)
+    if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
+        services.fail(
+            f"run {summary.id} has no coverage (record with pytest --cov=PKG --runstore)"
+        )
+    report = services.get(found)
+    if path is None:
+        return summary, report
+    files = tuple(f for f in report.files if _names_file(f.path, path))
+    if not files:
+        services.fail(f"run {summary.id} has no coverage of {path!r} "
+                      f"({_plural(len(report.files), 'file')} measured)")
+    return summary, attrs.evolve(report, files=files)
+
+
+def _names_file(stored: str, asked: str) -> bool:
+    """Whether ``asked`` names the stored coverage path ``stored``: the same path, or its
+    last components (``cart.py`` and ``shop/cart.py`` name ``src/shop/cart.py``)."""
+    stored, asked = stored.replace("\\", "/"), asked.replace("\\", "/").removeprefix("./")
+    return stored == asked or stored.endswith("/" + asked)
+
+
+def coverage_document(
+    services: Services, run: int | str = "latest", project: str | None = None,
+    path: str | None = None,
+) -> dict[str, Any]:
+    """The ``coverage`` JSON document (schema ``coverage.json``, without ``schema_version``)
+    of run ``run``; with ``path`` (``--file``) only the files it names (the path as stored,
+    or its last components), ``percent_covered`` staying the run's. A run without coverage,
+    or no file named ``path``, raises :class:`~runstore.cli._output.Refused`; other
+    refusals as :func:`failures_document`."""
+    return _coverage_document(_covered(services, run, project, path)[1])
+
+
 @click.command()
 @click.argument("run", type=RUN, default="latest")
 @project_option
+@click.option("--file", "path", type=TEXT, default=None, metavar="PATH",
+              help="Only the file PATH (as stored, or its last components: shop/cart.py).")
 @format_option
-def coverage(run: int | str, project: str | None) -> None:
+def coverage(run: int | str, project: str | None, path: str | None) -> None:
     """Show the per-file coverage stored with a run (pytest-cov or coverage.py measured it).
+
+    With --file, only that file (percent_covered in JSON stays the run's total).
 
     \b
     JSON: {"run_id", "source_run_id", "percent_covered", "files": [{"path", "statements",
@@ -953,15 +1073,10 @@ def coverage(run: int | str, project: str | None) -> None:
            "percent_covered", "missing_lines"}]}
     Example:
       runstore coverage latest
+      runstore coverage --file src/shop/cart.py
     """
     with _services() as services:
-        summary = _run(services, project, run)
-        found = services.reader.coverage(summary.id)
-        if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
-            services.fail(
-                f"run {summary.id} has no coverage (record with pytest --cov=PKG --runstore)"
-            )
-        report = services.get(found)
+        summary, report = _covered(services, run, project, path)
         if services.output_format == "json":
             emit_json(_coverage_document(report))
             return
@@ -1049,15 +1164,7 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
       runstore diff 11 12
     """
     with _services() as services:
-        a = _run(services, project, run_a)
-        b = _run(services, project, run_b)
-        compared = services.get(services.reader.compare(a.id, b.id))
-        document: dict[str, Any] = {
-            "run_a": int(compared.run_a), "run_b": int(compared.run_b),
-            "newly_failing": list(compared.newly_failing), "fixed": list(compared.fixed),
-            "added": list(compared.added), "not_run": list(compared.not_run),
-            "removed": list(compared.removed),
-        }
+        a, b, document = _compared(services, run_a, run_b, project)
         if services.output_format == "json":
             emit_json(document)
             return
@@ -1073,6 +1180,30 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
             _print(f"{title}: {len(names)}")
             for nodeid in names:
                 _print(f"  {nodeid}")
+
+
+def _compared(
+    services: Services, run_a: int | str, run_b: int | str, project: str | None
+) -> tuple[RunSummary, RunSummary, dict[str, Any]]:
+    """The two runs and the ``diff`` document comparing them."""
+    a = _run(services, project, run_a)
+    b = _run(services, project, run_b)
+    compared = services.get(services.reader.compare(a.id, b.id))
+    return a, b, {
+        "run_a": int(compared.run_a), "run_b": int(compared.run_b),
+        "newly_failing": list(compared.newly_failing), "fixed": list(compared.fixed),
+        "added": list(compared.added), "not_run": list(compared.not_run),
+        "removed": list(compared.removed),
+    }
+
+
+def diff_document(
+    services: Services, run_a: int | str, run_b: int | str, project: str | None = None
+) -> dict[str, Any]:
+    """The ``diff`` JSON document (schema ``diff.json``, without ``schema_version``) from
+    ``run_a`` to ``run_b`` (each as :func:`failures_document`'s ``run``); refusals as
+    :func:`failures_document`."""
+    return _compared(services, run_a, run_b, project)[2]
 
 
 _MAX_AGE_DAYS = 1_000_000  # about 2,700 years: far enough to mean "no age limit"
