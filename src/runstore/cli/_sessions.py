@@ -13,16 +13,24 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+import attrs
 import click
 from returns.result import Failure, Result
 
 from runstore.cli._guard import opened
-from runstore.cli._output import console, emit_json, fail, plain_table
+from runstore.cli._output import (
+    Refusals,
+    Refused,
+    console,
+    emit_json,
+    exit_on_refusal,
+    plain_table,
+)
 from runstore.cli._params import TEXT, Text
 from runstore.cli._settings import format_option, settings
 from runstore.layers import SESSION_REPOSITORY
 from runstore.services.errors import InvalidInput
-from runstore.services.pagination import MAX_PAGE_SIZE
+from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.sessions import (
     MAX_ID_CHARS,
     ContextMessage,
@@ -46,7 +54,13 @@ from runstore.sessions_import import (
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["sessions"]
+__all__ = [
+    "SessionServices",
+    "sessions",
+    "sessions_context_document",
+    "sessions_list_document",
+    "sessions_show_document",
+]
 
 T = TypeVar("T")
 
@@ -74,7 +88,7 @@ def sessions() -> None:
 
 
 def _fail(reason: str, document: dict[str, Any] | None = None) -> NoReturn:
-    fail(reason, output_format=settings().output_format, document=document)
+    raise Refused(reason, document)
 
 
 def _get(result: Result[T, Any]) -> T:
@@ -85,9 +99,21 @@ def _get(result: Result[T, Any]) -> T:
 
 @contextmanager
 def _repository(*, create: bool = False) -> Iterator[SessionRepository]:
-    """The sessions on the command's database: read-only, or created when ``create``."""
-    with opened("create" if create else "read", needs=(SESSION_REPOSITORY,)) as container:
+    """The sessions on the command's database: read-only, or created when ``create``; a
+    refusal in the block ends the command (exit 1, the reason on standard error)."""
+    with (
+        opened("create" if create else "read", needs=(SESSION_REPOSITORY,)) as container,
+        exit_on_refusal(settings().output_format),
+    ):
         yield container.get(SESSION_REPOSITORY)
+
+
+@attrs.frozen
+class SessionServices(Refusals):
+    """What a session answer reads (``repo``), and how it says "no" (``fail``/``get`` raise
+    :class:`~runstore.cli._output.Refused`, as :class:`runstore.cli._test_runs.Services`)."""
+
+    repo: SessionRepository
 
 
 def _json_mode() -> bool:
@@ -365,6 +391,38 @@ def export(session_id: str, output: str | None) -> None:
 # -- queries -------------------------------------------------------------------------------------
 
 
+def _listed(
+    services: SessionServices, cwd: str | None, limit: int, cursor: str | None
+) -> Page[SessionRecord]:
+    """One page of sessions; a cursor or cwd the repository refuses is a usage error
+    (``click.BadParameter`` naming the option), as on the command line."""
+    listed = services.repo.list(cwd=cwd, limit=limit, cursor=cursor)
+    if isinstance(listed, Failure) and isinstance(listed.failure(), InvalidInput):
+        bad = listed.failure()
+        raise click.BadParameter(bad.reason, param_hint=f"'--{bad.field}'")
+    return services.get(listed)
+
+
+def _list_json(page: Page[SessionRecord]) -> dict[str, Any]:
+    return {
+        "sessions": [_session_document(r) for r in page.items],
+        "has_more": page.has_more,
+        "next_cursor": page.next_cursor,
+    }
+
+
+def sessions_list_document(
+    services: SessionServices, cwd: str | None = None, limit: int = 50,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """The ``sessions list`` JSON document (schema ``sessions-list.json``, without
+    ``schema_version``): sessions newest first, ``limit`` (1-``MAX_PAGE_SIZE``) a page,
+    ``cursor`` the previous page's ``next_cursor``. A cursor or cwd the repository refuses
+    raises ``click.BadParameter`` (a usage error, exit 2 on the command line); a storage
+    failure raises :class:`~runstore.cli._output.Refused`."""
+    return _list_json(_listed(services, cwd, limit, cursor))
+
+
 @sessions.command(name="list")
 @click.option("--cwd", type=TEXT, default=None, help="Only sessions of this working directory.")
 @click.option(
@@ -384,19 +442,9 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
       runstore sessions list --cwd "$PWD" --limit 20
     """
     with _repository() as repo:
-        listed = repo.list(cwd=cwd, limit=limit, cursor=cursor)
-        if isinstance(listed, Failure) and isinstance(listed.failure(), InvalidInput):
-            bad = listed.failure()
-            raise click.BadParameter(bad.reason, param_hint=f"'--{bad.field}'")
-        page = _get(listed)
+        page = _listed(SessionServices(repo), cwd, limit, cursor)
     if _json_mode():
-        emit_json(
-            {
-                "sessions": [_session_document(r) for r in page.items],
-                "has_more": page.has_more,
-                "next_cursor": page.next_cursor,
-            }
-        )
+        emit_json(_list_json(page))
         return
     table = plain_table()
     for column in ("session", "created", "entries", "messages", "tokens", "cost", "model"):
@@ -426,6 +474,31 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
         out.print(f"more: --cursor {page.next_cursor}", markup=False)
 
 
+def _shown(services: SessionServices, session_id: str) -> tuple[SessionRecord, SessionContext]:
+    """A session and the context it resumes with (at its leaf)."""
+    record = services.get(services.repo.get(session_id))
+    storage = services.get(services.repo.open(session_id))
+    return record, services.get(storage.build_context())
+
+
+def _show_json(record: SessionRecord, resume: SessionContext) -> dict[str, Any]:
+    return {
+        **_session_document(record),
+        "resume": {
+            "leaf_id": resume.leaf_id,
+            "model": _model(resume.model),
+            "thinking_level": resume.thinking_level,
+        },
+    }
+
+
+def sessions_show_document(services: SessionServices, session_id: str) -> dict[str, Any]:
+    """The ``sessions show`` JSON document (schema ``sessions-show.json``, without
+    ``schema_version``); an unknown session or a storage failure raises
+    :class:`~runstore.cli._output.Refused` with the command's reason."""
+    return _show_json(*_shown(services, session_id))
+
+
 @sessions.command()
 @click.argument("session_id", type=SESSION_ID)
 @format_option
@@ -440,20 +513,9 @@ def show(session_id: str) -> None:
       runstore sessions show SESSION_ID --format json
     """
     with _repository() as repo:
-        record = _get(repo.get(session_id))
-        storage = _get(repo.open(session_id))
-        resume = _get(storage.build_context())
+        record, resume = _shown(SessionServices(repo), session_id)
     if _json_mode():
-        emit_json(
-            {
-                **_session_document(record),
-                "resume": {
-                    "leaf_id": resume.leaf_id,
-                    "model": _model(resume.model),
-                    "thinking_level": resume.thinking_level,
-                },
-            }
-        )
+        emit_json(_show_json(record, resume))
         return
     summary = record.summary
     table = plain_table(show_header=False)
@@ -499,6 +561,21 @@ def _context_document(session_id: str, context: SessionContext) -> dict[str, Any
     }
 
 
+def _built(services: SessionServices, session_id: str, leaf: str | None) -> SessionContext:
+    """The context of a session at ``leaf`` (None: its active leaf)."""
+    storage: SessionStorage = services.get(services.repo.open(session_id))
+    return services.get(storage.build_context(leaf))
+
+
+def sessions_context_document(
+    services: SessionServices, session_id: str, leaf: str | None = None
+) -> dict[str, Any]:
+    """The ``sessions context`` JSON document (schema ``sessions-context.json``, without
+    ``schema_version``) at ``leaf`` (None: the active leaf); an unknown session or entry,
+    or a storage failure, raises :class:`~runstore.cli._output.Refused`."""
+    return _context_document(session_id, _built(services, session_id, leaf))
+
+
 @sessions.command()
 @click.argument("session_id", type=SESSION_ID)
 @click.option(
@@ -516,8 +593,7 @@ def context(session_id: str, leaf: str | None) -> None:
       runstore sessions context SESSION_ID --leaf e0000010
     """
     with _repository() as repo:
-        storage: SessionStorage = _get(repo.open(session_id))
-        built = _get(storage.build_context(leaf))
+        built = _built(SessionServices(repo), session_id, leaf)
     if _json_mode():
         emit_json(_context_document(session_id, built))
         return
