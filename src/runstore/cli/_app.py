@@ -19,6 +19,8 @@ _TEST_RUNS = ("runs", "show", "failures", "flaky", "history", "slowest", "covera
 _COMMANDS = {
     "db": "runstore.cli._copy:db",  # the db group, with its copy command
     "sessions": "runstore.cli._sessions:sessions",
+    "mcp": "runstore.cli._mcp:mcp",
+    "triage": "runstore.cli._triage:triage",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""
