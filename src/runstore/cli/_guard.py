@@ -22,7 +22,16 @@ from returns.result import Failure
 from runstore.cli._output import fail
 from runstore.cli._settings import settings
 from runstore.exceptions import DatabaseOpenError
-from runstore.layers import DATABASE_HEALTH, Access, Container, Tag, build, live, shown_database
+from runstore.layers import (
+    DATABASE_HEALTH,
+    Access,
+    Container,
+    Layer,
+    Tag,
+    build,
+    live,
+    shown_database,
+)
 from runstore.services.errors import (
     NotARunstoreDatabase,
     PendingMigrations,
@@ -30,7 +39,7 @@ from runstore.services.errors import (
     StorageFailureKind,
 )
 
-__all__ = ["cannot_open_reason", "foreign_reason", "opened"]
+__all__ = ["cannot_open_reason", "foreign_reason", "opened", "refusal", "unserved_reason"]
 
 
 def cannot_open_reason(path: str, failure: object) -> str:
@@ -56,7 +65,7 @@ def foreign_reason(path: str, error: NotARunstoreDatabase) -> str:
     return f"{shown_database(path)} is not a runstore database: {error.detail}"
 
 
-def _refusal(path: str, error: object) -> str:
+def refusal(path: str, error: object) -> str:
     """The one line a command ends with when ``path`` cannot be used for it."""
     if isinstance(error, NotARunstoreDatabase) and error.tables:
         return foreign_reason(path, error)  # neither command would make it one
@@ -68,6 +77,16 @@ def _refusal(path: str, error: object) -> str:
     if isinstance(error, PendingMigrations):
         return f"{shown_database(path)}: {error}: run `runstore db migrate` (or record a run) first"
     return cannot_open_reason(path, error)
+
+
+def unserved_reason(path: str, layer: Layer, needs: tuple[Tag[Any], ...]) -> str | None:
+    """The one line refusing a command that ``needs`` services ``layer`` (on ``path``) does
+    not provide, or None when it provides them all."""
+    missing = sorted(tag.key.rpartition(".")[2] for tag in set(needs) - layer.provides)
+    if not missing:
+        return None
+    return (f"{shown_database(path)}: this command needs {', '.join(missing)}, which runstore "
+            "does not serve on this kind of database yet; use a SQLite database file")
 
 
 @contextmanager
@@ -85,18 +104,16 @@ def opened(
     cfg = settings()
     path = cfg.db_path
     layer = live(path, access=access)
-    missing = sorted(tag.key.rpartition(".")[2] for tag in set(needs) - layer.provides)
-    if missing:
-        fail(f"{shown_database(path)}: this command needs {', '.join(missing)}, which runstore "
-             "does not serve on this kind of database yet; use a SQLite database file",
-             output_format=cfg.output_format, document=document)
+    unserved = unserved_reason(path, layer, needs)
+    if unserved is not None:
+        fail(unserved, output_format=cfg.output_format, document=document)
     try:
         with build(layer) as container:
             if access == "read":
                 ready = container.get(DATABASE_HEALTH).readiness()
                 if isinstance(ready, Failure):
-                    fail(_refusal(path, ready.failure()), output_format=cfg.output_format,
+                    fail(refusal(path, ready.failure()), output_format=cfg.output_format,
                          document=document)
             yield container
     except DatabaseOpenError as exc:
-        fail(_refusal(path, exc.error), output_format=cfg.output_format, document=document)
+        fail(refusal(path, exc.error), output_format=cfg.output_format, document=document)

@@ -1,0 +1,493 @@
+"""``runstore mcp``: the query commands as tools of an MCP server over standard input/output.
+
+Each tool answers exactly as one query command does with ``--format json``: its structured
+content is the command's JSON document (``schema_version`` first), its ``outputSchema`` the
+command's shipped schema (``runstore/cli/schemas/NAME.json`` with the shared definitions
+bundled in, so it stands alone), and its arguments are parsed by the command's own options,
+so a bad argument is refused with the command's usage message. A refusal (an unknown run,
+project, test or session, a database that cannot be read) is a tool error (``isError``)
+whose text is the command's one-line reason, and whose structured content is the command's
+JSON error document (``error``, and ``candidates`` for an ambiguous node id).
+
+The database is the CLI's (``--db``, ``RUNSTORE_DB``, else the project's found walking up
+from the folder the server starts in); it is opened read-only on the first call that
+reaches it and kept open while the server runs, so every later call is a query on a warm
+connection. A refused opening (no database yet, pending migrations) is retried on the next
+call. The server never writes: the file is opened ``access="read"`` (``PRAGMA
+query_only``) and every tool is a query.
+
+The ``mcp`` SDK (the ``mcp`` extra) is imported only when the server starts: no other
+command loads it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from contextlib import ExitStack
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import click
+
+from runstore.cli._output import SCHEMA_VERSION, Refused, one_line
+from runstore.cli._settings import Settings, settings
+from runstore.layers import DATA_READER, DATA_STORE, SESSION_REPOSITORY, Tag, shown_database
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel import Server
+    from mcp_types import CallToolRequestParams, CallToolResult, ListToolsResult
+
+    from runstore.layers import Container
+
+__all__ = ["TOOLS", "McpTool", "ToolAnswers", "mcp", "output_schema"]
+
+
+# -- the tools ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Argument:
+    """One argument of a tool: ``name`` as the tool takes it, ``param`` the name of the
+    command's click parameter it fills, ``schema`` its JSON Schema (with a description)."""
+
+    name: str
+    schema: dict[str, Any]
+    param: str = ""
+
+    @property
+    def target(self) -> str:
+        return self.param or self.name
+
+
+_RUN_SCHEMA: dict[str, Any] = {
+    "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+    "description": "A run id, 'latest' or 'latest~N' (N runs before the latest).",
+}
+_PROJECT = Argument("project", {
+    "type": "string",
+    "description": "The project (default: the only one, else the one named like the "
+                   "folder the server runs in).",
+})
+
+
+def _run(description: str = "", name: str = "run") -> Argument:
+    return Argument(name, {**_RUN_SCHEMA, "description": description or _RUN_SCHEMA[
+        "description"] + " Default: latest."})
+
+
+def _text(name: str, description: str, param: str = "") -> Argument:
+    return Argument(name, {"type": "string", "description": description}, param)
+
+
+def _limit(description: str, most: int) -> Argument:
+    return Argument("limit", {"type": "integer", "minimum": 1, "maximum": most,
+                              "description": description})
+
+
+@attrs.frozen
+class McpTool:
+    """A tool: its ``name``, ``description``, ``arguments`` (``required`` among them), the
+    click ``command`` (``module:attribute``, a path of commands for a group's) whose
+    parameters parse them, the ``answer`` (``module:function``, a ``*_document`` function
+    called with the services and the parsed parameters), the ``schema`` file of its output,
+    and the services it ``needs``."""
+
+    name: str
+    description: str
+    command: str
+    answer: str
+    schema: str
+    arguments: tuple[Argument, ...] = ()
+    required: tuple[str, ...] = ()
+    needs: tuple[Tag[Any], ...] = (DATA_STORE, DATA_READER)
+
+    def input_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the tool's arguments (an object, no other properties)."""
+        return {
+            "type": "object",
+            "properties": {a.name: a.schema for a in self.arguments},
+            "required": list(self.required),
+            "additionalProperties": False,
+        }
+
+
+_TEST_RUNS = "runstore.cli._test_runs"
+_SESSIONS = "runstore.cli._sessions"
+_SESSION_NEEDS: tuple[Tag[Any], ...] = (SESSION_REPOSITORY,)
+_MAX_PAGE = 1000  # runstore.services.pagination.MAX_PAGE_SIZE, without importing the domain
+
+TOOLS: tuple[McpTool, ...] = (
+    McpTool(
+        "triage",
+        "What a run (default: the latest) needs looked at, in one answer: status and counts, "
+        "each failure with its verdict (new_failure, persistent_failure with its streak and "
+        "since-run, flaky) and the rule and runs it rests on, its first error line and "
+        "location; the failures grouped by failure signature (one root cause is one group); "
+        "flaky suspects; the slowest items; and since the last green run, the tests newly "
+        "failing and the files git says changed. `max_tokens` bounds the answer's size, "
+        "trimming the longest lists first and saying what it left out. As `runstore triage`.",
+        "runstore.cli._triage:triage", "runstore.cli._triage:triage_document", "triage",
+        (_run(), _PROJECT,
+         Argument("slowest", {"type": "integer", "minimum": 1, "maximum": _MAX_PAGE,
+                              "description": "How many of the slowest items to list "
+                                             "(default 10)."}),
+         Argument("max_tokens", {"type": "integer", "minimum": 1, "description":
+                                 "Bound the answer to about this many tokens (characters / 4)."})),
+    ),
+    McpTool(
+        "failures",
+        "The failing items and collection errors of a run (default: the latest): each with "
+        "its error, frames and causes, failure signature, whether it is new, since which run "
+        "and how many runs in a row it has failed, and its verdict (new_failure, "
+        "persistent_failure, flaky) with the rule and runs it rests on. As `runstore "
+        "failures`.",
+        f"{_TEST_RUNS}:failures", f"{_TEST_RUNS}:failures_document", "failures",
+        (_run(), _PROJECT, Argument("new", {
+            "type": "boolean", "description": "Only failures not seen in an earlier run."},
+            "only_new")),
+    ),
+    McpTool(
+        "flaky",
+        "The tests of a project with evidence of flakiness in their recent runs, each with "
+        "its rule (passed_on_rerun, same_commit, oscillation), the runs it rests on and its "
+        "recent outcomes (newest first). As `runstore flaky`.",
+        f"{_TEST_RUNS}:flaky", f"{_TEST_RUNS}:flaky_document", "flaky", (_PROJECT,),
+    ),
+    McpTool(
+        "history",
+        "The recent outcomes of one test, newest first, with the failure message, git "
+        "commit and failed rerun attempts of each. As `runstore history`.",
+        f"{_TEST_RUNS}:history", f"{_TEST_RUNS}:history_document", "history",
+        (_text("nodeid", "A node id, or a part of one naming one test."), _PROJECT),
+        ("nodeid",),
+    ),
+    McpTool(
+        "diff",
+        "What changed from run_a to run_b: newly failing, fixed, added, not run (run_b ran a "
+        "selection or was interrupted) and removed tests. As `runstore diff`.",
+        f"{_TEST_RUNS}:diff", f"{_TEST_RUNS}:diff_document", "diff",
+        (_run("The earlier run: an id, 'latest' or 'latest~N'.", "run_a"),
+         _run("The later run: an id, 'latest' or 'latest~N'.", "run_b"), _PROJECT),
+        ("run_a", "run_b"),
+    ),
+    McpTool(
+        "coverage",
+        "The per-file coverage stored with a run (default: the latest): statements, "
+        "branches, percent covered and the missing lines of each file; with `file`, only "
+        "that file (its stored path or its last components). As `runstore coverage`.",
+        f"{_TEST_RUNS}:coverage", f"{_TEST_RUNS}:coverage_document", "coverage",
+        (_run(), _PROJECT, _text("file", "Only this file: the path as stored, or its last "
+                                 "components (shop/cart.py).", "path")),
+    ),
+    McpTool(
+        "sessions_list",
+        "Agent sessions, newest first, each with its working folder, leaf and token and "
+        "cost summary; a page at a time. As `runstore sessions list`.",
+        f"{_SESSIONS}:sessions list", f"{_SESSIONS}:sessions_list_document", "sessions-list",
+        (_text("cwd", "Only the sessions of this working folder."),
+         _limit("Sessions per page (default 50).", _MAX_PAGE),
+         _text("cursor", "The next_cursor of the previous page.")),
+        needs=_SESSION_NEEDS,
+    ),
+    McpTool(
+        "sessions_show",
+        "One agent session: where it ran, its leaf, the model and thinking level it resumes "
+        "with, and its summary. As `runstore sessions show`.",
+        f"{_SESSIONS}:sessions show", f"{_SESSIONS}:sessions_show_document", "sessions-show",
+        (_text("session_id", "The session id."),), ("session_id",), needs=_SESSION_NEEDS,
+    ),
+    McpTool(
+        "sessions_context",
+        "What the model gets at a leaf of a session (default: its active leaf): the "
+        "messages, the model and the thinking level. As `runstore sessions context`.",
+        f"{_SESSIONS}:sessions context", f"{_SESSIONS}:sessions_context_document",
+        "sessions-context",
+        (_text("session_id", "The session id."),
+         _text("leaf", "Build the context at this entry id.")),
+        ("session_id",), needs=_SESSION_NEEDS,
+    ),
+)
+"""Every tool the server lists, in the order it lists them."""
+
+
+# -- schemas ------------------------------------------------------------------------------------
+
+_DEFINITIONS = "definitions.json"
+
+
+def _schema_file(name: str) -> dict[str, Any]:
+    text = (resources.files("runstore.cli") / "schemas" / name).read_text(encoding="utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def _local_refs(value: Any) -> Any:
+    """``value`` with each ``definitions.json#/...`` reference made local (``#/...``)."""
+    if isinstance(value, dict):
+        return {k: (v.removeprefix(_DEFINITIONS) if k == "$ref" and isinstance(v, str)
+                    else _local_refs(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_local_refs(v) for v in value]
+    return value
+
+
+@cache
+def output_schema(name: str) -> dict[str, Any]:
+    """The shipped schema ``NAME.json`` standing alone: the shared definitions bundled as its
+    ``$defs`` and every reference to them local, since an MCP client resolves references
+    within the schema only."""
+    schema = _schema_file(f"{name}.json")
+    if "definitions.json#" not in json.dumps(schema):
+        return schema
+    bundled = dict(_local_refs(schema))
+    bundled["$defs"] = {**_local_refs(_schema_file(_DEFINITIONS))["$defs"],
+                        **bundled.get("$defs", {})}
+    return bundled
+
+
+# -- answering ----------------------------------------------------------------------------------
+
+
+def _import(spec: str) -> Any:
+    module, _, attribute = spec.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in attribute.split():
+        found = found.commands[part] if isinstance(found, click.Group) else getattr(found, part)
+    return found
+
+
+def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command) -> list[str]:
+    """The command line that asks ``command`` what ``arguments`` ask the tool: its options,
+    then ``--`` and its arguments in the command's order (a value starting with ``-`` is
+    never read as an option). A name the tool does not take, or a flag given a value that
+    is not a boolean, is a usage error."""
+    by_name = {p.name: p for p in command.params}
+    known = {a.name: a for a in tool.arguments}
+    options: list[str] = []
+    positional: dict[str, str] = {}
+    for name, value in arguments.items():
+        if name not in known:
+            listed = ", ".join(known) or "none"
+            raise click.UsageError(f"{tool.name} takes no argument {name!r} (arguments: "
+                                   f"{listed})")
+        if value is None:
+            continue
+        param = by_name[known[name].target]
+        if isinstance(param, click.Option) and param.is_flag:
+            if not isinstance(value, bool):
+                raise click.BadParameter(f"{value!r} is not a valid boolean.", param=param,
+                                         param_hint=f"'{param.opts[0]}'")
+            if value:
+                options.append(param.opts[0])
+            continue
+        token = value if isinstance(value, str) else (
+            str(value) if isinstance(value, int) and not isinstance(value, bool)
+            else json.dumps(value))
+        if isinstance(param, click.Argument):
+            positional[param.name or ""] = token
+        else:
+            options.extend((param.opts[0], token))
+    ordered = [positional[p.name] for p in command.params if p.name in positional]
+    return [*options, "--", *ordered]
+
+
+@attrs.define
+class ToolAnswers:
+    """Answers the tools on one database, opened on first use and kept open (warm).
+
+    ``call(name, arguments)`` returns ``(document, None)`` for an answer (the command's
+    JSON document, ``schema_version`` first) or ``(error_document, reason)`` for a refusal
+    or a bad argument (the command's JSON error document and its one-line reason).
+    """
+
+    settings: Settings
+    _stack: ExitStack | None = None
+    _container: Container | None = None
+    _services: dict[str, Any] = attrs.field(factory=dict)
+    _root: click.Context | None = None
+
+    def close(self) -> None:
+        """Close the database, if open."""
+        if self._stack is not None:
+            self._stack.close()
+        self._stack = self._container = None
+        self._services.clear()
+
+    def _open(self) -> Container:
+        if self._container is not None:
+            return self._container
+        from returns.result import Failure
+
+        from runstore.cli._guard import refusal
+        from runstore.exceptions import DatabaseOpenError
+        from runstore.layers import DATABASE_HEALTH, build, live
+
+        path = self.settings.db_path
+        stack = ExitStack()
+        try:
+            container = stack.enter_context(build(live(path, access="read")))
+        except DatabaseOpenError as exc:
+            raise Refused(refusal(path, exc.error)) from None
+        ready = container.get(DATABASE_HEALTH).readiness()
+        if isinstance(ready, Failure):
+            stack.close()
+            raise Refused(refusal(path, ready.failure()))
+        self._stack, self._container = stack, container
+        return container
+
+    def _services_for(self, tool: McpTool) -> Any:
+        from runstore.cli._guard import unserved_reason
+        from runstore.layers import live
+
+        path = self.settings.db_path
+        unserved = unserved_reason(path, live(path, access="read"), tool.needs)
+        if unserved is not None:
+            raise Refused(unserved)
+        kind = "sessions" if tool.needs == _SESSION_NEEDS else "test_runs"
+        if kind in self._services:
+            return self._services[kind]
+        container = self._open()
+        if kind == "sessions":
+            from runstore.cli._sessions import SessionServices
+
+            made: Any = SessionServices(container.get(SESSION_REPOSITORY))
+        else:
+            from runstore.cli._test_runs import Services
+
+            made = Services(store=container.get(DATA_STORE), reader=container.get(DATA_READER),
+                            output_format="json", db_path=shown_database(path))
+        self._services[kind] = made
+        return made
+
+    def _root_context(self) -> click.Context:
+        if self._root is None:
+            from runstore.cli._app import cli
+
+            self._root = click.Context(cli, info_name="runstore", obj=self.settings)
+        return self._root
+
+    def call(
+        self, name: str, arguments: Mapping[str, Any] | None
+    ) -> tuple[dict[str, Any], str | None]:
+        """The answer of tool ``name`` to ``arguments`` (see the class docstring)."""
+        tool = _BY_NAME.get(name)
+        if tool is None:
+            return self._refused(f"no tool {name!r} (tools: {', '.join(_BY_NAME)})", None)
+        try:
+            command: click.Command = _import(tool.command)
+            root = self._root_context()
+            tokens = _tokens(tool, arguments or {}, command)
+            with root.scope(cleanup=False), command.make_context(
+                    command.name, tokens, parent=root) as ctx:
+                params = dict(ctx.params)
+            answer: Callable[..., dict[str, Any]] = _import(tool.answer)
+            services = self._services_for(tool)
+            with root.scope(cleanup=False):
+                document = answer(services, **params)
+        except click.UsageError as exc:
+            return self._refused(exc.format_message(), None)
+        except Refused as refused:
+            return self._refused(refused.reason, refused.document)
+        return {"schema_version": SCHEMA_VERSION, **document}, None
+
+    def _refused(
+        self, reason: str, document: dict[str, Any] | None
+    ) -> tuple[dict[str, Any], str]:
+        line = one_line(reason, self.settings.db_path)
+        return {"schema_version": SCHEMA_VERSION, **(document or {}), "error": line}, line
+
+
+_BY_NAME = {t.name: t for t in TOOLS}
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+def _listed_tools() -> ListToolsResult:
+    import mcp_types as types
+
+    return types.ListToolsResult(tools=[
+        types.Tool(
+            name=tool.name,
+            description=tool.description,
+            input_schema=tool.input_schema(),
+            output_schema=output_schema(tool.schema),
+            annotations=types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                                              idempotent_hint=True, open_world_hint=False),
+        )
+        for tool in TOOLS
+    ])
+
+
+def make_server(answers: ToolAnswers) -> Server[Any]:
+    """The MCP server answering the tools with ``answers``."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    async def list_tools(_ctx: Any, _params: Any) -> ListToolsResult:
+        return _listed_tools()
+
+    async def call_tool(_ctx: Any, params: CallToolRequestParams) -> CallToolResult:
+        document, reason = answers.call(params.name, params.arguments)
+        text = reason if reason is not None else json.dumps(document, ensure_ascii=False)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)],
+            structured_content=document,
+            is_error=reason is not None,
+        )
+
+    from importlib.metadata import version
+
+    return Server(
+        "runstore",
+        version=version("runstore"),
+        instructions="Answers about recorded test runs (pytest --runstore) and agent sessions, "
+                     "as the runstore command line gives them with --format json.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def _serve(answers: ToolAnswers) -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    server = make_server(answers)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)
+
+
+@click.command()
+def mcp() -> None:
+    """Serve the query commands as MCP tools over standard input and output.
+
+    Tools: triage, failures, flaky, history, diff, coverage, sessions_list,
+    sessions_show, sessions_context; each answers the command's JSON document for the
+    same question and refuses with the command's one-line reason (a tool error). The
+    database is found as every command finds it (--db, RUNSTORE_DB, the project's),
+    opened read-only on the first call and kept open; the server never writes. Needs the mcp extra:
+    pip install 'runstore[mcp]'.
+
+    \b
+    Example (the mcpServers entry of a coding agent):
+      {"mcpServers": {"runstore": {"command": "runstore", "args": ["mcp"]}}}
+    """
+    try:
+        import mcp as _sdk  # noqa: F401 - only to say how to install it when it is missing
+    except ImportError:
+        raise click.UsageError(
+            "runstore mcp needs the MCP SDK: pip install 'runstore[mcp]'") from None
+    answers = ToolAnswers(settings())
+    try:
+        _serve(answers)
+    finally:
+        answers.close()
+

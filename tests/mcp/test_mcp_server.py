@@ -1,0 +1,394 @@
+"""``runstore mcp`` end to end: the SDK's own client starts the server over stdio, lists its
+tools and calls each on a database recorded by real ``pytest --runstore`` runs; every answer
+equals the CLI's JSON document for the same question, every refusal is a tool error with the
+CLI's one-line reason, and the server never writes.
+
+One server serves the whole module (it costs the SDK's import, about a second).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import apsw
+import attrs
+import mcp_types as types
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from jsonschema import Draft202012Validator
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from mcp import ClientSession
+from runstore.cli._mcp import TOOLS, output_schema
+from runstore.layers import DATA_STORE, build, sqlite
+from runstore.services.test_runs import RunStart, RunStatus
+from runstore.testing import make_item
+
+BIN = Path(sys.executable).parent
+RUNSTORE = BIN / "runstore"
+PROJECT = "shop"
+
+APP = '''
+def total(prices):
+    return sum(prices)
+
+
+def discount(price, percent):
+    if percent < 0:
+        raise ValueError("negative discount")
+    return price * (100 - percent) / 100
+'''
+
+TESTS = '''
+import os
+
+import app
+
+RUN = int(os.environ["SHOP_RUN"])
+
+
+def test_total():
+    assert app.total([120, 250]) == 370
+
+
+def test_persistent():
+    assert app.total([1]) == 2, "the total is off"
+
+
+def test_flaky():
+    assert RUN == 2, "the rate cache was cold"
+
+
+def test_new():
+    assert RUN < 3, "broke in run 3"
+
+
+def test_root_cause_a():
+    assert RUN < 3 or app.discount(10, -1)
+
+
+def test_root_cause_b():
+    assert RUN < 3 or app.discount(20, -5)
+'''
+
+SESSION_ID = "5f0c2a8e-3b1d-4c6e-9a7f-2d8e4b6c1a90"
+
+
+def _session_lines() -> list[dict[str, Any]]:
+    def message(entry_id: str, parent: str | None, role: str) -> dict[str, Any]:
+        return {"type": "message", "id": entry_id, "parentId": parent,
+                "timestamp": "2025-11-30T10:53:21.000Z",
+                "message": {"role": role, "content": [{"type": "text", "text": entry_id}]}}
+
+    return [
+        {"type": "session", "version": 3, "id": SESSION_ID,
+         "timestamp": "2025-11-30T10:53:20.000Z", "cwd": "/w"},
+        message("e1", None, "user"),
+        message("e2", "e1", "assistant"),
+        message("e3", "e2", "user"),
+    ]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "RUNSTORE_", "COV_", "GIT_"))}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    return env
+
+
+def _record(folder: Path, db: Path) -> None:
+    """Three runs of the project; the third measures coverage of ``app``."""
+    for run in (1, 2, 3):
+        cover = ("-p", "pytest_cov.plugin", "--cov=app", "--cov-report=") if run == 3 else ()
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+             f"--runstore-db={db}", "-p", "no:cacheprovider", "-q", *cover],
+            cwd=folder, env={**_env(), "SHOP_RUN": str(run)}, capture_output=True,
+            text=True, timeout=120, check=False,
+        )
+        assert done.returncode == 1, done.stdout + done.stderr
+
+
+@attrs.frozen
+class Recorded:
+    folder: Path
+    db: Path
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    pytest.importorskip("pytest_cov")
+    base = tmp_path_factory.mktemp("mcp")
+    folder = base / PROJECT
+    folder.mkdir()
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (folder / "app.py").write_text(textwrap.dedent(APP), encoding="utf-8")
+    (folder / "test_shop.py").write_text(textwrap.dedent(TESTS), encoding="utf-8")
+    db = base / "runs.db"
+    _record(folder, db)
+    transcript = base / "session.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in _session_lines()),
+                          encoding="utf-8")
+    done = _cli(folder, db, "sessions", "import", str(transcript))
+    assert done.returncode == 0, done.stderr
+    return Recorded(folder, db)
+
+
+def _cli(folder: Path, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(RUNSTORE), "--db", str(db), *args], cwd=folder, env=_env(),
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def cli_json(recorded: Recorded, *args: str) -> tuple[int, dict[str, Any], str]:
+    """``runstore --format json ARGS``: exit code, its JSON document, standard error."""
+    done = _cli(recorded.folder, recorded.db, "--format", "json", *args)
+    document = json.loads(done.stdout)
+    assert isinstance(document, dict)
+    return done.returncode, document, done.stderr
+
+
+@attrs.frozen
+class Server:
+    """The running server: ``call`` a tool, ``listed`` tools (from the SDK's client)."""
+
+    portal: BlockingPortal
+    session: ClientSession
+
+    def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        result = self.portal.call(self.session.call_tool, name, arguments)
+        assert isinstance(result, types.CallToolResult)
+        return result
+
+    def listed(self) -> list[types.Tool]:
+        return self.portal.call(self.session.list_tools).tools
+
+
+@attrs.frozen
+class Watched:
+    """A connection held open since before the server started, to see whether anything
+    committed since (``PRAGMA data_version`` changes when another connection commits), and
+    the file's digest then."""
+
+    connection: apsw.Connection
+    data_version: int
+    digest: str
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _data_version(connection: apsw.Connection) -> int:
+    row = connection.execute("PRAGMA data_version").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.fixture(scope="module")
+def watched(recorded: Recorded) -> Iterator[Watched]:
+    connection = apsw.Connection(str(recorded.db), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        yield Watched(connection, _data_version(connection), _digest(recorded.db))
+    finally:
+        connection.close()
+
+
+@pytest.fixture(scope="module")
+def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPathFactory,
+           ) -> Iterator[Server]:
+    params = StdioServerParameters(command=str(RUNSTORE), args=["--db", str(recorded.db), "mcp"],
+                                   env=_env(), cwd=recorded.folder)
+    log = tmp_path_factory.mktemp("mcp-log") / "server.log"
+    with (log.open("w", encoding="utf-8") as errlog, start_blocking_portal() as portal,
+          portal.wrap_async_context_manager(stdio_client(params, errlog=errlog)) as streams,
+          portal.wrap_async_context_manager(ClientSession(*streams)) as session):
+        portal.call(session.initialize)
+        yield Server(portal, session)
+
+
+# -- the tools and their schemas --------------------------------------------------------------
+
+NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "sessions_list", "sessions_show",
+         "sessions_context"]
+
+
+def test_the_server_lists_every_tool_with_valid_input_and_output_schemas(server: Server) -> None:
+    listed = {tool.name: tool for tool in server.listed()}
+    assert set(NAMES) <= set(listed)
+    assert set(listed) == {t.name for t in TOOLS}
+    for tool in listed.values():
+        assert tool.description
+        Draft202012Validator.check_schema(tool.input_schema)
+        assert tool.input_schema["type"] == "object"
+        assert tool.output_schema is not None
+        Draft202012Validator.check_schema(tool.output_schema)
+        assert "definitions.json" not in json.dumps(tool.output_schema)  # stands alone
+        assert tool.annotations is not None
+        assert tool.annotations.read_only_hint is True
+
+
+def test_an_output_schema_is_the_shipped_schema_with_its_definitions_bundled() -> None:
+    schema = output_schema("failures")
+    assert schema["title"] == "runstore failures"
+    assert schema["properties"]["run"] == {"$ref": "#/$defs/run"}
+    assert "evidence" in schema["$defs"]
+    assert output_schema("diff") == json.loads(
+        (Path(__file__).parents[2] / "src/runstore/cli/schemas/diff.json").read_text())
+
+
+# -- answers equal the CLI's --------------------------------------------------------------------
+
+SAME: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("triage", {}, ["triage"]),
+    ("triage", {"run": 2, "slowest": 2}, ["triage", "2", "--slowest", "2"]),
+    ("triage", {"max_tokens": 700}, ["triage", "--max-tokens", "700"]),
+    ("failures", {}, ["failures"]),
+    ("failures", {"run": 2}, ["failures", "2"]),
+    ("failures", {"run": "latest~1", "new": True}, ["failures", "latest~1", "--new"]),
+    ("failures", {"project": PROJECT, "new": False}, ["failures", "--project", PROJECT]),
+    ("flaky", {}, ["flaky"]),
+    ("history", {"nodeid": "test_flaky"}, ["history", "test_flaky"]),
+    ("history", {"nodeid": "test_shop.py::test_new", "project": PROJECT},
+     ["history", "test_shop.py::test_new", "--project", PROJECT]),
+    ("diff", {"run_a": 1, "run_b": "latest"}, ["diff", "1", "latest"]),
+    ("diff", {"run_a": "latest~2", "run_b": 2}, ["diff", "latest~2", "2"]),
+    ("coverage", {}, ["coverage"]),
+    ("coverage", {"file": "app.py"}, ["coverage", "--file", "app.py"]),
+    ("sessions_list", {}, ["sessions", "list"]),
+    ("sessions_list", {"limit": 1, "cwd": "/w"}, ["sessions", "list", "--limit", "1",
+                                                  "--cwd", "/w"]),
+    ("sessions_show", {"session_id": SESSION_ID}, ["sessions", "show", SESSION_ID]),
+    ("sessions_context", {"session_id": SESSION_ID}, ["sessions", "context", SESSION_ID]),
+    ("sessions_context", {"session_id": SESSION_ID, "leaf": "e2"},
+     ["sessions", "context", SESSION_ID, "--leaf", "e2"]),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "command"), SAME,
+                         ids=[" ".join(c) for _, _, c in SAME])
+def test_a_tool_answers_the_cli_json_document(
+    server: Server, recorded: Recorded, tool: str, arguments: dict[str, Any], command: list[str]
+) -> None:
+    code, expected, _ = cli_json(recorded, *command)
+    assert code == 0, expected
+    result = server.call(tool, arguments)
+    assert result.is_error is False, result.content
+    assert result.structured_content == expected
+    assert isinstance(result.content[0], types.TextContent)
+    assert json.loads(result.content[0].text) == expected
+
+
+def test_the_answers_hold_what_was_recorded(server: Server) -> None:
+    failures = server.call("failures", {}).structured_content
+    verdicts = {f["nodeid"].partition("::")[2]: f["classification"]
+                for f in failures["failures"]}
+    assert verdicts == {"test_persistent": "persistent_failure", "test_new": "new_failure",
+                        "test_flaky": "flaky", "test_root_cause_a": "new_failure",
+                        "test_root_cause_b": "new_failure"}
+    flaky = server.call("flaky", {}).structured_content
+    assert [f["nodeid"] for f in flaky["flaky"]] == ["test_shop.py::test_flaky"]
+    covered = server.call("coverage", {"file": "app.py"}).structured_content
+    assert [f["path"] for f in covered["files"]] == ["app.py"]
+    assert covered["files"][0]["missing_lines"] == [9]  # after the raise in discount
+
+
+# -- refusals are tool errors with the CLI's reason -----------------------------------------------
+
+REFUSED: list[tuple[str, dict[str, Any], list[str], int]] = [
+    ("triage", {"run": 99}, ["triage", "99"], 1),
+    ("triage", {"max_tokens": 1}, ["triage", "--max-tokens", "1"], 1),
+    ("triage", {"slowest": 0}, ["triage", "--slowest", "0"], 2),
+    ("failures", {"run": 99}, ["failures", "99"], 1),
+    ("failures", {"project": "nope"}, ["failures", "--project", "nope"], 1),
+    ("failures", {"run": "x"}, ["failures", "x"], 2),
+    ("failures", {"run": 0}, ["failures", "0"], 2),
+    ("history", {"nodeid": "test_nothing_like_it"}, ["history", "test_nothing_like_it"], 1),
+    ("history", {"nodeid": "test_root"}, ["history", "test_root"], 1),  # ambiguous
+    ("history", {"nodeid": " "}, ["history", " "], 2),
+    ("diff", {"run_a": 1, "run_b": 99}, ["diff", "1", "99"], 1),
+    ("coverage", {"run": 1}, ["coverage", "1"], 1),  # run 1 measured none
+    ("coverage", {"file": "nowhere.py"}, ["coverage", "--file", "nowhere.py"], 1),
+    ("sessions_list", {"limit": "ten"}, ["sessions", "list", "--limit", "ten"], 2),
+    ("sessions_list", {"limit": 0}, ["sessions", "list", "--limit", "0"], 2),
+    ("sessions_list", {"cursor": "garbage"}, ["sessions", "list", "--cursor", "garbage"], 2),
+    ("sessions_show", {"session_id": "nope"}, ["sessions", "show", "nope"], 1),
+    ("sessions_context", {"session_id": SESSION_ID, "leaf": "e9"},
+     ["sessions", "context", SESSION_ID, "--leaf", "e9"], 1),
+]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "command", "exit_code"), REFUSED,
+                         ids=[" ".join(c) for _, _, c, _ in REFUSED])
+def test_a_refusal_is_a_tool_error_with_the_cli_reason(
+    server: Server, recorded: Recorded, tool: str, arguments: dict[str, Any],
+    command: list[str], exit_code: int,
+) -> None:
+    code, expected, _ = cli_json(recorded, *command)
+    assert code == exit_code
+    result = server.call(tool, arguments)
+    assert result.is_error is True
+    assert isinstance(result.content[0], types.TextContent)
+    assert result.content[0].text == expected["error"]
+    assert result.structured_content == expected
+
+
+def test_an_ambiguous_test_lists_its_candidates(server: Server) -> None:
+    result = server.call("history", {"nodeid": "test_root"})
+    assert result.is_error is True
+    assert result.structured_content["candidates"] == [
+        "test_shop.py::test_root_cause_a", "test_shop.py::test_root_cause_b"]
+
+
+@pytest.mark.parametrize(("arguments", "reason"), [
+    ({"new": "yes"}, "Invalid value for '--new': 'yes' is not a valid boolean."),
+    ({"run": [1]}, "Invalid value for '[RUN]': '[1]' is not a run id"),
+    ({"since": 3}, "failures takes no argument 'since' (arguments: run, project, new)"),
+])
+def test_an_argument_of_the_wrong_kind_is_a_tool_error(
+    server: Server, arguments: dict[str, Any], reason: str
+) -> None:
+    result = server.call("failures", arguments)
+    assert result.is_error is True
+    assert isinstance(result.content[0], types.TextContent)
+    assert result.content[0].text.startswith(reason)
+
+
+def test_an_unknown_tool_is_an_error(server: Server) -> None:
+    result = server.call("prune", {"keep_runs": 1})
+    assert result.is_error is True
+
+
+# -- never writes, never stale ------------------------------------------------------------------
+
+
+def test_the_server_changed_nothing(server: Server, recorded: Recorded, watched: Watched) -> None:
+    for tool, arguments, _ in SAME:
+        server.call(tool, arguments)
+    assert _data_version(watched.connection) == watched.data_version
+    assert _digest(recorded.db) == watched.digest
+
+
+def test_a_warm_server_answers_a_run_recorded_after_it_opened(
+    server: Server, recorded: Recorded
+) -> None:
+    """Runs after the test above: it records a run while the server holds the database."""
+    before = server.call("failures", {}).structured_content["run"]["id"]
+    with build(sqlite(recorded.db)) as container:
+        store = container.get(DATA_STORE)
+        run = store.begin_run(RunStart(PROJECT, "inv-late", datetime.now(UTC))).unwrap()
+        store.record_results(run, [make_item("test_shop.py::test_total")]).unwrap()
+        store.finish_run(run, RunStatus.PASSED, datetime.now(UTC)).unwrap()
+    after = server.call("failures", {}).structured_content
+    assert after["run"]["id"] == int(run) == before + 1
+    assert after["failures"] == []
+    assert after == cli_json(recorded, "failures")[1]
