@@ -128,3 +128,24 @@ def test_a_read_reads_no_migration_file_and_a_migration_does(recorded: str) -> N
     assert read["migrations_read"] is False
     assert migrate["migrations_read"] is True
     assert not {"importlib.resources", "apsw.ext", "apsw.bestpractice"} & set(read["modules"])
+
+
+SDK_MODULES = ("mcp", "mcp_types", "pydantic", "anyio", "starlette")
+"""The MCP SDK and what it brings: only ``runstore mcp`` loads them (about a second)."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],  # imports every command's module, runstore.cli._mcp among them
+        ["mcp", "--help"],
+        ["--format", "json", "failures"],
+        ["triage"],
+        ["--format", "json", "sessions", "list"],
+    ],
+)
+def test_no_command_but_the_server_loads_the_mcp_sdk(recorded: str, args: list[str]) -> None:
+    code, modules = _imported("--db", recorded, *args)
+    assert code == 0
+    assert ("runstore.cli._mcp" in modules) is (args[-1] == "--help")
+    assert [m for m in modules if m.partition(".")[0] in SDK_MODULES] == []
