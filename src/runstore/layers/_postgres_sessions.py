@@ -36,6 +36,7 @@ from returns.result import Result
 from runstore.layers._layer import Container, Layer
 from runstore.layers._postgres_database import PostgresDatabase, Row
 from runstore.layers._postgres_ledger import _LedgerDialect
+from runstore.layers._postgres_search import search_entries
 from runstore.layers._postgres_test_runs import _as_sqlite
 from runstore.layers._sessions_shared import BoundSession
 from runstore.layers._sessions_sqlite import (
@@ -47,6 +48,7 @@ from runstore.layers._sessions_sqlite import (
     _storable,
 )
 from runstore.layers._tags import SESSION_REPOSITORY
+from runstore.services._search_rules import EntryRow, SearchQuery
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, StorageFailure
 from runstore.services.sessions import SessionId, SessionRepository, SessionStorage
@@ -173,6 +175,11 @@ class PostgresSessionRepository(SqliteSessionRepository):
         if self._writing and _storable(session_id):
             self._dialect.execute(_LOCK_SESSION, (SESSIONS_LOCK, session_id))
         return super()._find(session_id)
+
+    def _search_entries(
+        self, query: SearchQuery, cwd: str | None, start: tuple[int, ...] | None, count: int
+    ) -> list[EntryRow]:
+        return search_entries(self._postgres, query, cwd, start, count)
 
 
 PostgresSessionStorage = BoundSession

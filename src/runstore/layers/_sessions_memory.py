@@ -22,6 +22,17 @@ from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._sessions_shared import BoundSession, SessionLayer
 from runstore.layers._tags import SESSION_REPOSITORY
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._search_rules import (
+    EntryRow,
+    SearchQuery,
+    after,
+    bm25_scores,
+    document_tokens,
+    entry_sort_key,
+    entry_text,
+    entry_type_of,
+    matches,
+)
 from runstore.services._sessions_rules import (
     AppendPlan,
     Head,
@@ -145,6 +156,26 @@ class InMemorySessionRepository(SessionLayer[str]):
                 keys.append((listing_key, session_id))
         keys.sort(reverse=True)
         return [(key, self._record(sid, sid)) for key, sid in keys[:count]]
+
+    def _search_entries(
+        self, query: SearchQuery, cwd: str | None, start: tuple[int, ...] | None, count: int
+    ) -> builtins.list[EntryRow]:
+        """Every entry of every session, scored by BM25 over all of them."""
+        found = [
+            (self._rows[ref], ref, stored.entry)
+            for (ref, _), stored in self._entries.items()
+        ]
+        texts = [entry_text(entry.payload) for _, _, entry in found]
+        rows = [
+            EntryRow(
+                score, row.key, ref, entry.seq, entry.id, entry_type_of(entry),
+                entry.timestamp_ms, entry.payload,
+            )
+            for (row, ref, entry), text, score
+            in zip(found, texts, bm25_scores(query, texts), strict=True)
+            if (cwd is None or row.cwd == cwd) and matches(query, document_tokens(text))
+        ]
+        return after(rows, EntryRow.position, start, entry_sort_key)[:count]
 
     # -- entries ---------------------------------------------------------------------------------
 

@@ -23,6 +23,14 @@ import attrs
 from returns.result import Failure, Result, Success
 
 from runstore.services._primitives import type_refusal
+from runstore.services._search_rules import (
+    ENTRY_CURSOR,
+    EntryRow,
+    SearchQuery,
+    check_search_request,
+    entry_hit,
+    hits_page,
+)
 from runstore.services._sessions_rules import (
     AppendPlan,
     Head,
@@ -52,6 +60,7 @@ from runstore.services._sessions_rules import (
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, StorageFailure, StorageFailureKind
 from runstore.services.pagination import Page
+from runstore.services.search import EntryHit
 from runstore.services.sessions import (
     ROOT_STATE,
     BranchMove,
@@ -125,6 +134,13 @@ class SessionLayer(ABC, Generic[R]):
         """Run ``fn`` as a read unit named ``operation``."""
 
     # -- what a backend provides: storage (called inside a unit) ----------------------------------
+
+    @abstractmethod
+    def _search_entries(
+        self, query: SearchQuery, cwd: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[EntryRow]:
+        """The first ``count`` entries (of sessions of ``cwd`` when given) matching ``query``
+        after the cursor position ``start``, in the listing's order."""
 
     @abstractmethod
     def _find(self, session_id: str) -> R | None:
@@ -253,6 +269,30 @@ class SessionLayer(ABC, Generic[R]):
         return self._query(
             "list sessions",
             lambda: Success(listing_page(self._listing(cwd, after, limit + 1), limit)),
+        )
+
+    def search(
+        self,
+        text: str,
+        *,
+        cwd: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[EntryHit], SessionError]:
+        """See ``SessionRepository.search``: check, find ``limit + 1`` rows in one read, make
+        the hits (rules)."""
+        checked = check_search_request(text, limit, cursor, ENTRY_CURSOR, cwd=cwd)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        query, start = checked.unwrap()
+        return self._query(
+            "search sessions",
+            lambda: Success(
+                hits_page(
+                    self._search_entries(query, cwd, start, limit + 1),
+                    limit, ENTRY_CURSOR, EntryRow.position, entry_hit, query,
+                )
+            ),
         )
 
     def open(self, session_id: str) -> Result[SessionStorage, SessionError]:

@@ -29,10 +29,12 @@ import attrs
 from returns.result import Result
 
 from runstore.layers._layer import Layer
+from runstore.layers._search_sqlite import search_entries
 from runstore.layers._sessions_shared import BoundSession, SessionLayer
 from runstore.layers._sqlite_database import Row, SqliteDatabase
 from runstore.layers._tags import SESSION_REPOSITORY
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._search_rules import EntryRow, SearchQuery
 from runstore.services._sessions_rules import (
     FRESH_HEAD,
     AppendPlan,
@@ -324,6 +326,11 @@ class SqliteSessionRepository(SessionLayer[int]):
             record = session_record(session_id, cwd_, parent, metadata, created, head, summarized)
             found.append(((created, key), record))
         return found
+
+    def _search_entries(
+        self, query: SearchQuery, cwd: str | None, start: tuple[int, ...] | None, count: int
+    ) -> builtins.list[EntryRow]:
+        return search_entries(self._db, query, cwd, start, count)
 
     # -- entries ---------------------------------------------------------------------------------
 

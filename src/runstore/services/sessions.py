@@ -73,6 +73,7 @@ from runstore.services.errors import (
     StorageFailure,
 )
 from runstore.services.pagination import Page
+from runstore.services.search import EntryHit
 
 if TYPE_CHECKING:  # served by __getattr__ below at run time
     from runstore.services._sessions_rules import (
@@ -997,6 +998,27 @@ class SessionRepository(Protocol):
         seed 004's ``fork(source, {cwd, id, metadata})``. All in one unit of work: a failure
         leaves no new session. Failures: ``NotFound`` (source or entry), ``Conflict``
         (``session_id`` exists), ``InvalidInput`` (``metadata``, ``session_id``, ``cwd``).
+        """
+        ...
+
+    def search(
+        self,
+        text: str,
+        *,
+        cwd: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[EntryHit], SessionError]:
+        """The entries of every session (only sessions of ``cwd`` when given) whose text holds
+        every term of ``text``, best first, then later session, then later entry, by the
+        rules and the order of ``runstore.services.search``; paged per
+        ``runstore.services.pagination``. Every entry of a session is searched, on every
+        branch (not only the active path).
+
+        Failures: ``InvalidInput("text", ...)`` for query text that is not ``str``, too long,
+        holding a lone surrogate, with no term or too many terms; ``InvalidInput`` for a cwd
+        that is not ``str`` or None, a bad limit or a foreign cursor; ``Busy``;
+        ``StorageFailure``.
         """
         ...
 
