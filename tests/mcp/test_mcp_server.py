@@ -25,9 +25,9 @@ import mcp_types as types
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from jsonschema import Draft202012Validator
+from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from mcp import ClientSession
 from runstore.cli._mcp import TOOLS, output_schema
 from runstore.layers import DATA_STORE, build, sqlite
 from runstore.services.test_runs import RunStart, RunStatus
@@ -218,8 +218,8 @@ def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPa
 
 # -- the tools and their schemas --------------------------------------------------------------
 
-NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "sessions_list", "sessions_show",
-         "sessions_context"]
+NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "sessions_list",
+         "sessions_show", "sessions_context"]
 
 
 def test_the_server_lists_every_tool_with_valid_input_and_output_schemas(server: Server) -> None:
@@ -381,8 +381,10 @@ def test_the_server_changed_nothing(server: Server, recorded: Recorded, watched:
 def test_a_warm_server_answers_a_run_recorded_after_it_opened(
     server: Server, recorded: Recorded
 ) -> None:
-    """Runs after the test above: it records a run while the server holds the database."""
+    """Runs after the test above: it records a run while the server holds the database (and
+    keeps the answers it gave, which must not be served again)."""
     before = server.call("failures", {}).structured_content["run"]["id"]
+    assert server.call("triage", {}).structured_content["run"]["id"] == before
     with build(sqlite(recorded.db)) as container:
         store = container.get(DATA_STORE)
         run = store.begin_run(RunStart(PROJECT, "inv-late", datetime.now(UTC))).unwrap()
@@ -392,3 +394,6 @@ def test_a_warm_server_answers_a_run_recorded_after_it_opened(
     assert after["run"]["id"] == int(run) == before + 1
     assert after["failures"] == []
     assert after == cli_json(recorded, "failures")[1]
+    triage = server.call("triage", {}).structured_content
+    assert triage["run"]["id"] == after["run"]["id"]
+    assert triage == cli_json(recorded, "triage")[1]

@@ -16,6 +16,19 @@ connection. A refused opening (no database yet, pending migrations) is retried o
 call. The server never writes: the file is opened ``access="read"`` (``PRAGMA
 query_only``) and every tool is a query.
 
+**Cache.** On a SQLite file the server keeps the test-run reader's answers (every
+``DataReader`` call that succeeded, by method and arguments) while the database is
+unchanged, and drops them all when ``PRAGMA data_version`` says another connection committed
+(SQLite: "the integer values returned by two invocations of PRAGMA data_version from the
+same connection will be different if changes were committed to the database by any other
+connection in the interim"). The version is read on a connection of its own at the start
+of each call, before any query, so an answer is never older than the data committed when
+the call began. What a call reads outside the database (git, for ``triage``'s changed
+files) is read each time. A tool whose document is a pure function of an answer value
+(``triage``: the :class:`~runstore.services.triage.Triage` answer, git's part included)
+keeps its last document per arguments and serves it again only while a fresh answer
+equals the one it was built from. On PostgreSQL nothing is kept.
+
 The ``mcp`` SDK (the ``mcp`` extra) is imported only when the server starts: no other
 command loads it.
 """
@@ -104,6 +117,9 @@ class McpTool:
     arguments: tuple[Argument, ...] = ()
     required: tuple[str, ...] = ()
     needs: tuple[Tag[Any], ...] = (DATA_STORE, DATA_READER)
+    value: str = ""
+    """``module:function`` computing, from the same services and parameters, the answer
+    value the document is built from (see "Cache" in the module docstring), or empty."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the tool's arguments (an object, no other properties)."""
@@ -137,6 +153,7 @@ TOOLS: tuple[McpTool, ...] = (
                                              "(default 10)."}),
          Argument("max_tokens", {"type": "integer", "minimum": 1, "description":
                                  "Bound the answer to about this many tokens (characters / 4)."})),
+        value="runstore.cli._mcp:triage_value",
     ),
     McpTool(
         "failures",
@@ -249,6 +266,95 @@ def output_schema(name: str) -> dict[str, Any]:
     return bundled
 
 
+# -- the cache ----------------------------------------------------------------------------------
+
+
+def triage_value(
+    services: Any, run: int | str = "latest", project: str | None = None, slowest: int = 10,
+    max_tokens: int | None = None,
+) -> Any:
+    """The triage answer ``triage_document`` renders for these parameters: the service's
+    :class:`~runstore.services.triage.Triage`, its changed files read from git in the
+    current folder as the command reads them."""
+    from runstore._git import changed_since
+    from runstore.cli._test_runs import _run
+    from runstore.services.triage import triage_run
+
+    summary = _run(services, project, run)
+    return services.get(triage_run(services.reader, run_id=summary.id, slowest=slowest,
+                                   changed_files=changed_since))
+
+
+_CACHE_ENTRIES = 1024
+"""Most reader answers kept at once; past it the cache starts again empty."""
+
+
+class _CachedReader:
+    """A ``DataReader`` that answers a call it answered before from memory while ``fresh``
+    has not dropped its answers (see the module docstring): the values are frozen records
+    and tuples, safe to share. Failures (a busy database) are never kept."""
+
+    def __init__(self, reader: Any) -> None:
+        self._reader = reader
+        self._answers: dict[Any, Any] = {}
+
+    def clear(self) -> None:
+        self._answers.clear()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._reader, name)
+        if not callable(method):
+            return method
+
+        def cached(*args: Any, **kwargs: Any) -> Any:
+            try:
+                key = (name, args, tuple(sorted(kwargs.items())))
+                hash(key)
+            except TypeError:  # an unhashable argument: ask the reader
+                return method(*args, **kwargs)
+            if key in self._answers:
+                return self._answers[key]
+            from returns.result import Success
+
+            answer = method(*args, **kwargs)
+            if isinstance(answer, Success):
+                if len(self._answers) >= _CACHE_ENTRIES:
+                    self._answers.clear()
+                self._answers[key] = answer
+            return answer
+
+        return cached
+
+
+class _Changes:
+    """Whether a SQLite database changed since the last look: ``PRAGMA data_version`` on a
+    read-only connection of its own (None when it cannot be read: then nothing is kept)."""
+
+    def __init__(self, path: str) -> None:
+        import apsw
+
+        self._connection = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        self._seen: int | None = None
+
+    def changed(self) -> bool:
+        """Whether anything was committed since the previous call (True the first time and
+        whenever the version cannot be read)."""
+        import apsw
+
+        try:
+            row = self._connection.execute("PRAGMA data_version").fetchone()
+        except apsw.Error:
+            self._seen = None
+            return True
+        version = None if row is None else int(row[0])
+        changed = version is None or version != self._seen
+        self._seen = version
+        return changed
+
+    def close(self) -> None:
+        self._connection.close()
+
+
 # -- answering ----------------------------------------------------------------------------------
 
 
@@ -305,10 +411,14 @@ class ToolAnswers:
     """
 
     settings: Settings
+    cache: bool = True
     _stack: ExitStack | None = None
     _container: Container | None = None
     _services: dict[str, Any] = attrs.field(factory=dict)
     _root: click.Context | None = None
+    _reader: _CachedReader | None = None
+    _changes: _Changes | None = None
+    _documents: dict[Any, tuple[Any, dict[str, Any]]] = attrs.field(factory=dict)
 
     def close(self) -> None:
         """Close the database, if open."""
@@ -316,6 +426,13 @@ class ToolAnswers:
             self._stack.close()
         self._stack = self._container = None
         self._services.clear()
+        self._reader = self._changes = None
+
+    def _fresh(self) -> None:
+        """Drop the kept reader answers when the database changed (module docstring)."""
+        if self._reader is not None and (self._changes is None or self._changes.changed()):
+            self._reader.clear()
+            self._documents.clear()
 
     def _open(self) -> Container:
         if self._container is not None:
@@ -327,6 +444,8 @@ class ToolAnswers:
         from runstore.layers import DATABASE_HEALTH, build, live
 
         path = self.settings.db_path
+        from runstore.layers._open import postgres_url
+
         stack = ExitStack()
         try:
             container = stack.enter_context(build(live(path, access="read")))
@@ -336,6 +455,11 @@ class ToolAnswers:
         if isinstance(ready, Failure):
             stack.close()
             raise Refused(refusal(path, ready.failure()))
+        if self.cache and not postgres_url(path):
+            changes = _Changes(path)
+            stack.callback(changes.close)
+            changes.changed()
+            self._changes = changes
         self._stack, self._container = stack, container
         return container
 
@@ -358,7 +482,11 @@ class ToolAnswers:
         else:
             from runstore.cli._test_runs import Services
 
-            made = Services(store=container.get(DATA_STORE), reader=container.get(DATA_READER),
+            reader = container.get(DATA_READER)
+            if self._changes is not None:
+                self._reader = _CachedReader(reader)
+                reader = self._reader
+            made = Services(store=container.get(DATA_STORE), reader=reader,
                             output_format="json", db_path=shown_database(path))
         self._services[kind] = made
         return made
@@ -384,15 +512,32 @@ class ToolAnswers:
             with root.scope(cleanup=False), command.make_context(
                     command.name, tokens, parent=root) as ctx:
                 params = dict(ctx.params)
-            answer: Callable[..., dict[str, Any]] = _import(tool.answer)
             services = self._services_for(tool)
+            self._fresh()
             with root.scope(cleanup=False):
-                document = answer(services, **params)
+                document = self._document(tool, services, params)
         except click.UsageError as exc:
             return self._refused(exc.format_message(), None)
         except Refused as refused:
             return self._refused(refused.reason, refused.document)
         return {"schema_version": SCHEMA_VERSION, **document}, None
+
+    def _document(self, tool: McpTool, services: Any, params: dict[str, Any]) -> dict[str, Any]:
+        """The tool's document: the kept one while its answer value is unchanged (only
+        while the reader's answers are kept), else built anew."""
+        answer: Callable[..., dict[str, Any]] = _import(tool.answer)
+        if not tool.value or self._reader is None:
+            return answer(services, **params)
+        key = (tool.name, tuple(sorted(params.items())))
+        value = _import(tool.value)(services, **params)
+        kept = self._documents.get(key)
+        if kept is not None and kept[0] == value:
+            return kept[1]
+        document = answer(services, **params)
+        if len(self._documents) >= _CACHE_ENTRIES:
+            self._documents.clear()
+        self._documents[key] = (value, document)
+        return document
 
     def _refused(
         self, reason: str, document: dict[str, Any] | None
