@@ -120,6 +120,9 @@ class McpTool:
     value: str = ""
     """``module:function`` computing, from the same services and parameters, the answer
     value the document is built from (see "Cache" in the module docstring), or empty."""
+    services: str = "test_runs"
+    """Which services the answer takes: ``"test_runs"`` (``_test_runs.Services``) or
+    ``"sessions"`` (``_sessions.SessionServices``)."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the tool's arguments (an object, no other properties)."""
@@ -208,7 +211,7 @@ TOOLS: tuple[McpTool, ...] = (
         (_text("cwd", "Only the sessions of this working folder."),
          _limit("Sessions per page (default 50).", _MAX_PAGE),
          _text("cursor", "The next_cursor of the previous page.")),
-        needs=_SESSION_NEEDS,
+        needs=_SESSION_NEEDS, services="sessions",
     ),
     McpTool(
         "sessions_show",
@@ -216,6 +219,7 @@ TOOLS: tuple[McpTool, ...] = (
         "with, and its summary. As `runstore sessions show`.",
         f"{_SESSIONS}:sessions show", f"{_SESSIONS}:sessions_show_document", "sessions-show",
         (_text("session_id", "The session id."),), ("session_id",), needs=_SESSION_NEEDS,
+        services="sessions",
     ),
     McpTool(
         "sessions_context",
@@ -225,7 +229,7 @@ TOOLS: tuple[McpTool, ...] = (
         "sessions-context",
         (_text("session_id", "The session id."),
          _text("leaf", "Build the context at this entry id.")),
-        ("session_id",), needs=_SESSION_NEEDS,
+        ("session_id",), needs=_SESSION_NEEDS, services="sessions",
     ),
 )
 """Every tool the server lists, in the order it lists them."""
@@ -366,6 +370,16 @@ def _import(spec: str) -> Any:
     return found
 
 
+def _token(value: Any) -> str:
+    """A JSON value as the command line would give it: text as it is, an integer in digits,
+    anything else as JSON (which the option then refuses, as it would that text)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value)
+
+
 def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command) -> list[str]:
     """The command line that asks ``command`` what ``arguments`` ask the tool: its options,
     then ``--`` and its arguments in the command's order (a value starting with ``-`` is
@@ -383,6 +397,10 @@ def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command)
         if value is None:
             continue
         param = by_name[known[name].target]
+        if isinstance(param, click.Option) and param.multiple:
+            for item in value if isinstance(value, list) else [value]:
+                options.extend((param.opts[0], _token(item)))
+            continue
         if isinstance(param, click.Option) and param.is_flag:
             if not isinstance(value, bool):
                 raise click.BadParameter(f"{value!r} is not a valid boolean.", param=param,
@@ -390,9 +408,7 @@ def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command)
             if value:
                 options.append(param.opts[0])
             continue
-        token = value if isinstance(value, str) else (
-            str(value) if isinstance(value, int) and not isinstance(value, bool)
-            else json.dumps(value))
+        token = _token(value)
         if isinstance(param, click.Argument):
             positional[param.name or ""] = token
         else:
@@ -419,6 +435,7 @@ class ToolAnswers:
     _reader: _CachedReader | None = None
     _changes: _Changes | None = None
     _documents: dict[Any, tuple[Any, dict[str, Any]]] = attrs.field(factory=dict)
+    _served: dict[str, str | None] = attrs.field(factory=dict)
 
     def close(self) -> None:
         """Close the database, if open."""
@@ -468,28 +485,38 @@ class ToolAnswers:
         from runstore.layers import live
 
         path = self.settings.db_path
-        unserved = unserved_reason(path, live(path, access="read"), tool.needs)
+        if tool.name not in self._served:
+            self._served[tool.name] = unserved_reason(path, live(path, access="read"),
+                                                      tool.needs)
+        unserved = self._served[tool.name]
         if unserved is not None:
             raise Refused(unserved)
-        kind = "sessions" if tool.needs == _SESSION_NEEDS else "test_runs"
+        kind = tool.services
         if kind in self._services:
             return self._services[kind]
         container = self._open()
+        made: Any
         if kind == "sessions":
             from runstore.cli._sessions import SessionServices
 
-            made: Any = SessionServices(container.get(SESSION_REPOSITORY))
+            made = SessionServices(container.get(SESSION_REPOSITORY))
         else:
             from runstore.cli._test_runs import Services
 
-            reader = container.get(DATA_READER)
-            if self._changes is not None:
-                self._reader = _CachedReader(reader)
-                reader = self._reader
-            made = Services(store=container.get(DATA_STORE), reader=reader,
+            made = Services(store=container.get(DATA_STORE), reader=self._reader_of(container),
                             output_format="json", db_path=shown_database(path))
         self._services[kind] = made
         return made
+
+    def _reader_of(self, container: Container) -> Any:
+        """The container's ``DataReader``, behind the cache when answers are kept."""
+        if self._reader is not None:
+            return self._reader
+        reader = container.get(DATA_READER)
+        if self._changes is None:
+            return reader
+        self._reader = _CachedReader(reader)
+        return self._reader
 
     def _root_context(self) -> click.Context:
         if self._root is None:
