@@ -111,3 +111,10 @@ def test_no_database_is_refused_until_one_is_recorded(tmp_path: Path) -> None:
         assert document["project"] == "demo"
     finally:
         answers.close()
+
+
+def test_the_page_bound_the_tools_state_is_the_services() -> None:
+    from runstore.cli._mcp import _MAX_PAGE
+    from runstore.services.pagination import MAX_PAGE_SIZE
+
+    assert _MAX_PAGE == MAX_PAGE_SIZE
