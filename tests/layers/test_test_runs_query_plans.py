@@ -131,6 +131,7 @@ HOT: dict[str, Callable[[Populated], Any]] = {
     "classify": lambda p: p.reader.classify(p.run),
     "failures of a running run": lambda p: p.reader.failures(p.running),
     "classify a running run": lambda p: p.reader.classify(p.running),
+    "classify_unstable": lambda p: p.reader.classify_unstable(p.run),
 }
 
 OTHERS: dict[str, Callable[[Populated], Any]] = {

@@ -73,6 +73,7 @@ from runstore.services.clock import Clock
 from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailure
 from runstore.services.pagination import Page
 from runstore.services.test_runs import (
+    Classification,
     CollectionError,
     CoverageReport,
     CoverageTrendPoint,
@@ -572,6 +573,27 @@ class DataReaderBase(_TestRuns):
             run_id,
             _NOTHING,
             lambda run, _: Success(classify_run(run, self._now_items(run))),
+        )
+
+    def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
+        """The items ``classify_unstable`` judges: at least every item that fails now, had
+        failed attempts now, or has a failing or rerun-failed history entry (every item, by
+        default; a backend may read fewer)."""
+        return self._now_items(run)
+
+    def classify_unstable(
+        self, run_id: RunId
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """See ``DataReader.classify_unstable``: :func:`classify_run` over the unsettled
+        items (:meth:`_unsettled_items`), the stable verdicts left out."""
+        return self._on_run(
+            "classify_unstable",
+            run_id,
+            _NOTHING,
+            lambda run, _: Success(tuple(
+                c for c in classify_run(run, self._unsettled_items(run))
+                if c.classification is not Classification.STABLE
+            )),
         )
 
     def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:

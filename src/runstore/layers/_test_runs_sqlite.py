@@ -123,6 +123,12 @@ _HEADS_OF_RUN = (
     " WHERE ce.run_id = ?1"
 )
 """The first error of every failing item and collection error of run ``?1``."""
+_UNSETTLED_SQL = (
+    f" AND (c.outcome IN {_FAILING_SQL} OR c.attempts > 0 OR EXISTS (SELECT 1"
+    " FROM test_history u WHERE u.test_id = c.test_id AND (u.run_id IS NULL OR u.run_id < ?1)"
+    f" AND (u.outcome IN {_FAILING_SQL} OR u.rerun_failures > 0)))"
+)
+"""The items of run ``?1`` whose verdict may be other than stable (``_unsettled_items``)."""
 _COUNT_COLUMNS = tuple(f"n_{o.value}" for o in OUTCOME_ORDER)
 _BULK_LOOKUP = 256
 """Batches of at least this many items look test ids up by reading the project's range."""
@@ -1161,7 +1167,9 @@ class SqliteDataReader(_Facts, DataReaderBase):
             )
         }
 
-    def _now_items(self, run: RunFacts) -> Iterable[ItemNow]:
+    def _now_items(self, run: RunFacts, only: str = "") -> Iterable[ItemNow]:
+        """Every item of ``run`` with its history (``only``: a further condition on the
+        item ``c``)."""
         rows = self._db.execute(
             "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
             " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
@@ -1169,7 +1177,7 @@ class SqliteDataReader(_Facts, DataReaderBase):
             " FROM test_cases c JOIN tests t ON t.id = c.test_id"
             " LEFT JOIN test_history h ON h.test_id = c.test_id"
             "  AND (h.run_id IS NULL OR h.run_id < ?1)"
-            " WHERE c.run_id = ?1",
+            " WHERE c.run_id = ?1" + only,
             (run.id,),
         )
         grouped: dict[str, tuple[str, int, list[tuple[int, WindowEntry]]]] = {}
@@ -1183,6 +1191,12 @@ class SqliteDataReader(_Facts, DataReaderBase):
             ItemNow(nodeid, _OUTCOME[outcome], reruns, _newest_first(entries))
             for nodeid, (outcome, reruns, entries) in grouped.items()
         ]
+
+    def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
+        """The items that fail now, had failed attempts now, or have a failing or
+        rerun-failed history entry of an earlier (or pruned) run: one probe of the history
+        key per item, then the history of those items alone."""
+        return self._now_items(run, _UNSETTLED_SQL)
 
     def _histories(self, project: str) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
         rows = self._db.execute(

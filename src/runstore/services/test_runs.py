@@ -984,3 +984,18 @@ class DataReader(Protocol):
         ``is_partial``, ``b`` recorded fewer items than ``selection.collected``, or ``b`` is
         ``running``, ``interrupted`` or ``aborted``) and ``removed`` otherwise."""
         ...
+
+    def classify_unstable(
+        self, run_id: RunId
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """The items of a run whose verdict is not ``stable`` (``new_failure``,
+        ``persistent_failure``, ``flaky``, ``recovered``): exactly the records ``classify``
+        returns for them, in its order (by node id).
+
+        Only items that fail now, had failed rerun attempts now, or have a failing or
+        rerun-failed entry in their history can be anything but stable, so a layer may judge
+        those alone: the cost follows the unsettled items, not the size of the run (triage
+        asks this of runs of thousands of items). Failures as ``classify``: ``NotFound``
+        when the run is missing; ``InvalidInput`` for a run id of the wrong type; ``Busy``;
+        ``StorageFailure``."""
+        ...

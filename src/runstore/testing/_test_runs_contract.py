@@ -847,6 +847,10 @@ class TestRunsMachine(RuleBasedStateMachine):
                 for nodeid in self.nodeids
             ]
             classified = self._same(f"classify({run})", r.classify(s), m.classify(run))
+            unstable = self._same(f"classify_unstable({run})", r.classify_unstable(s),
+                                  m.classify_unstable(run))
+            if isinstance(classified, Success):
+                assert unstable.unwrap() == _unstable(classified.unwrap()), run
             if isinstance(summary, Success):
                 _check_subtest_totals(run, summary.unwrap(), tests.unwrap(), details)
                 _check_rules(run, classified.unwrap())
@@ -957,6 +961,11 @@ _RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
     Classification.STABLE: frozenset({EvidenceRule.NO_FAILURE, EvidenceRule.NOT_EXECUTED}),
 }
 """The evidence rules each verdict may rest on."""
+
+
+def _unstable(classified: Sequence[TestClassification]) -> tuple[TestClassification, ...]:
+    """What ``classify_unstable`` returns given what ``classify`` returned."""
+    return tuple(c for c in classified if c.classification is not Classification.STABLE)
 
 
 def test_runs_state_machine(
@@ -2100,6 +2109,36 @@ class TestRunsReaderContract(_Contract):
             assert [f.because for f in flaky] == [item.because]
         else:
             assert flaky == ()
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.differing_executors,
+        ],
+    )
+    @given(windows=st.lists(st.text("PFR", min_size=1, max_size=12), min_size=1, max_size=4))
+    def test_classify_unstable_is_classify_without_the_stable(
+        self, layer_factory: LayerFactory, windows: list[str]
+    ) -> None:
+        """Each test follows its own letters, oldest run first (``R``: passed on a rerun);
+        every run's unstable verdicts are its verdicts that are not ``stable``."""
+        with ExitStack() as stack:
+            container = _open(stack, layer_factory, FixedClock(T0_MS))
+            store, reader = container.get(DataStore), container.get(DataReader)
+            runs = []
+            for at in range(max(len(w) for w in windows)):
+                items = [
+                    rerun_item(f"t.py::w{n}") if w[at] == "R" else make_item(
+                        f"t.py::w{n}", Outcome.FAILED if w[at] == "F" else Outcome.PASSED)
+                    for n, w in enumerate(windows) if at < len(w)
+                ]
+                runs.append(self.whole_run(store, items, at_ms=T0_MS + at * 60_000,
+                                           invocation=f"inv-{at}"))
+            for run in runs:
+                assert _ok(reader.classify_unstable(run)) == _unstable(_ok(reader.classify(run)))
+            _err(reader.classify_unstable(UNKNOWN_RUN), NotFound)
 
     def test_classify_judges_only_the_newest_window(
         self, store: DataStore, reader: DataReader
