@@ -44,6 +44,7 @@ from runstore.cli._settings import format_option
 from runstore.cli._test_runs import (
     _SYMBOL,
     RUN,
+    Services,
     _because,
     _error_line,
     _evidence_document,
@@ -54,7 +55,6 @@ from runstore.cli._test_runs import (
     _run_document,
     _run_heading,
     _seconds,
-    _Services,
     _services,
     _table,
     project_option,
@@ -165,17 +165,39 @@ def document_of(answer: Triage, max_tokens: int | None = None) -> dict[str, Any]
     return _bounded(document, max_tokens)
 
 
-def _text(document: dict[str, Any]) -> str:
-    """The document as ``emit_json`` prints it (with ``schema_version``, before the line
-    break)."""
-    return json.dumps({"schema_version": SCHEMA_VERSION, **document}, ensure_ascii=False,
-                      indent=2)
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+"""The C-accelerated encoder (``indent`` would make ``json`` encode in Python)."""
+
+
+def _layout(value: Any, depth: int) -> int:
+    """What ``indent=2`` adds to the compact form of ``value`` at nesting ``depth``: a
+    line break and indentation before each member and before the closing bracket of a
+    non-empty container, and a space after each key's colon."""
+    if isinstance(value, dict):
+        members: Any = value.values()
+        extra = len(value)  # ": " for ":"
+    elif isinstance(value, list):
+        members, extra = value, 0
+    else:
+        return 0
+    if not value:
+        return 0
+    extra += len(value) * (1 + 2 * (depth + 1)) + 1 + 2 * depth
+    return extra + sum(_layout(member, depth + 1) for member in members)
+
+
+def _length(value: Any, depth: int = 0) -> int:
+    """The characters of ``json.dumps(value, ensure_ascii=False, indent=2)`` at ``depth``
+    (the same, computed from the compact C encoding and the layout)."""
+    return len(_COMPACT.encode(value)) + _layout(value, depth)
 
 
 def estimated_tokens(document: dict[str, Any]) -> int:
-    """Tokens of ``document`` as ``--format json`` prints it: its characters (the final line
-    break included) divided by ``CHARS_PER_TOKEN``, rounded up."""
-    return math.ceil((len(_text(document)) + 1) / CHARS_PER_TOKEN)
+    """Tokens of ``document`` as ``--format json`` prints it (``emit_json``: indented, with
+    ``schema_version`` first and a final line break): its characters divided by
+    ``CHARS_PER_TOKEN``, rounded up."""
+    printed = _length({"schema_version": SCHEMA_VERSION, **document}) + 1
+    return math.ceil(printed / CHARS_PER_TOKEN)
 
 
 def _settle(document: dict[str, Any]) -> int:
@@ -209,16 +231,13 @@ def _lists(
     yield 2, "groups", document["groups"], None
 
 
-def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, indent=2))
-
-
 def _cut(items: list[Any], excess_chars: int) -> int:
     """Remove items from the end of ``items`` until about ``excess_chars`` characters are
     gone (at least one item); return how many were removed."""
     removed = gone = 0
     while items and (removed == 0 or gone < excess_chars):
-        gone += _size(items.pop()) + 2  # the item, its comma and line break
+        gone += _length(items.pop(), 2) + 2  # the item (inside a list inside the
+        # document, at least), its comma and line break
         removed += 1
     return removed
 
@@ -229,7 +248,7 @@ def _bounded(document: dict[str, Any], max_tokens: int | None) -> dict[str, Any]
         return document
     omitted = document["trimmed"]["omitted"]
     while estimate > max_tokens:
-        candidates = [(tier, -_size(items), key, items, group)
+        candidates = [(tier, -_length(items), key, items, group)
                       for tier, key, items, group in _lists(document) if items]
         if not candidates:
             return None
@@ -243,7 +262,9 @@ def _bounded(document: dict[str, Any], max_tokens: int | None) -> dict[str, Any]
 
 
 def _least_bound(answer: Triage) -> int:
-    """The estimate of ``answer``'s document with every list emptied."""
+    """The least ``max_tokens`` that ``answer``'s document fits: every list emptied, the
+    bound's own digits counted (the estimate of a bound of ``d`` digits is the same for
+    every bound of ``d`` digits)."""
     empty = document_of(answer)
     assert empty is not None
     for _, key, items, group in list(_lists(empty)):
@@ -251,12 +272,17 @@ def _least_bound(answer: Triage) -> int:
         if group is not None:
             group["nodeids_omitted"] = len(items)
         items.clear()
-    empty["trimmed"]["max_tokens"] = MAX_ID
-    return _settle(empty)
+    for digits in range(1, len(str(MAX_ID)) + 1):
+        smallest = int("1" + "0" * (digits - 1))
+        empty["trimmed"]["max_tokens"] = smallest
+        least = max(_settle(empty), smallest)
+        if least < smallest * 10:
+            return least
+    return MAX_ID
 
 
 def _answer(
-    services: _Services,
+    services: Services,
     project: str | None,
     run: int | str,
     slowest: int,
@@ -277,9 +303,9 @@ def _answer(
 
 
 def triage_document(
-    services: _Services,
-    project: str | None = None,
+    services: Services,
     run: int | str = "latest",
+    project: str | None = None,
     *,
     slowest: int = DEFAULT_SLOWEST,
     max_tokens: int | None = None,
@@ -290,9 +316,10 @@ def triage_document(
     ``run`` is a run id, ``"latest"`` or ``"latest~N"`` (as the ``RUN`` argument converts
     them); ``project`` as ``--project``; ``slowest`` how many slowest items (1-1000);
     ``max_tokens`` the size bound (see the module docstring); ``repository`` the folder
-    whose git repository says which files changed (default: the current folder). Refusals
-    end through ``services.fail``: an unknown project or run, a project that is not the
-    run's, a storage problem, a bound too small for the answer.
+    whose git repository says which files changed (default: the current folder). An
+    unknown project or run, a run of another project than ``project``, a storage problem
+    or a bound too small for the answer raises :class:`~runstore.cli._output.Refused` with
+    the command's one-line reason (``services.fail`` / ``services.get``).
     """
     return _answer(services, project, run, slowest, max_tokens, repository)[1]
 
@@ -382,7 +409,7 @@ def _print_text(full: Triage, document: dict[str, Any]) -> None:
 
 def _print_since(since: SinceGreen | None, omitted: dict[str, int]) -> None:
     if since is None:
-        _print("", "no earlier green run (finished, complete, without failures) to compare with")
+        _print("", "no earlier green run (passed, complete, without failures) to compare with")
         return
     green = since.green
     commit = green.environment.git_commit
@@ -423,7 +450,7 @@ def triage(run: int | str, project: str | None, slowest: int, max_tokens: int | 
     with its streak and since-run, flaky) and the reason (the rule and its runs), its first
     error line and where it was raised (the deepest frame in the project); the failures
     grouped by failure signature (one root cause is one group); flaky suspects; the
-    slowest items; and, since the last green run (the newest earlier run that finished
+    slowest items; and, since the last green run (the newest earlier run that passed
     complete, with no failure: partial, interrupted and aborted runs never count), the
     tests newly failing and the files git says changed since that run's commit (null
     without git or when the commit is not in this repository).

@@ -1,7 +1,7 @@
 """Service Protocols, their records and their error values. No I/O happens here.
 
 Importing this package imports no domain: each name below is read from its module
-(``runstore.services.test_runs``, ``.ledger``, ``.agents``,
+(``runstore.services.test_runs``, ``.triage``, ``.ledger``, ``.agents``,
 ``.sessions``, ``.health``, ``.errors``, ``.clock``) when it is first used, so a command
 about test runs never loads the modules of agents or sessions.
 """
@@ -156,6 +156,16 @@ if TYPE_CHECKING:
         TestResult,
         derive_outcome,
     )
+    from runstore.services.triage import (
+        ChangedSince,
+        FailureGroup,
+        FlakySuspect,
+        SinceGreen,
+        Triage,
+        TriageFailure,
+        is_green,
+        triage_run,
+    )
 
 __all__ = [
     "DEFAULT_HISTORY_WINDOW",
@@ -183,6 +193,7 @@ __all__ = [
     "BadReference",
     "BranchMove",
     "Busy",
+    "ChangedSince",
     "CheckpointId",
     "CheckpointStore",
     "Classification",
@@ -215,10 +226,12 @@ __all__ = [
     "ExecutionMismatch",
     "ExecutionStatus",
     "ExecutionStorage",
+    "FailureGroup",
     "FailureRecord",
     "Fence",
     "FileCoverage",
     "FixedClock",
+    "FlakySuspect",
     "FlakyTest",
     "ForeignKeyViolation",
     "HalfAppliedMigration",
@@ -270,6 +283,7 @@ __all__ = [
     "SessionRepository",
     "SessionStorage",
     "SessionSummary",
+    "SinceGreen",
     "StackFrame",
     "StaleFencingToken",
     "StorageFailure",
@@ -285,8 +299,12 @@ __all__ = [
     "ThreadStatus",
     "ThreadStore",
     "TokenUsage",
+    "Triage",
+    "TriageFailure",
     "UnknownMigration",
     "derive_outcome",
+    "is_green",
+    "triage_run",
 ]
 
 # Where each name of ``__all__`` lives (module: names); read on first access.
@@ -331,6 +349,10 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "PhaseResult", "PruneRunsResult", "RunComparison", "RunId", "RunRetentionPolicy",
         "RunStart", "RunStatus", "RunSummary", "Selection", "StackFrame", "SubtestResult",
         "TestClassification", "TestDetail", "TestRecord", "TestResult", "derive_outcome",
+    ),
+    "triage": (
+        "ChangedSince", "FailureGroup", "FlakySuspect", "SinceGreen", "Triage", "TriageFailure",
+        "is_green", "triage_run",
     ),
 }
 

@@ -1,12 +1,14 @@
 """Triage: one answer about a run of a project, composed from ``DataReader`` queries.
 
 :func:`triage_run` reads a run (the latest of a project, or a given one) through the public
-``DataReader`` methods only (``latest_run`` / ``get_run``, ``failures``, ``classify``,
-``slowest``, ``list_runs``, ``compare``), so every layer, runstore's or a third party's,
-gives the same answer without code of its own. What it adds are these rules, all pure:
+``DataReader`` methods only (``latest_run`` / ``get_run``, ``failures``,
+``classify_unstable``, ``slowest``, ``list_runs``, ``compare``), so every layer,
+runstore's or a third party's, gives the same answer without code of its own. What it
+adds are these rules, all pure:
 
 - **Failures** (:class:`TriageFailure`): each failing item and collection error of the run
-  with its verdict and ``because`` (``DataReader.classify``), its first error and where it
+  with its verdict and ``because`` (``DataReader.classify_unstable``, which judges only
+  the items whose verdict can be other than stable), its first error and where it
   was raised (the deepest frame in the project's own code, else the deepest frame), its
   failure signature, ``is_new`` and its failing streak (``DataReader.failures``). Ordered
   by what an agent should look at first: collection errors, then ``new_failure``, then
@@ -22,8 +24,8 @@ gives the same answer without code of its own. What it adds are these rules, all
 - **Slowest**: the run's ``slowest`` items (``DataReader.slowest``).
 - **Since the last green run** (:class:`SinceGreen`): the *green* run is the newest run of
   the project listed before this one by ``list_runs`` (start time, then id, newest first)
-  that :func:`is_green` accepts: finished ``passed`` or ``failed``, at least one item, no
-  failing item, no collection error, and not partial (:func:`run_is_partial`: no
+  that :func:`is_green` accepts: finished ``passed``, at least one item, no failing item,
+  no collection error, and not partial (:func:`run_is_partial`: no
   narrowing selection such as a path argument, ``-k``, ``-m``, ``--lf``, ``-x`` or
   deselected items, and as many items recorded as pytest collected). A partial run may
   have left the failing tests out, and an interrupted, aborted or running run may not
@@ -35,8 +37,8 @@ gives the same answer without code of its own. What it adds are these rules, all
 
 Each reader call reads its own snapshot: a finished run gives the same answer on every
 call (history trimming aside); a run still being written may show parts of different
-moments. Finding the green run reads run summaries only (never items), newest first, from
-the newest run of the project back to the green one.
+moments. Finding the green run reads the summaries of ``passed`` runs only (never items),
+newest first, from the newest run of the project back to the green one.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from runstore.services.test_runs import (
 
 __all__ = [
     "DEFAULT_SLOWEST",
-    "ChangedFiles",
+    "ChangedSince",
     "FailureGroup",
     "FlakySuspect",
     "SinceGreen",
@@ -84,7 +86,7 @@ T = TypeVar("T")
 DEFAULT_SLOWEST = 10
 """How many of the slowest items a triage lists unless told otherwise."""
 
-ChangedFiles = Callable[[str], Sequence[str] | None]
+ChangedSince = Callable[[str], Sequence[str] | None]
 """Given a git commit, the files changed since it (None when that cannot be known), such as
 :func:`runstore._git.changed_since` bound to a repository."""
 
@@ -202,10 +204,11 @@ class Triage:
 
 def is_green(run: RunSummary) -> bool:
     """Whether ``run`` counts as green for "since the last green run": finished ``passed``
-    or ``failed``, at least one item, no ``failed`` or ``error`` item, no collection error,
-    and not partial (:func:`run_is_partial` with its recorded item count)."""
+    (a run its runner called failed is not green, even without a failing item), at least
+    one item, no ``failed`` or ``error`` item, no collection error, and not partial
+    (:func:`run_is_partial` with its recorded item count)."""
     return (
-        run.status in (RunStatus.PASSED, RunStatus.FAILED)
+        run.status is RunStatus.PASSED
         and run.total > 0
         and run.counts.get(Outcome.FAILED.value, 0) == 0
         and run.counts.get(Outcome.ERROR.value, 0) == 0
@@ -303,24 +306,25 @@ _FIRST_PAGE = 20
 
 
 def _green_before(reader: DataReader, run: RunSummary) -> RunSummary | None:
-    """The newest run listed after ``run`` (``list_runs`` order) that :func:`is_green`
-    accepts, None when none is."""
-    passed = False
+    """The newest run listed after ``run`` (``list_runs`` order: start time, then id, newest
+    first) that :func:`is_green` accepts, None when none is. Only ``passed`` runs are
+    listed (the status filter), so runs that failed cost nothing."""
+    before = (run.started_at_ms, run.id)
     cursor: str | None = None
     limit = _FIRST_PAGE
     while True:
-        page = _value(reader.list_runs(run.project, limit=limit, cursor=cursor))
+        page = _value(reader.list_runs(run.project, status=RunStatus.PASSED, limit=limit,
+                                       cursor=cursor))
         for listed in page.items:
-            if passed and is_green(listed):
+            if (listed.started_at_ms, listed.id) < before and is_green(listed):
                 return listed
-            passed = passed or listed.id == run.id
         if page.next_cursor is None:
             return None
         cursor, limit = page.next_cursor, MAX_PAGE_SIZE
 
 
 def _since_green(
-    reader: DataReader, run: RunSummary, failing: set[str], changed_files: ChangedFiles | None
+    reader: DataReader, run: RunSummary, failing: set[str], changed_files: ChangedSince | None
 ) -> SinceGreen | None:
     green = _green_before(reader, run)
     if green is None:
@@ -355,11 +359,11 @@ def _compose(
     project: str | None,
     run_id: RunId | None,
     slowest: int,
-    changed_files: ChangedFiles | None,
+    changed_files: ChangedSince | None,
 ) -> Triage:
     limit = _value(check_limit(slowest, field="slowest"))
     run = _summary(reader, project, run_id)
-    verdicts = {v.nodeid: v for v in _value(reader.classify(run.id))}
+    verdicts = {v.nodeid: v for v in _value(reader.classify_unstable(run.id))}
     failures = _ordered([_failure(f, verdicts.get(f.nodeid))
                          for f in _value(reader.failures(run.id))])
     failing = {f.nodeid for f in failures if not f.is_collection_error}
@@ -383,7 +387,7 @@ def triage_run(
     *,
     run_id: RunId | None = None,
     slowest: int = DEFAULT_SLOWEST,
-    changed_files: ChangedFiles | None = None,
+    changed_files: ChangedSince | None = None,
 ) -> Result[Triage, DataReaderError]:
     """Triage run ``run_id``, or the latest run of ``project`` (see the module docstring).
 
