@@ -309,3 +309,15 @@ def _least(project: Path, monkeypatch: pytest.MonkeyPatch) -> int:
                     monkeypatch=monkeypatch)
     assert too_small.exit_code == 1
     return least
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=25)
+
+
+@given(value=JSON_VALUES)
+def test_the_size_estimate_counts_the_printed_characters(value: Any) -> None:
+    from runstore.cli._triage import _length
+
+    assert _length(value) == len(json.dumps(value, ensure_ascii=False, indent=2))

@@ -13,11 +13,12 @@ break included), divided by 4 and rounded up: OpenAI's rule of thumb that one to
 about four characters of English text ("What are tokens and how to count them", OpenAI
 Help Center). A more compact serialization of the same document is shorter, so the bound
 holds for it too. While the estimate exceeds N, the list that takes the most characters
-loses items from its end (each list is ordered most important first), in three tiers:
-first the node ids inside groups (each failure names its own), flaky suspects, slowest
-items and the lists since the last green run, the longest of them first each time; once
-those are empty, the failures (the least urgent first, flaky ones before persistent and
-new ones); last, the groups. ``trimmed`` says what was
+loses items from its end (each list is ordered most important first), in three tiers,
+the longest list of a tier first each time: first the node ids inside groups and the
+tests newly failing or added since the last green run (each failure names its own),
+flaky suspects and slowest items; once those are empty, the failures (the least urgent
+first: flaky ones before persistent and new ones) and the files changed since the green
+run; last, the groups. ``trimmed`` says what was
 left out: ``omitted`` counts the items removed from each list (``group_nodeids`` summed over
 the groups, each group also says its own ``nodeids_omitted``; a group's ``count`` stays the
 full count). A bound too small even for the document with every list empty is refused
@@ -215,18 +216,19 @@ def _lists(
     document: dict[str, Any],
 ) -> Iterator[tuple[int, str, list[Any], dict[str, Any] | None]]:
     """Every list that trimming may shorten: (tier, omitted key, the list, the group holding
-    it or None). Tier 0 goes first: node ids inside groups (the failures name them too),
-    flaky suspects, slowest items and the lists since the last green run; then tier 1, the
-    failures; then tier 2, the groups."""
+    it or None). Tier 0 goes first: node ids inside groups and the tests newly failing or
+    added since the last green run (the failures name them too), flaky suspects and
+    slowest items; then tier 1, the failures and the files changed since the green run;
+    then tier 2, the groups."""
     for group in document["groups"]:
         yield 0, "group_nodeids", group["nodeids"], group
     for key in ("flaky", "slowest"):
         yield 0, key, document[key], None
     since = document["since_green"]
     if since is not None:
-        for key in ("newly_failing", "added_failing", "changed_files"):
+        for key, tier in (("newly_failing", 0), ("added_failing", 0), ("changed_files", 1)):
             if since[key] is not None:
-                yield 0, key, since[key], None
+                yield tier, key, since[key], None
     yield 1, "failures", document["failures"], None
     yield 2, "groups", document["groups"], None
 
