@@ -32,6 +32,7 @@ from runstore.layers import Container, Layer, build, in_memory, merge
 from runstore.services.clock import Clock
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
+from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
@@ -186,6 +187,20 @@ class PassThrough:
 
     def compare(self, run_a: RunId, run_b: RunId) -> Result[RunComparison, DataReaderError]:
         return self.inner_reader.compare(run_a, run_b)
+
+    def search_failures(
+        self, text: str, *, project: str | None = None, limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[FailureHit], DataReaderError]:
+        return self.inner_reader.search_failures(
+            text, project=project, limit=limit, cursor=cursor
+        )
+
+    def search_tests(
+        self, text: str, *, project: str | None = None, limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[TestHit], DataReaderError]:
+        return self.inner_reader.search_tests(text, project=project, limit=limit, cursor=cursor)
 
 
 def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:

@@ -33,12 +33,14 @@ import psycopg
 from returns.result import Failure, Result, Success
 
 from runstore.exceptions import TransactionMisuse
+from runstore.layers import _postgres_search as postgres_search
 from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._postgres_database import PostgresDatabase, Row
 from runstore.layers._postgres_errors import from_psycopg
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._test_runs_sqlite import SqliteDataReader, SqliteDataStore
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._search_rules import FailureRow, SearchQuery, TestRow
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, StorageFailure
 from runstore.services.test_runs import DataReader, DataStore, DataStoreError
@@ -247,6 +249,19 @@ class PostgresDataReader(SqliteDataReader):
 
     def __init__(self, db: PostgresDatabase) -> None:
         super().__init__(_as_sqlite(_Dialect(db, TEST_RUNS_LOCK)))
+        self._postgres = db
+
+    # -- search (runstore.services.search): tsvector queries, not the translated FTS5 ones -----
+
+    def _search_failures(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[FailureRow]:
+        return postgres_search.search_failures(self._postgres, query, project, start, count)
+
+    def _search_tests(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[TestRow]:
+        return postgres_search.search_tests(self._postgres, query, project, start, count)
 
 
 def postgres_test_runs() -> Layer:

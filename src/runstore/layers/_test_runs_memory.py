@@ -31,6 +31,17 @@ from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._search_rules import (
+    FailureRow,
+    SearchQuery,
+    TestRow,
+    after,
+    bm25_scores,
+    document_tokens,
+    failure_text,
+    matches,
+    memory_key,
+)
 from runstore.services._test_runs_rules import (
     EXECUTED_OUTCOMES,
     FailingItem,
@@ -673,6 +684,59 @@ class InMemoryDataReader(_Facts, DataReaderBase):
         table = self._state.cases.get(run_id)
         return {n: c.outcome for n, c in table.items()} if table else {}
 
+    # -- search (runstore.services.search) ---------------------------------------------------
+
+    def _search_failures(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[FailureRow]:
+        """Every failing item's errors and every collection error, scored by BM25 over all
+        of them; the row id is a hash of (node id, collector or not, ordinal) in the run."""
+        state = self._state
+        found: list[tuple[int, str, str, bool, int, PreparedError]] = []
+        for run in state.runs.values():
+            for case in state.cases_by_node(run.id):
+                if case.outcome in FAILING_OUTCOMES:
+                    found.extend(
+                        (run.id, run.project, case.nodeid, False, i, e)
+                        for i, e in enumerate(case.errors)
+                    )
+            collection = state.collection.get(run.id)
+            for item in collection.values() if collection else ():
+                found.append((run.id, run.project, item.nodeid, True, 0, item.error))
+        texts = [failure_text(f[5].exception_type, f[5].message) for f in found]
+        scores = bm25_scores(query, texts)
+        rows = [
+            FailureRow(
+                score, run_id, memory_key(nodeid, str(collected), str(ordinal)), name, nodeid,
+                collected, ordinal, error.exception_type, error.message,
+            )
+            for (run_id, name, nodeid, collected, ordinal, error), text, score
+            in zip(found, texts, scores, strict=True)
+            if (project is None or name == project) and matches(query, document_tokens(text))
+        ]
+        return after(rows, FailureRow.position, start)[:count]
+
+    def _search_tests(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[TestRow]:
+        """The node ids with a stored item or a history entry, per project, scored by BM25
+        over all of them; the row id is a hash of (project, node id)."""
+        found = sorted(
+            (name, nodeid)
+            for name in self._projects_known()
+            for nodeid in self._nodeids(name)
+        )
+        scores = bm25_scores(query, [nodeid for _, nodeid in found])
+        rows = [
+            TestRow(score, memory_key(name, nodeid), name, nodeid)
+            for (name, nodeid), score in zip(found, scores, strict=True)
+            if (project is None or name == project) and matches(query, document_tokens(nodeid))
+        ]
+        return after(rows, TestRow.position, start)[:count]
+
+    def _projects_known(self) -> set[str]:
+        state = self._state
+        return {r.project for r in state.runs.values()} | {p for p, _ in state.history}
 
 def in_memory_test_runs() -> Layer:
     """The in-memory test-run services: ``DataStore`` and ``DataReader`` sharing one

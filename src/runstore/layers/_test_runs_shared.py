@@ -23,6 +23,17 @@ from typing import Protocol, TypeVar
 from returns.result import Failure, Result, Success
 
 from runstore.services._primitives import and_then
+from runstore.services._search_rules import (
+    FAILURE_CURSOR,
+    TEST_CURSOR,
+    FailureRow,
+    SearchQuery,
+    TestRow,
+    check_search_request,
+    failure_hit,
+    hits_page,
+    test_hit,
+)
 from runstore.services._test_runs_rules import (
     HISTORY_STATUSES,
     FailingItem,
@@ -72,6 +83,7 @@ from runstore.services._test_runs_rules import (
 from runstore.services.clock import Clock
 from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailure
 from runstore.services.pagination import Page
+from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
     Classification,
     CollectionError,
@@ -681,6 +693,65 @@ class DataReaderBase(_TestRuns):
         )
         return self._read("compare", checked, compare)
 
+    # -- search (runstore.services.search) ---------------------------------------------------
+
+    @abstractmethod
+    def _search_failures(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[FailureRow]:
+        """The first ``count`` failure documents (of ``project`` when given) matching
+        ``query`` after the cursor position ``start``, in the listing's order."""
+
+    @abstractmethod
+    def _search_tests(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[TestRow]:
+        """The first ``count`` test documents (of ``project`` when given) matching
+        ``query`` after the cursor position ``start``, in the listing's order."""
+
+    def search_failures(
+        self,
+        text: str,
+        *,
+        project: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[FailureHit], DataReaderError]:
+        """See ``DataReader.search_failures``: check, find ``limit + 1`` rows in one read,
+        make the hits (rules)."""
+
+        def read(
+            args: tuple[SearchQuery, tuple[int, ...] | None],
+        ) -> Result[Page[FailureHit], DataReaderError]:
+            query, start = args
+            rows = self._search_failures(query, project, start, limit + 1)
+            return Success(
+                hits_page(rows, limit, FAILURE_CURSOR, FailureRow.position, failure_hit, query)
+            )
+
+        checked = check_search_request(text, limit, cursor, FAILURE_CURSOR, project=project)
+        return self._read("search_failures", checked, read)
+
+    def search_tests(
+        self,
+        text: str,
+        *,
+        project: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[TestHit], DataReaderError]:
+        """See ``DataReader.search_tests``: check, find ``limit + 1`` rows in one read, make
+        the hits (rules)."""
+
+        def read(
+            args: tuple[SearchQuery, tuple[int, ...] | None],
+        ) -> Result[Page[TestHit], DataReaderError]:
+            query, start = args
+            rows = self._search_tests(query, project, start, limit + 1)
+            return Success(hits_page(rows, limit, TEST_CURSOR, TestRow.position, test_hit, query))
+
+        checked = check_search_request(text, limit, cursor, TEST_CURSOR, project=project)
+        return self._read("search_tests", checked, read)
 
 _NOTHING: Result[None, InvalidInput] = Success(None)
 """The checked arguments of a method that takes none but a run id."""

@@ -35,10 +35,12 @@ from returns.result import Failure, Result, Success
 
 from runstore.exceptions import TransactionMisuse
 from runstore.layers._layer import Container, Layer, merge
+from runstore.layers._search_sqlite import search_failures, search_tests
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._sqlite_errors import from_apsw
 from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._search_rules import FailureRow, SearchQuery, TestRow
 from runstore.services._test_runs_rules import (
     OUTCOME_ORDER,
     SUBTEST_WORDS,
@@ -1290,6 +1292,17 @@ class SqliteDataReader(_Facts, DataReaderBase):
             )
         }
 
+    # -- search (runstore.services.search) ---------------------------------------------------
+
+    def _search_failures(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[FailureRow]:
+        return search_failures(self._db, query, project, start, count)
+
+    def _search_tests(
+        self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
+    ) -> Sequence[TestRow]:
+        return search_tests(self._db, query, project, start, count)
 
 def sqlite_test_runs() -> Layer:
     """The live test-run services: ``DataStore`` and ``DataReader`` on the container's

@@ -95,6 +95,17 @@ if TYPE_CHECKING:
         RetryRefused,
         StaleFencingToken,
     )
+    from runstore.services.search import (
+        ENTRY_TEXT_KEYS,
+        MAX_QUERY_CHARS,
+        MAX_TERM_CHARS,
+        MAX_TERMS,
+        SNIPPET_CHARS,
+        EntryHit,
+        FailureHit,
+        SearchTerm,
+        TestHit,
+    )
     from runstore.services.sessions import (
         BadReference,
         BranchMove,
@@ -169,11 +180,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_HISTORY_WINDOW",
+    "ENTRY_TEXT_KEYS",
     "FAILING_OUTCOMES",
     "MAX_CAPTURE_CHARS",
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
+    "MAX_QUERY_CHARS",
+    "MAX_TERMS",
+    "MAX_TERM_CHARS",
     "MAX_TEXT_CHARS",
+    "SNIPPET_CHARS",
     "ActionRun",
     "ActionRunError",
     "ActionRunFailure",
@@ -212,6 +228,7 @@ __all__ = [
     "DatabaseHealth",
     "DuplicateEntry",
     "Entry",
+    "EntryHit",
     "EntryId",
     "EntryType",
     "Environment",
@@ -227,6 +244,7 @@ __all__ = [
     "ExecutionStatus",
     "ExecutionStorage",
     "FailureGroup",
+    "FailureHit",
     "FailureRecord",
     "Fence",
     "FileCoverage",
@@ -275,6 +293,7 @@ __all__ = [
     "RunStart",
     "RunStatus",
     "RunSummary",
+    "SearchTerm",
     "Selection",
     "SessionContext",
     "SessionError",
@@ -292,6 +311,7 @@ __all__ = [
     "SystemClock",
     "TestClassification",
     "TestDetail",
+    "TestHit",
     "TestRecord",
     "TestResult",
     "Thread",
@@ -334,6 +354,10 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
     "health": (
         "AppliedMigration", "DatabaseCheck", "DatabaseHealth", "ForeignKeyViolation",
         "HealthError", "MigrationStatus", "ReadinessError",
+    ),
+    "search": (
+        "ENTRY_TEXT_KEYS", "MAX_QUERY_CHARS", "MAX_TERM_CHARS", "MAX_TERMS", "SNIPPET_CHARS",
+        "EntryHit", "FailureHit", "SearchTerm", "TestHit",
     ),
     "sessions": (
         "BadReference", "BranchMove", "ContextMessage", "DuplicateEntry", "Entry", "EntryId",

@@ -48,6 +48,7 @@ from runstore.services.errors import (
     StorageFailure,
 )
 from runstore.services.pagination import Page
+from runstore.services.search import FailureHit, TestHit
 
 __all__ = [
     "CLASSIFICATION_TABLE",
@@ -998,4 +999,38 @@ class DataReader(Protocol):
         asks this of runs of thousands of items). Failures as ``classify``: ``NotFound``
         when the run is missing; ``InvalidInput`` for a run id of the wrong type; ``Busy``;
         ``StorageFailure``."""
+        ...
+
+    # -- search (runstore.services.search) ----------------------------------------------------
+
+    def search_failures(
+        self,
+        text: str,
+        *,
+        project: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[FailureHit], DataReaderError]:
+        """The failures (of ``project``, of every project when None) whose text holds every
+        term of ``text``, best first, then newest run, by the rules and the order of
+        ``runstore.services.search``; paged per ``runstore.services.pagination``.
+
+        Failures: ``InvalidInput("text", ...)`` for query text that is not ``str``, too long,
+        holding a lone surrogate, with no term or too many terms; ``InvalidInput`` for a
+        project that is not ``str`` or None, a bad limit or a foreign cursor; ``Busy``;
+        ``StorageFailure``.
+        """
+        ...
+
+    def search_tests(
+        self,
+        text: str,
+        *,
+        project: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> Result[Page[TestHit], DataReaderError]:
+        """The tests (of ``project``, of every project when None) whose node id holds every
+        term of ``text``, best first, by the rules of ``runstore.services.search``; paged.
+        Failures as ``search_failures``."""
         ...

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         non_json_values,
         phase_outcomes,
     )
+    from runstore.testing._search import SearchContract, search_corpora, search_queries
     from runstore.testing._sessions import (
         ENTRY_TYPES,
         SessionsContract,
@@ -118,6 +119,7 @@ __all__: list[str] = [
     "LedgerContract",
     "LedgerContractViolation",
     "LedgerMachine",
+    "SearchContract",
     "SeedError",
     "SeededRuns",
     "SessionsContract",
@@ -156,6 +158,8 @@ __all__: list[str] = [
     "reference_streak",
     "reference_verdict",
     "rerun_item",
+    "search_corpora",
+    "search_queries",
     "selections",
     "sessions_json_values",
     "sessions_model_layer",
@@ -185,6 +189,9 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
     ),
     "_health": (
         "HealthContract",
+    ),
+    "_search": (
+        "SearchContract", "search_corpora", "search_queries",
     ),
     "_sessions": (
         "ENTRY_TYPES", "SessionsContract", "SessionsContractViolation", "SessionsMachine",
