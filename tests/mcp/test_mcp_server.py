@@ -3,19 +3,14 @@ tools and calls each on a database recorded by real ``pytest --runstore`` runs; 
 equals the CLI's JSON document for the same question, every refusal is a tool error with the
 CLI's one-line reason, and the server never writes.
 
-One server serves the whole module (it costs the SDK's import, about a second).
+One server serves the whole module (it costs the SDK's import, 1-3 s); nothing here writes:
+the test that records a run while a server runs is in test_mcp_fresh.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,154 +18,26 @@ import apsw
 import attrs
 import mcp_types as types
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from _recorded import (  # beside this file
+    PROJECT,
+    SESSION_ID,
+    Recorded,
+    Server,
+    cli_json,
+    data_version,
+    digest,
+    record_project,
+    serving,
+)
 from jsonschema import Draft202012Validator
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from runstore.cli._mcp import TOOLS, output_schema
-from runstore.layers import DATA_STORE, build, sqlite
-from runstore.services.test_runs import RunStart, RunStatus
-from runstore.testing import make_item
-
-BIN = Path(sys.executable).parent
-RUNSTORE = BIN / "runstore"
-PROJECT = "shop"
-
-APP = '''
-def total(prices):
-    return sum(prices)
-
-
-def discount(price, percent):
-    if percent < 0:
-        raise ValueError("negative discount")
-    return price * (100 - percent) / 100
-'''
-
-TESTS = '''
-import os
-
-import app
-
-RUN = int(os.environ["SHOP_RUN"])
-
-
-def test_total():
-    assert app.total([120, 250]) == 370
-
-
-def test_persistent():
-    assert app.total([1]) == 2, "the total is off"
-
-
-def test_flaky():
-    assert RUN == 2, "the rate cache was cold"
-
-
-def test_new():
-    assert RUN < 3, "broke in run 3"
-
-
-def test_root_cause_a():
-    assert RUN < 3 or app.discount(10, -1)
-
-
-def test_root_cause_b():
-    assert RUN < 3 or app.discount(20, -5)
-'''
-
-SESSION_ID = "5f0c2a8e-3b1d-4c6e-9a7f-2d8e4b6c1a90"
-
-
-def _session_lines() -> list[dict[str, Any]]:
-    def message(entry_id: str, parent: str | None, role: str) -> dict[str, Any]:
-        return {"type": "message", "id": entry_id, "parentId": parent,
-                "timestamp": "2025-11-30T10:53:21.000Z",
-                "message": {"role": role, "content": [{"type": "text", "text": entry_id}]}}
-
-    return [
-        {"type": "session", "version": 3, "id": SESSION_ID,
-         "timestamp": "2025-11-30T10:53:20.000Z", "cwd": "/w"},
-        message("e1", None, "user"),
-        message("e2", "e1", "assistant"),
-        message("e3", "e2", "user"),
-    ]
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "RUNSTORE_", "COV_", "GIT_"))}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    return env
-
-
-def _record(folder: Path, db: Path) -> None:
-    """Three runs of the project; the third measures coverage of ``app``."""
-    for run in (1, 2, 3):
-        cover = ("-p", "pytest_cov.plugin", "--cov=app", "--cov-report=") if run == 3 else ()
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
-             f"--runstore-db={db}", "-p", "no:cacheprovider", "-q", *cover],
-            cwd=folder, env={**_env(), "SHOP_RUN": str(run)}, capture_output=True,
-            text=True, timeout=120, check=False,
-        )
-        assert done.returncode == 1, done.stdout + done.stderr
-
-
-@attrs.frozen
-class Recorded:
-    folder: Path
-    db: Path
 
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     pytest.importorskip("pytest_cov")
-    base = tmp_path_factory.mktemp("mcp")
-    folder = base / PROJECT
-    folder.mkdir()
-    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    (folder / "app.py").write_text(textwrap.dedent(APP), encoding="utf-8")
-    (folder / "test_shop.py").write_text(textwrap.dedent(TESTS), encoding="utf-8")
-    db = base / "runs.db"
-    _record(folder, db)
-    transcript = base / "session.jsonl"
-    transcript.write_text("".join(json.dumps(line) + "\n" for line in _session_lines()),
-                          encoding="utf-8")
-    done = _cli(folder, db, "sessions", "import", str(transcript))
-    assert done.returncode == 0, done.stderr
-    return Recorded(folder, db)
-
-
-def _cli(folder: Path, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(RUNSTORE), "--db", str(db), *args], cwd=folder, env=_env(),
-                          capture_output=True, text=True, timeout=60, check=False)
-
-
-def cli_json(recorded: Recorded, *args: str) -> tuple[int, dict[str, Any], str]:
-    """``runstore --format json ARGS``: exit code, its JSON document, standard error."""
-    done = _cli(recorded.folder, recorded.db, "--format", "json", *args)
-    document = json.loads(done.stdout)
-    assert isinstance(document, dict)
-    return done.returncode, document, done.stderr
-
-
-@attrs.frozen
-class Server:
-    """The running server: ``call`` a tool, ``listed`` tools (from the SDK's client)."""
-
-    portal: BlockingPortal
-    session: ClientSession
-
-    def call(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        result = self.portal.call(self.session.call_tool, name, arguments)
-        assert isinstance(result, types.CallToolResult)
-        return result
-
-    def listed(self) -> list[types.Tool]:
-        return self.portal.call(self.session.list_tools).tools
+    return record_project(tmp_path_factory.mktemp("mcp"))
 
 
 @attrs.frozen
@@ -184,21 +51,11 @@ class Watched:
     digest: str
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _data_version(connection: apsw.Connection) -> int:
-    row = connection.execute("PRAGMA data_version").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 @pytest.fixture(scope="module")
 def watched(recorded: Recorded) -> Iterator[Watched]:
     connection = apsw.Connection(str(recorded.db), flags=apsw.SQLITE_OPEN_READONLY)
     try:
-        yield Watched(connection, _data_version(connection), _digest(recorded.db))
+        yield Watched(connection, data_version(connection), digest(recorded.db))
     finally:
         connection.close()
 
@@ -206,14 +63,8 @@ def watched(recorded: Recorded) -> Iterator[Watched]:
 @pytest.fixture(scope="module")
 def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Server]:
-    params = StdioServerParameters(command=str(RUNSTORE), args=["--db", str(recorded.db), "mcp"],
-                                   env=_env(), cwd=recorded.folder)
-    log = tmp_path_factory.mktemp("mcp-log") / "server.log"
-    with (log.open("w", encoding="utf-8") as errlog, start_blocking_portal() as portal,
-          portal.wrap_async_context_manager(stdio_client(params, errlog=errlog)) as streams,
-          portal.wrap_async_context_manager(ClientSession(*streams)) as session):
-        portal.call(session.initialize)
-        yield Server(portal, session)
+    with serving(recorded, tmp_path_factory.mktemp("mcp-log") / "server.log") as running:
+        yield running
 
 
 # -- the tools and their schemas --------------------------------------------------------------
@@ -368,32 +219,11 @@ def test_an_unknown_tool_is_an_error(server: Server) -> None:
     assert result.is_error is True
 
 
-# -- never writes, never stale ------------------------------------------------------------------
+# -- never writes ---------------------------------------------------------------------------
 
 
 def test_the_server_changed_nothing(server: Server, recorded: Recorded, watched: Watched) -> None:
     for tool, arguments, _ in SAME:
         server.call(tool, arguments)
-    assert _data_version(watched.connection) == watched.data_version
-    assert _digest(recorded.db) == watched.digest
-
-
-def test_a_warm_server_answers_a_run_recorded_after_it_opened(
-    server: Server, recorded: Recorded
-) -> None:
-    """Runs after the test above: it records a run while the server holds the database (and
-    keeps the answers it gave, which must not be served again)."""
-    before = server.call("failures", {}).structured_content["run"]["id"]
-    assert server.call("triage", {}).structured_content["run"]["id"] == before
-    with build(sqlite(recorded.db)) as container:
-        store = container.get(DATA_STORE)
-        run = store.begin_run(RunStart(PROJECT, "inv-late", datetime.now(UTC))).unwrap()
-        store.record_results(run, [make_item("test_shop.py::test_total")]).unwrap()
-        store.finish_run(run, RunStatus.PASSED, datetime.now(UTC)).unwrap()
-    after = server.call("failures", {}).structured_content
-    assert after["run"]["id"] == int(run) == before + 1
-    assert after["failures"] == []
-    assert after == cli_json(recorded, "failures")[1]
-    triage = server.call("triage", {}).structured_content
-    assert triage["run"]["id"] == after["run"]["id"]
-    assert triage == cli_json(recorded, "triage")[1]
+    assert data_version(watched.connection) == watched.data_version
+    assert digest(recorded.db) == watched.digest
