@@ -257,6 +257,16 @@ def test_the_text_names_every_part(project: Path, monkeypatch: pytest.MonkeyPatc
     assert "    notes.txt" in text
 
 
+def test_the_trimmed_text_says_what_it_left_out(project: Path, answer: Any,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    bound = answer["trimmed"]["estimated_tokens"] // 2
+    text = run(project, "triage", "--max-tokens", str(bound), monkeypatch=monkeypatch).stdout
+    assert "7 failures, most urgent first:" in text
+    assert "3 x ConnectionError: database at port 5432 refused" in text  # the whole count
+    assert "... 3 left out by --max-tokens" in text  # the group's node ids
+    assert "slowest:\n  ... 9 left out by --max-tokens" in text
+
+
 def test_an_older_run_is_triaged_as_it_was(project: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     document = as_json(run(project, "triage", "3", "--format", "json",

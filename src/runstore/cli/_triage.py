@@ -354,7 +354,7 @@ def _shown(answer: Triage, document: dict[str, Any]) -> Triage:
 
 def _more(count: int, indent: str = "  ") -> None:
     if count:
-        _print(f"{indent}... and {count} more, left out by --max-tokens")
+        _print(f"{indent}... {count} left out by --max-tokens")
 
 
 def _streak(failure: TriageFailure) -> str:
@@ -373,13 +373,15 @@ def _print_text(full: Triage, document: dict[str, Any]) -> None:
     if answer.partial:
         _print("partial run: it may have left tests out, so these may not be all its failures")
     if full.failures:
+        _print("", f"{_plural(len(full.failures), 'failure')}, most urgent first:")
         table = _table("test", "verdict", "because", "failing", "error", "at")
         for f in answer.failures:
             _row(table, f.nodeid,
                  "collection error" if f.classification is None else f.classification.value,
                  "" if f.because is None else _because(f.because), _streak(f),
                  _error_line(f.exception_type, f.message), _where(f.location)["location"])
-        _print("", f"{_plural(len(full.failures), 'failure')}, most urgent first:", table)
+        if answer.failures:
+            _print(table)
         _more(omitted["failures"])
     else:
         _print("", "no failures")
@@ -387,24 +389,28 @@ def _print_text(full: Triage, document: dict[str, Any]) -> None:
         _print("", f"root causes ({_plural(len(full.groups), 'failure signature')}):")
         for group, shown in zip(answer.groups, document["groups"], strict=False):
             at = _where(group.location)["location"]
-            _print(f"  {group.count} x {_error_line(group.exception_type, group.message)}"
+            _print(f"  {shown['count']} x {_error_line(group.exception_type, group.message)}"
                    + (f"  at {at}" if at else "") + ("  (new)" if group.is_new else ""))
             for nodeid in group.nodeids:
                 _print(f"      {nodeid}")
             _more(shown["nodeids_omitted"], "      ")
         _more(omitted["groups"])
     if full.flaky:
+        _print("", f"flaky suspects ({len(full.flaky)}):")
         table = _table("test", "outcome", "because", "recent (newest first)")
         for suspect in answer.flaky:
             _row(table, suspect.nodeid, suspect.outcome.value, _because(suspect.because),
                  " ".join(_SYMBOL.get(o, "?") for o in suspect.window))
-        _print("", f"flaky suspects ({len(full.flaky)}):", table)
+        if answer.flaky:
+            _print(table)
         _more(omitted["flaky"])
     if full.slowest:
+        _print("", "slowest:")
         table = _table("took", "outcome", "test")
         for test in answer.slowest:
             _row(table, _seconds(test.duration_ms), test.outcome.value, test.nodeid)
-        _print("", "slowest:", table)
+        if answer.slowest:
+            _print(table)
         _more(omitted["slowest"])
     _print_since(answer.since_green, omitted)
 
