@@ -19,6 +19,9 @@ Options:
   keeps every run). ``--runstore-max-age-days DAYS`` or ini ``runstore_max_age_days``: also
   drop runs older than that (default: no age limit; 0 is none). A running run is never
   pruned; ``-v`` prints what was removed.
+- ``--runstore-session ID`` (default: ``$RUNSTORE_SESSION_ID``; empty is unset): the agent
+  session the run is recorded for (``runstore runs --session ID`` lists them). A blank id,
+  one longer than 256 characters or holding a control character is a usage error.
 """
 
 from __future__ import annotations
@@ -77,6 +80,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DAYS",
         help="after the run also drop runs older than DAYS (default: ini "
         "runstore_max_age_days, else no age limit).",
+    )
+    group.addoption(
+        "--runstore-session",
+        action="store",
+        default=None,
+        dest="runstore_session",
+        metavar="ID",
+        help="the agent session this run belongs to (default: $RUNSTORE_SESSION_ID).",
     )
     parser.addini("runstore", "record every run into the runstore database", type="bool",
                   default=False)

@@ -73,6 +73,7 @@ def test_outside_a_repository_the_git_facts_are_unknown(tmp_path: Path) -> None:
     run_pytest(folder, "--runstore")
     env = latest(folder / ".runstore" / "runstore.db", "proj")[0].environment
     assert (env.git_commit, env.git_branch, env.git_dirty) == (None, None, None)
+    assert (env.git_changed_files, env.git_changed_files_truncated) == (None, False)
 
 
 @needs_git

@@ -106,6 +106,7 @@ class _Run:
     selection: Selection
     new_signatures: frozenset[str] | None = None
     """The signatures new in the run, frozen when it ended (None while running)."""
+    session_id: str | None = None
 
     def facts(self) -> RunFacts:
         """This run as the rules see it."""
@@ -208,6 +209,7 @@ class TestRunsMemoryState:
             subtests=subtest_counts(
                 t.outcome for c in (cases.values() if cases else ()) for t in c.subtests
             ),
+            session_id=run.session_id,
         )
 
     def heads(self, run_id: int) -> Iterator[PreparedError]:
@@ -306,6 +308,7 @@ class InMemoryDataStore(_Facts, DataStoreBase):
             last_write_at_ms=now_ms,
             environment=run.environment,
             selection=run.selection,
+            session_id=run.session_id,
         )
         return run_id
 
@@ -521,12 +524,14 @@ class InMemoryDataReader(_Facts, DataReaderBase):
 
     def _runs(self, listing: RunListing) -> Sequence[RunSummary]:
         project, status, after = listing.project, listing.status, listing.after
+        session = listing.session_id
         runs = sorted(
             (
                 r
                 for r in self._state.runs.values()
                 if (project is None or r.project == project)
                 and (status is None or r.status == status)
+                and (session is None or r.session_id == session)
                 and (after is None or (r.started_at_ms, r.id) < after)
             ),
             key=lambda r: (r.started_at_ms, r.id),

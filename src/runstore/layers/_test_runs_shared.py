@@ -525,11 +525,12 @@ class DataReaderBase(_TestRuns):
         status: RunStatus | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        session_id: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         """See ``DataReader.list_runs``: newest first by (start, id); keyset cursor."""
         return self._read(
             "list_runs",
-            check_run_listing(project, status, limit, cursor),
+            check_run_listing(project, status, limit, cursor, session_id),
             lambda listing: Success(run_page(self._runs(listing), listing.limit)),
         )
 

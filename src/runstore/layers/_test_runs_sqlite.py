@@ -68,6 +68,7 @@ from runstore.services._test_runs_rules import (
 from runstore.services.clock import Clock
 from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
+    ChangedFile,
     DataReader,
     DataStore,
     DataStoreError,
@@ -100,7 +101,8 @@ _RUN_COLUMNS = (
     "id, project, invocation_id, status, started_at_ms, finished_at_ms, python_version,"
     " pytest_version, platform, git_commit, git_branch, command_line, host, pid,"
     " n_passed, n_failed, n_skipped, n_xfailed, n_xpassed, n_error, n_collection_errors,"
-    " git_dirty, selection, n_subtests_passed, n_subtests_failed, n_subtests_skipped"
+    " git_dirty, selection, n_subtests_passed, n_subtests_failed, n_subtests_skipped,"
+    " session_id, git_changed_truncated"
 )
 _SUBTEST_COLUMNS = {
     "passed": "n_subtests_passed",
@@ -156,9 +158,13 @@ def _summary(row: Row) -> RunSummary:
             host=row[12],
             pid=row[13],
             git_dirty=None if row[21] is None else bool(row[21]),
+            # The files themselves are read by ``_Facts._with_changed_files``.
+            git_changed_files=None if row[27] is None else (),
+            git_changed_files_truncated=bool(row[27]),
         ),
         selection=decode_selection(row[22]),
         subtests={"passed": row[23], "failed": row[24], "skipped": row[25]},
+        session_id=row[26],
     )
 
 
@@ -234,7 +240,29 @@ class _Facts(_TestRuns):
     def _summary(self, run_id: int) -> RunSummary:
         row = self._db.one(f"SELECT {_RUN_COLUMNS} FROM test_runs WHERE id = ?", (run_id,))
         assert row is not None
-        return _summary(row)
+        return self._with_changed_files([_summary(row)])[0]
+
+    def _with_changed_files(self, summaries: list[RunSummary]) -> list[RunSummary]:
+        """``summaries`` with the changed files of each run that stored them (one statement
+        over ``test_run_changed_files``' primary key for all of them)."""
+        ids = [s.id for s in summaries if s.environment.git_changed_files is not None]
+        if not ids:
+            return summaries
+        found: dict[int, list[ChangedFile]] = {}
+        for run_id, path, status in self._db.execute(
+            "SELECT run_id, path, status FROM test_run_changed_files"
+            " WHERE run_id IN (SELECT value FROM json_each(?)) ORDER BY run_id, ordinal",
+            (json.dumps(ids),),
+        ):
+            found.setdefault(run_id, []).append(ChangedFile(path, status))
+        return [
+            s if s.environment.git_changed_files is None else attrs.evolve(
+                s, environment=attrs.evolve(
+                    s.environment, git_changed_files=tuple(found.get(s.id, ()))
+                )
+            )
+            for s in summaries
+        ]
 
     def _run_signatures(self, run_id: int) -> set[str]:
         return {r[0] for r in self._db.execute(_HEADS_OF_RUN, (run_id,))}
@@ -453,8 +481,9 @@ class SqliteDataStore(_Facts, DataStoreBase):
         run_id: int = self._db.scalar(
             "INSERT INTO test_runs (project, invocation_id, status, started_at_ms,"
             " last_write_at_ms, python_version, pytest_version, platform, git_commit,"
-            " git_branch, command_line, host, pid, git_dirty, selection)"
-            " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " git_branch, command_line, host, pid, git_dirty, selection, session_id,"
+            " git_changed_truncated)"
+            " VALUES (?, ?, 'running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 run.project,
                 run.invocation_id,
@@ -470,8 +499,16 @@ class SqliteDataStore(_Facts, DataStoreBase):
                 env.pid,
                 None if env.git_dirty is None else int(env.git_dirty),
                 encode_selection(run.selection),
+                run.session_id,
+                None if env.git_changed_files is None else int(env.git_changed_files_truncated),
             ),
         )
+        if env.git_changed_files:
+            self._db.executemany(
+                "INSERT INTO test_run_changed_files (run_id, ordinal, path, status)"
+                " VALUES (?, ?, ?, ?)",
+                [(run_id, i, f.path, f.status) for i, f in enumerate(env.git_changed_files)],
+            )
         return run_id
 
     def _store_cases(self, run: RunFacts, cases: Sequence[PreparedCase], now_ms: int) -> None:
@@ -933,7 +970,7 @@ class SqliteDataReader(_Facts, DataReaderBase):
             " ORDER BY started_at_ms DESC, id DESC LIMIT 1",
             (project,),
         )
-        return None if row is None else _summary(row)
+        return None if row is None else self._with_changed_files([_summary(row)])[0]
 
     def _runs(self, listing: RunListing) -> Sequence[RunSummary]:
         where: list[str] = []
@@ -944,6 +981,9 @@ class SqliteDataReader(_Facts, DataReaderBase):
         if listing.status is not None:
             where.append("status = ?")
             params.append(listing.status.value)
+        if listing.session_id is not None:
+            where.append("session_id = ?")
+            params.append(listing.session_id)
         if listing.after is not None:
             where.append("(started_at_ms, id) < (?, ?)")
             params.extend(listing.after)
@@ -951,7 +991,8 @@ class SqliteDataReader(_Facts, DataReaderBase):
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at_ms DESC, id DESC LIMIT ?"
-        return [_summary(r) for r in self._db.execute(sql, (*params, listing.limit + 1))]
+        rows = self._db.execute(sql, (*params, listing.limit + 1))
+        return self._with_changed_files([_summary(r) for r in rows])
 
     def _projects(self) -> Iterable[str]:
         return [r[0] for r in self._db.execute("SELECT DISTINCT project FROM test_runs")]

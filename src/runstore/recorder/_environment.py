@@ -1,4 +1,5 @@
-"""Where a run ran: versions, platform, git commit, branch and dirty flag, argv, host and pid."""
+"""Where a run ran: versions, platform, git commit, branch, dirty flag and changed files, argv,
+host and pid."""
 
 from __future__ import annotations
 
@@ -8,13 +9,27 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from runstore.recorder._text import safe_str
-from runstore.services.test_runs import Environment
+from runstore.services.test_runs import (
+    CHANGED_FILE_STATUS_CODES,
+    MAX_CHANGED_FILES,
+    ChangedFile,
+    Environment,
+)
 
-__all__ = ["GIT_BUDGET_SECONDS", "environment", "git_dirty", "git_head", "host_name"]
+__all__ = [
+    "GIT_BUDGET_SECONDS",
+    "GitStatus",
+    "environment",
+    "git_dirty",
+    "git_head",
+    "git_status",
+    "host_name",
+]
 
 GIT_BUDGET_SECONDS = 0.5
 """Longest wait (s) for ``git status`` before the dirty flag is given up as unknown.
@@ -28,7 +43,7 @@ repository, which is why the cap is not tighter (past it, the clean-tree evidenc
 _RUN_ARTIFACTS = ("**/__pycache__/**", "**/*.pyc", "**/.hypothesis/**", "**/.coverage",
                   "**/.coverage.*")
 _GIT_STATUS = (
-    "git", "--no-optional-locks", "status", "--porcelain=v1", "-unormal", "--no-renames",
+    "git", "--no-optional-locks", "status", "--porcelain=v1", "-z", "-unormal", "--no-renames",
     "--", ":/", *(f":(top,exclude,glob){pattern}" for pattern in _RUN_ARTIFACTS),
 )
 
@@ -64,16 +79,48 @@ def _read_ref(git_dir: Path, ref: str) -> str | None:
     return None
 
 
-def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
-    """Whether the work tree containing ``start`` has uncommitted changes: a changed tracked
-    file or an untracked file that is not ignored (a new test written and made to pass before
-    its first commit is a change of the code, so its flip is no same-commit evidence).
+class GitStatus(NamedTuple):
+    """What one ``git status`` said of a work tree: whether it is ``dirty``, the first
+    ``MAX_CHANGED_FILES`` entries it listed (``changed``, in git's order) and whether it
+    listed more (``truncated``)."""
 
-    One ``git --no-optional-locks status --porcelain=v1 -unormal`` over the whole repository
-    (ignored files and what a test run itself writes, ``_RUN_ARTIFACTS``, left out; no
-    index lock taken, so a concurrent git command is never disturbed), given at most
-    ``budget`` seconds and then killed. None outside a repository (no ``.git`` found, git
-    not started), when git is missing, fails or is too slow.
+    dirty: bool
+    changed: tuple[ChangedFile, ...]
+    truncated: bool
+
+
+def _parse_status(out: bytes, cap: int = MAX_CHANGED_FILES) -> GitStatus:
+    """The :class:`GitStatus` of ``git status --porcelain=v1 -z --no-renames`` output: one
+    ``XY path`` entry per NUL, the path as git wrote it (bytes that are not UTF-8 become
+    U+FFFD). Only the first ``cap`` entries are decoded, so a tree with 100,000 untracked
+    files costs no more than one with ``cap``; an entry git would never write (a status
+    letter unknown to porcelain v1, no path) is left out rather than refused later."""
+    entries = out.split(b"\0", cap)
+    rest = entries.pop() if len(entries) > cap else b""
+    changed: list[ChangedFile] = []
+    seen: set[str] = set()
+    for entry in entries:
+        status = entry[:2].decode("ascii", "replace")
+        path = entry[3:].decode("utf-8", "replace")
+        if (len(status) == 2 and set(status) <= CHANGED_FILE_STATUS_CODES and path
+                and entry[2:3] == b" " and path not in seen):
+            seen.add(path)
+            changed.append(ChangedFile(path, status))
+    return GitStatus(bool(out.strip(b"\0 \n")), tuple(changed), bool(rest.strip(b"\0")))
+
+
+def git_status(start: Path, budget: float = GIT_BUDGET_SECONDS) -> GitStatus | None:
+    """Whether the work tree containing ``start`` has uncommitted changes, and which: a
+    changed tracked file or an untracked file that is not ignored (a new test written and
+    made to pass before its first commit is a change of the code, so its flip is no
+    same-commit evidence).
+
+    One ``git --no-optional-locks status --porcelain=v1 -z -unormal --no-renames`` over the
+    whole repository (ignored files and what a test run itself writes, ``_RUN_ARTIFACTS``,
+    left out; no index lock taken, so a concurrent git command is never disturbed; paths
+    relative to the repository root, unquoted; an untracked folder is one entry), given at
+    most ``budget`` seconds and then killed. None outside a repository (no ``.git`` found,
+    git not started), when git is missing, fails or is too slow.
     """
     try:
         if _find_git_dir(start) is None:
@@ -96,7 +143,14 @@ def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
         return None
     if process.returncode != 0:
         return None
-    return bool(out.strip())
+    return _parse_status(out)
+
+
+def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
+    """Whether the work tree containing ``start`` has uncommitted changes (the ``dirty``
+    of :func:`git_status`); None when that is unknown."""
+    status = git_status(start, budget)
+    return None if status is None else status.dirty
 
 
 def git_head(start: Path) -> tuple[str | None, str | None]:
@@ -134,17 +188,21 @@ def host_name() -> str:
 
 def environment(config: pytest.Config) -> Environment:
     """The environment of this pytest process (argv as the process received it); the git
-    facts are those of the repository holding pytest's rootdir."""
+    facts are those of the repository holding pytest's rootdir: the dirty flag and the
+    changed files come from one ``git status`` (:func:`git_status`), both None when it gave
+    no answer."""
     commit, branch = git_head(config.rootpath)
-    dirty = git_dirty(config.rootpath) if commit is not None else None
+    status = git_status(config.rootpath) if commit is not None else None
     return Environment(
         python_version=platform.python_version(),
         pytest_version=pytest.__version__,
         platform=_platform(),
         git_commit=commit,
         git_branch=branch,
-        git_dirty=dirty,
+        git_dirty=None if status is None else status.dirty,
         command_line=tuple(safe_str(a) for a in sys.argv),
         host=host_name(),
         pid=os.getpid(),
+        git_changed_files=None if status is None else status.changed,
+        git_changed_files_truncated=status is not None and status.truncated,
     )

@@ -79,7 +79,12 @@ from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.recorder._writer import Writer, WriterTimeout
-from runstore.services._test_runs_rules import MAX_AGE_DAYS, MAX_KEEP_RUNS, valid_policy
+from runstore.services._test_runs_rules import (
+    MAX_AGE_DAYS,
+    MAX_KEEP_RUNS,
+    session_id_problem,
+    valid_policy,
+)
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.test_runs import (
@@ -165,6 +170,7 @@ class RecorderSettings:
     ``db_path`` is absolute (or ``:memory:``, or a ``postgresql://`` URL); ``env_db`` is
     ``$RUNSTORE_DB`` made absolute (None when unset), which the CLI reads as well.
     ``retention`` is the policy applied after the run (None: keep every run).
+    ``session_id`` is the agent session the run is recorded for (None: none).
     """
 
     db_path: str
@@ -177,6 +183,25 @@ class RecorderSettings:
         factory=lambda: RunRetentionPolicy(DEFAULT_KEEP_RUNS)
     )
     warning: str | None = None
+    session_id: str | None = None
+
+
+def _session_id(config: pytest.Config) -> str | None:
+    """The agent session of this run: ``--runstore-session``, else ``$RUNSTORE_SESSION_ID``
+    (empty is unset, as for ``RUNSTORE_DB``), else None. A value ``RunStart.session_id``
+    would refuse (blank, longer than ``MAX_SESSION_ID_CHARS``, a control character) is a
+    usage error naming where it came from, with the service's reason."""
+    given = config.getoption("runstore_session", None)
+    where = "'--runstore-session'"
+    if given is None:
+        given, where = os.environ.get("RUNSTORE_SESSION_ID") or None, "RUNSTORE_SESSION_ID"
+        if given is None:
+            return None
+    problem = session_id_problem(given, "session id")
+    if problem is not None:
+        reason = "the session id is blank" if not given.strip() else problem.reason
+        raise pytest.UsageError(f"Invalid value for {where}: {reason}")
+    return str(given)
 
 
 def _checked_db(value: str | None, hint: str) -> str | None:
@@ -270,6 +295,7 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
         env_db=None if env_db is None else resolve_database(env_db, invocation_dir),
         retention=_retention(config),
         warning=warning,
+        session_id=_session_id(config),
     )
 
 
@@ -561,6 +587,7 @@ class Recorder:
             invocation_id=settings.invocation_id,
             started_at=_session_start(self._config),
             selection=self._selection,
+            session_id=settings.session_id,
         )
         # Composing the layer imports its driver (psycopg and psycopg_pool for a URL), and
         # an import makes module loggers: here, on the main thread, and never on the writer

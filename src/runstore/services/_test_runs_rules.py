@@ -70,12 +70,16 @@ from runstore.services._primitives import (
 from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import CursorCodec, Page, check_limit, page_of
 from runstore.services.test_runs import (
+    CHANGED_FILE_STATUS_CODES,
     DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
     MAX_CAPTURE_CHARS,
+    MAX_CHANGED_FILES,
     MAX_FRAMES,
     MAX_MESSAGE_CHARS,
+    MAX_SESSION_ID_CHARS,
     MAX_TEXT_CHARS,
+    ChangedFile,
     Classification,
     CollectionError,
     CoverageReport,
@@ -185,6 +189,7 @@ __all__ = [
     "rerun_failures",
     "run_is_partial",
     "run_page",
+    "session_id_problem",
     "skip_reason_of",
     "sort_failures",
     "sort_flaky",
@@ -510,6 +515,7 @@ class PreparedRun:
     started_at_ms: int
     environment: Environment
     selection: Selection
+    session_id: str | None = None
 
 
 @attrs.frozen
@@ -1007,6 +1013,7 @@ def _environment(value: object) -> Environment:
         host=_free(value.host, "start.environment.host"),
         pid=pid,
         git_dirty=_optional_flag(value.git_dirty, "start.environment.git_dirty"),
+        **_changed_files(value),
     )
 
 
@@ -1095,6 +1102,7 @@ def _run_start(start: object) -> PreparedRun:
         started_at_ms=_must(check_time(start.started_at, "start.started_at")),
         environment=_environment(start.environment),
         selection=_selection(start.selection, "start.selection"),
+        session_id=_session_id(start.session_id),
     )
 
 
@@ -1318,19 +1326,22 @@ class RunListing(NamedTuple):
     status: RunStatus | None
     limit: int
     after: tuple[int, int] | None
+    session_id: str | None = None
 
 
 def check_run_listing(
-    project: object, status: object, limit: object, cursor: object
+    project: object, status: object, limit: object, cursor: object, session_id: object = None
 ) -> Result[RunListing, InvalidInput]:
     """Check the arguments of ``list_runs``, in this order: ``project`` (None or a lookup
     name, :func:`valid_project`), ``status`` (:func:`valid_status`), ``limit``
-    (:func:`valid_limit`), ``cursor`` (:data:`RUNS_CURSOR`); the first refusal is returned."""
+    (:func:`valid_limit`), ``cursor`` (:data:`RUNS_CURSOR`), ``session_id`` (None or a
+    lookup name); the first refusal is returned."""
     name = Success(None) if project is None else valid_project(project)
     wanted = valid_status(status)
     size = valid_limit(limit)
     after = RUNS_CURSOR.decode(cursor)
-    checked = first_failure(name, wanted, size, after)
+    session = Success(None) if session_id is None else valid_project(session_id, "session_id")
+    checked = first_failure(name, wanted, size, after, session)
     if isinstance(checked, Failure):
         return Failure(checked.failure())
     position = after.unwrap()
@@ -1340,6 +1351,7 @@ def check_run_listing(
             wanted.unwrap(),
             size.unwrap(),
             None if position is None else (position[0], position[1]),
+            session.unwrap(),
         )
     )
 
@@ -2183,3 +2195,75 @@ def history_entry(
         git_dirty=git_dirty,
         rerun_failures=rerun_failures,
     )
+
+
+# -- run links: changed files and the agent session ------------------------------------------
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Unicode's control characters (category ``Cc``): C0, DEL and C1."""
+
+
+_STATUS_CODES = frozenset(
+    x + y for x in CHANGED_FILE_STATUS_CODES for y in CHANGED_FILE_STATUS_CODES
+)
+"""Every two-letter status a ``ChangedFile`` may have."""
+
+
+def _changed_files(value: Environment) -> dict[str, Any]:
+    """The ``git_changed_files`` fields of a validated environment: each path an identifier
+    given once, each status two porcelain letters; cut at ``MAX_CHANGED_FILES`` (marked
+    truncated); truncated without files refused."""
+    given, truncated = value.git_changed_files, value.git_changed_files_truncated
+    field = "start.environment.git_changed_files"
+    flag = _flag(truncated, f"{field}_truncated")
+    if given is None:
+        if flag:
+            invalid(f"{field}_truncated", "must be False when git_changed_files is None")
+        return {"git_changed_files": None, "git_changed_files_truncated": False}
+    items = _sequence(given, field)
+    kept: list[ChangedFile] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if type(item) is not ChangedFile and not isinstance(item, ChangedFile):
+            invalid(f"{field}[{i}]", f"must be a ChangedFile, got {_type_name(item)}")
+        path = item.path
+        if not (type(path) is str and path.isascii() and path and "\x00" not in path):
+            path = valid_identifier(path, f"{field}[{i}].path")  # the slow, general check
+        status = item.status
+        if type(status) is not str or status not in _STATUS_CODES:
+            invalid(f"{field}[{i}].status",
+                    f"must be two porcelain status letters, got {describe(status)}")
+        if path in seen:
+            invalid(f"{field}[{i}].path", f"{path!r} is given twice")
+        seen.add(path)
+        if len(kept) < MAX_CHANGED_FILES:
+            kept.append(ChangedFile(path, status))
+    return {
+        "git_changed_files": tuple(kept),
+        "git_changed_files_truncated": flag or len(items) > MAX_CHANGED_FILES,
+    }
+
+
+def session_id_problem(value: object, field: str = "start.session_id") -> InvalidInput | None:
+    """Why ``value`` cannot name a run's agent session, or None when it can: it must be a
+    ``str`` of 1 to ``MAX_SESSION_ID_CHARS`` characters without a lone surrogate or a
+    control character (category ``Cc``: NUL, tab, newline, escape, DEL, C1)."""
+    checked = check_text(value, field, max_chars=MAX_SESSION_ID_CHARS)
+    if isinstance(checked, Failure):
+        refused: InvalidInput = checked.failure()
+        return refused
+    control = _CONTROL.search(checked.unwrap())
+    if control is not None:
+        return InvalidInput(
+            field, f"must not hold a control character, found U+{ord(control.group()):04X}"
+        )
+    return None
+
+
+def _session_id(value: object) -> str | None:
+    if value is None:
+        return None
+    problem = session_id_problem(value)
+    if problem is not None:
+        raise _Invalid(problem)
+    return _must(check_text(value, "start.session_id", max_chars=MAX_SESSION_ID_CHARS))

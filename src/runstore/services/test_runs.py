@@ -51,13 +51,17 @@ from runstore.services.pagination import Page
 from runstore.services.search import FailureHit, TestHit
 
 __all__ = [
+    "CHANGED_FILE_STATUS_CODES",
     "CLASSIFICATION_TABLE",
     "DEFAULT_HISTORY_WINDOW",
     "FAILING_OUTCOMES",
     "MAX_CAPTURE_CHARS",
+    "MAX_CHANGED_FILES",
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
+    "MAX_SESSION_ID_CHARS",
     "MAX_TEXT_CHARS",
+    "ChangedFile",
     "Classification",
     "CollectionError",
     "CoverageReport",
@@ -111,6 +115,15 @@ MAX_CAPTURE_CHARS = 65_536
 
 MAX_FRAMES = 100
 """Most stack frames stored per error; deeper stacks keep the innermost ``MAX_FRAMES``."""
+
+MAX_CHANGED_FILES = 1_000
+"""Most changed paths stored per run (``Environment.git_changed_files``); a longer list keeps
+its first ``MAX_CHANGED_FILES`` and is marked truncated, so a huge dirty tree (a vendored
+folder, a build output nobody ignored) costs a run at most about 100 kB."""
+
+MAX_SESSION_ID_CHARS = 256
+"""Longest agent session id a run may name (``RunStart.session_id``), in characters: the
+longest session id of ``runstore.services.sessions`` (``MAX_ID_CHARS``)."""
 
 
 class RunStatus(StrEnum):
@@ -267,6 +280,26 @@ class Evidence:
 # -- inputs -----------------------------------------------------------------------------------
 
 
+CHANGED_FILE_STATUS_CODES = frozenset(" MTADRCU?!")
+"""The letters of a porcelain v1 status code (``git status`` documents each one)."""
+
+
+@attrs.frozen
+class ChangedFile:
+    """One path ``git status --porcelain`` listed when a run started.
+
+    ``path`` is relative to the repository root, ``/``-separated, as git prints it with
+    ``-z`` (not quoted); an untracked folder is one entry ending in ``/`` (``-unormal``).
+    ``status`` is the two-letter porcelain v1 code ``XY``: ``X`` the index, ``Y`` the work
+    tree (``" M"`` changed, not staged; ``"M "`` staged; ``"A "`` added; ``" D"`` deleted;
+    ``"??"`` untracked; ``"UU"`` unmerged; each letter one of
+    ``CHANGED_FILE_STATUS_CODES``). An identifier: no NUL, no lone surrogate, not empty.
+    """
+
+    path: str
+    status: str
+
+
 @attrs.frozen
 class Environment:
     """Where a run ran. Versions are as the tools print them; ``command_line`` is argv.
@@ -274,6 +307,11 @@ class Environment:
     ``git_commit`` / ``git_branch`` name the checked-out commit and branch, ``git_dirty``
     whether the work tree had uncommitted changes; each is None outside a git repository or
     when git is unavailable.
+
+    ``git_changed_files`` are the paths the same ``git status`` call listed (``ChangedFile``,
+    in git's order; ``()`` for a clean tree, None when unknown, as for ``git_dirty``). At most
+    ``MAX_CHANGED_FILES`` are stored; ``git_changed_files_truncated`` says that more were
+    given (or, from the recorder, that git listed more) and only the first ones were kept.
     """
 
     python_version: str = ""
@@ -285,6 +323,8 @@ class Environment:
     host: str = ""
     pid: int | None = None
     git_dirty: bool | None = None
+    git_changed_files: tuple[ChangedFile, ...] | None = None
+    git_changed_files_truncated: bool = False
 
 
 @attrs.frozen
@@ -329,6 +369,11 @@ class RunStart:
     ``invocation_id`` is shared by every project run of one invocation. ``selection`` is
     what the command line asked for, as far as it is known at the start (``record_selection``
     replaces it once pytest has collected and deselected).
+
+    ``session_id`` names the agent session the run was made for (``RUNSTORE_SESSION_ID``;
+    ``DataReader.list_runs(session_id=...)`` lists a session's runs): None for none, else 1
+    to ``MAX_SESSION_ID_CHARS`` characters without control characters (Unicode category
+    ``Cc``: NUL, tab, newline, escape, DEL, ...) or lone surrogates, kept verbatim.
     """
 
     project: str
@@ -336,6 +381,7 @@ class RunStart:
     started_at: datetime
     environment: Environment = Environment()
     selection: Selection = Selection()
+    session_id: str | None = None
 
 
 @attrs.frozen
@@ -499,7 +545,7 @@ class RunSummary:
     ``subtests`` maps ``passed``, ``failed`` and ``skipped`` to the number of stored subtests
     of the run's items, as pytest's summary line counts them (``passed`` and ``xpassed``
     count as passed, ``failed`` and ``error`` as failed, ``skipped`` and ``xfailed`` as
-    skipped).
+    skipped). ``session_id`` is ``RunStart.session_id``.
     """
 
     id: RunId
@@ -515,6 +561,7 @@ class RunSummary:
     subtests: dict[str, int] = attrs.Factory(
         lambda: {"passed": 0, "failed": 0, "skipped": 0}
     )
+    session_id: str | None = None
 
     @property
     def total(self) -> int:
@@ -758,7 +805,12 @@ class DataStore(Protocol):
         a lone surrogate, a naive ``started_at``, an environment or selection field of the
         wrong type (``git_dirty`` must be a ``bool`` or None; the selection is checked as
         ``record_selection`` checks it), or text that cannot be stored (lone surrogates are
-        replaced, never rejected, in free text); ``Busy``; ``StorageFailure``.
+        replaced, never rejected, in free text); for a changed file whose path is empty or
+        holds NUL or a lone surrogate, whose status is not two porcelain letters, a path
+        given twice, or ``git_changed_files_truncated`` without changed files (more than
+        ``MAX_CHANGED_FILES`` are cut, never refused); for a ``session_id`` that is empty,
+        longer than ``MAX_SESSION_ID_CHARS`` or holds a control character or a lone
+        surrogate; ``Busy``; ``StorageFailure``.
         """
         ...
 
@@ -891,12 +943,16 @@ class DataReader(Protocol):
         status: RunStatus | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        session_id: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         """Runs of ``project`` (every project when None), only those in ``status`` when
-        given, newest first, per the pagination contract of ``runstore.services.pagination``.
+        given and only those of agent session ``session_id`` when given (a lookup: an id no
+        run names finds nothing), newest first, per the pagination contract of
+        ``runstore.services.pagination``.
 
-        Failures: ``InvalidInput`` for a bad limit, a foreign cursor or a ``status`` that is
-        not a ``RunStatus``; ``Busy``; ``StorageFailure``."""
+        Failures: ``InvalidInput`` for a bad limit, a foreign cursor, a ``status`` that is
+        not a ``RunStatus`` or a ``session_id`` that is not text; ``Busy``;
+        ``StorageFailure``."""
         ...
 
     def projects(self) -> Result[tuple[str, ...], DataReaderError]:

@@ -87,6 +87,12 @@ from runstore.services.test_runs import (
     derive_outcome,
 )
 from runstore.testing._shared import LayerFactory
+from runstore.testing._test_runs_links import (
+    RunLinksReaderContract,
+    RunLinksStoreContract,
+    changed_file_lists,
+    session_ids,
+)
 
 __all__ = [
     "DAY_MS",
@@ -414,6 +420,12 @@ def environments() -> st.SearchStrategy[Environment]:
         host=st.sampled_from(["", "ci-1"]),
         pid=st.none() | st.integers(1, 2**22),
         git_dirty=st.sampled_from([None, False, False, True]),
+        git_changed_files=st.none() | changed_file_lists(4),
+        git_changed_files_truncated=st.just(False),
+    ).flatmap(
+        lambda env: st.just(env) if env.git_changed_files is None else st.builds(
+            attrs.evolve, st.just(env), git_changed_files_truncated=st.booleans()
+        )
     )
 
 
@@ -498,6 +510,8 @@ def _page_shape(result: Result[Any, Any]) -> Result[Any, Any]:
 
 PROJECTS = ("alpha", "bêta")
 INVOCATIONS = ("inv-1", "inv-2", "inv-3")
+SESSIONS = ("s-1", "s-2")
+"""Agent sessions the machine's runs name (and ``list_runs`` filters by)."""
 UNKNOWN_RUN = RunId(987_654_321)
 
 
@@ -595,6 +609,7 @@ class TestRunsMachine(RuleBasedStateMachine):
         offset=st.sampled_from([0, 0, 1, -HOUR_MS, -2 * DAY_MS, -10 * DAY_MS]),
         environment=environments(),
         selection=selections(),
+        session=st.sampled_from(SESSIONS) | st.none() | session_ids(),
     )
     def begin_run(
         self,
@@ -603,6 +618,7 @@ class TestRunsMachine(RuleBasedStateMachine):
         offset: int,
         environment: Environment,
         selection: Selection = _EVERYTHING,
+        session: str | None = None,
     ) -> None:
         start = RunStart(
             self._project(project),
@@ -610,6 +626,7 @@ class TestRunsMachine(RuleBasedStateMachine):
             utc(self.clock.now + offset),
             environment,
             selection,
+            session,
         )
         sut = self.store.begin_run(start)
         model = self.model_store.begin_run(start)
@@ -814,6 +831,10 @@ class TestRunsMachine(RuleBasedStateMachine):
         self._same("projects()", r.projects(), m.projects())
         self._same("list_runs(None)", r.list_runs(None, limit=MAX_PAGE_SIZE),
                    m.list_runs(None, limit=MAX_PAGE_SIZE))
+        for session in SESSIONS:
+            self._same(f"list_runs(None, session_id={session!r})",
+                       r.list_runs(None, session_id=session, limit=MAX_PAGE_SIZE),
+                       m.list_runs(None, session_id=session, limit=MAX_PAGE_SIZE))
         for project in (*self.projects, "never-seen"):
             self._same(f"latest_run({project!r})", r.latest_run(project), m.latest_run(project))
             self._walk_pages(project)
@@ -1200,7 +1221,7 @@ _BAD_ITEMS: dict[str, Callable[[TestResult], TestResult]] = {
 }
 
 
-class TestRunsStoreContract(_Contract):
+class TestRunsStoreContract(RunLinksStoreContract, _Contract):
     """What every ``DataStore`` layer must do; subclass and define ``make_layer``.
 
     Includes the state machine (:meth:`test_state_machine_agrees_with_the_model`), run with
@@ -1838,7 +1859,7 @@ class TestRunsStoreContract(_Contract):
         assert (moved.run_id, moved.source_run_id, moved.files) == (sibling, sibling, files)
 
 
-class TestRunsReaderContract(_Contract):
+class TestRunsReaderContract(RunLinksReaderContract, _Contract):
     """What every ``DataReader`` layer must answer; subclass and define ``make_layer``.
 
     The reader is exercised through the ``DataStore`` of the same layer.
