@@ -170,7 +170,8 @@ def test_list_and_show(db: str) -> None:
     # pi resumes with the state at the leaf e7 (no model on its branch), not with the
     # latest model appended on another branch.
     resume = {"leaf_id": "e7", "model": None, "thinking_level": "off"}
-    assert shown == {"schema_version": 1, **session, "resume": resume}
+    assert shown == {"schema_version": 1, **session, "resume": resume, "runs": [],
+                     "runs_has_more": False}  # no test run names the session
     summary = session["summary"]
     assert (
         summary["cached_tokens"] + summary["uncached_tokens"] + summary["output_tokens"]

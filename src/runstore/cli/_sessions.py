@@ -28,7 +28,7 @@ from runstore.cli._output import (
 )
 from runstore.cli._params import TEXT, Text
 from runstore.cli._settings import format_option, settings
-from runstore.layers import SESSION_REPOSITORY
+from runstore.layers import DATA_READER, SESSION_REPOSITORY
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.sessions import (
@@ -53,6 +53,8 @@ from runstore.sessions_import import (
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from runstore.services.test_runs import DataReader, RunSummary
 
 __all__ = [
     "SessionServices",
@@ -114,6 +116,9 @@ class SessionServices(Refusals):
     :class:`~runstore.cli._output.Refused`, as :class:`runstore.cli._test_runs.Services`)."""
 
     repo: SessionRepository
+    runs: DataReader | None = None
+    """The test runs of the same database, when it has them: ``sessions show`` lists the
+    runs recorded for the session (``RUNSTORE_SESSION_ID``)."""
 
 
 def _json_mode() -> bool:
@@ -474,6 +479,53 @@ def list_(cwd: str | None, limit: int, cursor: str | None) -> None:
         out.print(f"more: --cursor {page.next_cursor}", markup=False)
 
 
+SESSION_RUNS_SHOWN = 20
+"""How many of a session's runs ``sessions show`` lists (newest first)."""
+
+
+@contextmanager
+def _session_services() -> Iterator[SessionServices]:
+    """:func:`_repository`'s sessions with the test runs of the same database."""
+    with (
+        opened("read", needs=(SESSION_REPOSITORY,)) as container,
+        exit_on_refusal(settings().output_format),
+    ):
+        runs = container.get(DATA_READER) if DATA_READER in container else None
+        yield SessionServices(container.get(SESSION_REPOSITORY), runs)
+
+
+def _session_runs(services: SessionServices, session_id: str) -> tuple[list[RunSummary], bool]:
+    """The newest :data:`SESSION_RUNS_SHOWN` test runs recorded for the session (of every
+    project), and whether it has more; none without test runs in the database."""
+    if services.runs is None:
+        return [], False
+    page = services.get(
+        services.runs.list_runs(None, session_id=session_id, limit=SESSION_RUNS_SHOWN)
+    )
+    return list(page.items), page.has_more
+
+
+def _session_run_document(run: RunSummary) -> dict[str, Any]:
+    return {
+        "id": int(run.id),
+        "project": run.project,
+        "status": run.status.value,
+        "started_at_ms": run.started_at_ms,
+        "finished_at_ms": run.finished_at_ms,
+        "counts": dict(run.counts),
+        "total": run.total,
+    }
+
+
+def _runs_json(services: SessionServices, session_id: str) -> dict[str, Any]:
+    """``runs`` and ``runs_has_more`` of the ``sessions show`` document (absent when the
+    answer has no test runs to read)."""
+    if services.runs is None:
+        return {}
+    found, more = _session_runs(services, session_id)
+    return {"runs": [_session_run_document(r) for r in found], "runs_has_more": more}
+
+
 def _shown(services: SessionServices, session_id: str) -> tuple[SessionRecord, SessionContext]:
     """A session and the context it resumes with (at its leaf)."""
     record = services.get(services.repo.get(session_id))
@@ -496,7 +548,7 @@ def sessions_show_document(services: SessionServices, session_id: str) -> dict[s
     """The ``sessions show`` JSON document (schema ``sessions-show.json``, without
     ``schema_version``); an unknown session or a storage failure raises
     :class:`~runstore.cli._output.Refused` with the command's reason."""
-    return _show_json(*_shown(services, session_id))
+    return {**_show_json(*_shown(services, session_id)), **_runs_json(services, session_id)}
 
 
 @sessions.command()
@@ -512,11 +564,12 @@ def show(session_id: str) -> None:
     Example:
       runstore sessions show SESSION_ID --format json
     """
-    with _repository() as repo:
-        record, resume = _shown(SessionServices(repo), session_id)
-    if _json_mode():
-        emit_json(_show_json(record, resume))
-        return
+    with _session_services() as services:
+        record, resume = _shown(services, session_id)
+        found, more = _session_runs(services, session_id)
+        if _json_mode():
+            emit_json({**_show_json(record, resume), **_runs_json(services, session_id)})
+            return
     summary = record.summary
     table = plain_table(show_header=False)
     table.add_column(style="bold")
@@ -546,6 +599,10 @@ def show(session_id: str) -> None:
     for name, value in rows:
         table.add_row(name, value)
     _out().print(table)
+    if found:
+        _out().print(_runs_table(found), markup=False)
+        if more:
+            _line(f"(newest {SESSION_RUNS_SHOWN}: runstore runs --session ID lists them all)")
 
 
 def _context_document(session_id: str, context: SessionContext) -> dict[str, Any]:
@@ -702,3 +759,15 @@ def tree_lines(
                 (kid, rest + ("└─ " if last else "├─ "), rest + ("   " if last else "│  "))
             )
     return lines
+
+
+def _runs_table(found: Sequence[RunSummary]) -> Any:
+    """The test runs recorded for a session: id, project, status, start and counts."""
+    table = plain_table()
+    for column in ("run", "project", "status", "started", "counts"):
+        table.add_column(column)
+    for run in found:
+        counts = ", ".join(f"{n} {o}" for o, n in run.counts.items() if n) or "no items"
+        table.add_row(str(run.id), run.project, run.status.value, iso_from_ms(run.started_at_ms),
+                      counts)
+    return table

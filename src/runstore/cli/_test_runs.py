@@ -278,10 +278,44 @@ def _run_document(summary: RunSummary) -> dict[str, Any]:
             "command_line": list(env.command_line),
             "host": env.host,
             "pid": env.pid,
+            **_changed_files_document(summary),
         },
         "selection": _selection_document(summary.selection),
         "subtests": {key: summary.subtests.get(key, 0) for key in _SUBTEST_KEYS},
+        "session_id": summary.session_id,
     }
+
+
+def _changed_files_document(summary: RunSummary) -> dict[str, Any]:
+    """``git_changed_files`` (``[{"path", "status"}]``, null when unknown) and its
+    ``git_changed_files_truncated`` flag."""
+    env = summary.environment
+    files = env.git_changed_files
+    return {
+        "git_changed_files": None if files is None else [
+            {"path": f.path, "status": f.status} for f in files
+        ],
+        "git_changed_files_truncated": env.git_changed_files_truncated,
+    }
+
+
+CHANGED_FILES_SHOWN = 3
+"""How many changed paths ``show``'s heading names before "+N more"."""
+
+
+def _changed_text(summary: RunSummary) -> str:
+    """The heading's changed-files line (``3 files: a.py, b.py, c/ +1 more``), empty for a
+    clean tree or unknown changes."""
+    env = summary.environment
+    files = env.git_changed_files or ()
+    if not files:
+        return ""
+    shown = ", ".join(f.path for f in files[:CHANGED_FILES_SHOWN])
+    rest = len(files) - CHANGED_FILES_SHOWN
+    count = f"{len(files)}+ files" if env.git_changed_files_truncated else _plural(
+        len(files), "file")
+    more = f" +{rest} more" if rest > 0 else ""
+    return f"{count} changed at start: {shown}{more}"
 
 
 _SUBTEST_KEYS = ("passed", "failed", "skipped")
@@ -472,6 +506,11 @@ def _run_heading(summary: RunSummary) -> str:
     selected = _selection_text(summary.selection)
     if selected:
         lines.append(f"selection: {selected}")
+    changed = _changed_text(summary)
+    if changed:
+        lines.append(changed)
+    if summary.session_id is not None:
+        lines.append(f"session: {summary.session_id}")
     return "\n".join(lines)
 
 
@@ -500,30 +539,40 @@ def _selection_text(selection: Selection) -> str:
 @click.command()
 @project_option
 @click.option("--all-projects", is_flag=True, help="List the runs of every project.")
+@click.option("--session", "session_id", type=TEXT, default=None, metavar="ID",
+              help="Only the runs recorded for this agent session (RUNSTORE_SESSION_ID), of "
+              "every project unless --project is given.")
 @_limit_option(20, "Most runs to list (newest first).")
 @format_option
-def runs(project: str | None, all_projects: bool, limit: int) -> None:
+def runs(project: str | None, all_projects: bool, limit: int, session_id: str | None) -> None:
     """List recorded runs, newest first ("no runs yet", exit 0, on an empty database).
 
     \b
-    JSON: {"project": NAME|null, "runs": [RUN...], "has_more": bool}
+    JSON: {"project": NAME|null, "session_id": ID|null, "runs": [RUN...], "has_more": bool}
     Example:
       runstore runs --limit 5
+      runstore runs --session "$RUNSTORE_SESSION_ID"
     """
     if all_projects and project is not None:
         raise click.UsageError("give --project or --all-projects, not both")
     with _services() as services:
         if not services.get(services.reader.projects()):
             if services.output_format == "json":
-                emit_json({"project": project, "runs": [], "has_more": False})
+                emit_json({"project": project, "session_id": session_id, "runs": [],
+                           "has_more": False})
             else:
                 _print(f"no runs yet in {services.db_path} (record one with: pytest --runstore)")
             return
-        name = None if all_projects else _project(services, project)
-        page = services.get(services.reader.list_runs(name, limit=limit))
+        every = all_projects or (session_id is not None and project is None)
+        name = None if every else _project(services, project)
+        page = services.get(services.reader.list_runs(name, limit=limit, session_id=session_id))
         if services.output_format == "json":
-            emit_json({"project": name, "runs": [_run_document(r) for r in page.items],
+            emit_json({"project": name, "session_id": session_id,
+                       "runs": [_run_document(r) for r in page.items],
                        "has_more": page.has_more})
+            return
+        if session_id is not None and not page.items:
+            _print(f"no runs of session {session_id}")
             return
         table = _table("run", "project", "status", "started", "took", "items", "counts")
         for run in page.items:
