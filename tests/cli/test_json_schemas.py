@@ -75,6 +75,9 @@ CASES: list[tuple[str, list[str], int]] = [
     ("error.json", ["coverage", "5"], 1),
     ("error.json", ["sessions", "show", "nope"], 1),
     ("error.json", ["runs", "--limit", "0"], 2),
+    ("search.json", ["search", "timed out"], 0),
+    ("search.json", ["search", "stre*", "--in", "tests", "--project", "zoo", "--limit", "1"], 0),
+    ("error.json", ["search", "!!"], 2),
     ("error.json", ["no-such-command"], 2),
 ]
 

@@ -21,6 +21,7 @@ _COMMANDS = {
     "sessions": "runstore.cli._sessions:sessions",
     "mcp": "runstore.cli._mcp:mcp",
     "triage": "runstore.cli._triage:triage",
+    "search": "runstore.cli._search:search",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""

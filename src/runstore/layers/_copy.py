@@ -11,7 +11,8 @@ written in ONE unit of work, so a refused or failed copy leaves it as it was):
    schema, as every writing command does; another program's database is refused).
 3. The plan is read from both schemas, never from a list of tables: every table of the
    source except the migration journal and ``runstore_meta`` (each database keeps its own
-   identity and journal) is copied when the destination has it with the same column set.
+   identity and journal) and the search indexes (the destination's triggers index the rows
+   copied) is copied when the destination has it with the same column set.
    A table whose columns differ is refused as :class:`SchemaMismatch` when both journals
    hold the same migration ids (the schemas should be equal, so one was altered); when
    they do not (a backend without a domain's newest migrations yet), the table is listed
@@ -75,6 +76,16 @@ __all__ = [
 
 _IDENTITY_TABLES = frozenset({JOURNAL_TABLE, "runstore_meta"})
 """Tables that describe a database itself (schema journal, identity), never copied."""
+
+_SEARCH_INDEXES = re.compile(r"search_(?:failures|tests|entries)(?:_\w+)?")
+"""The search indexes of migration 0012 (FTS5 tables and their shadow tables on SQLite,
+token tables on PostgreSQL): never copied, since the destination's triggers index the
+copied rows as they are written, in its own backend's form."""
+
+
+def _not_copied(name: str) -> bool:
+    """Whether table ``name`` is left out of a copy (identity tables, search indexes)."""
+    return name in _IDENTITY_TABLES or _SEARCH_INDEXES.fullmatch(name) is not None
 
 Row: TypeAlias = tuple[Any, ...]
 
@@ -639,7 +650,7 @@ def _plan(
     candidates: dict[str, _Table] = {}
     skipped: dict[str, str] = {}
     for name, table in src_tables.items():
-        if name in _IDENTITY_TABLES:
+        if _not_copied(name):
             continue
         other = dst_tables.get(name)
         if other is None:
@@ -766,7 +777,7 @@ def table_checksums(
                 {
                     name: _checksum(side, name, sorted(table.columns))
                     for name, table in side.tables().items()
-                    if name not in _IDENTITY_TABLES
+                    if not _not_copied(name)
                 }
             )
 
@@ -809,7 +820,7 @@ def _copy(src: _Side, dst: _Side, *, partial: bool) -> Result[CopyReport, CopyEr
         if isinstance(surveyed, Failure):
             return surveyed
         plan, src_tables, dst_tables, left = surveyed.unwrap()
-        kept = [t for n, t in sorted(dst_tables.items()) if n not in _IDENTITY_TABLES]
+        kept = [t for n, t in sorted(dst_tables.items()) if not _not_copied(n)]
         at_risk = tuple(t for t in left if t.data_rows)
         if at_risk and not partial:
             return Failure(RowsNotCopyable(at_risk))
