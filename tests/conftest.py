@@ -1,8 +1,11 @@
 """Shared test configuration: hypothesis profiles, the opt-in slow marker, acceptance inputs.
 
 Profiles (``HYPOTHESIS_PROFILE``): ``default`` (fast, for local runs), ``ci`` (what
-``.ci/run`` uses; still inside CI's time), ``deep`` (many more examples; run before calling an
-issue resolved). ``RUNSTORE_SLOW=1`` runs tests marked ``slow`` (crash loops, soak tests).
+``.ci/run`` uses; still inside CI's time: 60 examples, but the test-runs state machine runs 15
+on PostgreSQL and 20 on two connections to one SQLite file, whose examples cost seconds each),
+``deep`` (many more examples, every layer alike; run before calling an issue resolved).
+``RUNSTORE_SLOW=1`` runs tests marked ``slow`` (crash loops, soak tests). The tests run in
+pytest-xdist workers (``-n 2``), each its own process with its own PostgreSQL server.
 
 ``@pytest.mark.acceptance_inputs(FOLDER)`` marks a test that reads the shared acceptance
 inputs in ``FOLDER`` (``../shared/acceptance/...`` beside the repository). When the folder is

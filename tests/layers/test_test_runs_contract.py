@@ -18,12 +18,18 @@ from runstore.services.test_runs import DataReader, DataStore
 from runstore.testing import LayerFactory, TestRunsReaderContract, TestRunsStoreContract
 
 
-def _quick(examples: int) -> settings | None:
-    """Fewer, shorter state-machine runs under the default (local) profile; the ``ci`` and
-    ``deep`` profiles keep their own numbers. Each step compares about 130 reads per layer."""
-    if os.environ.get("HYPOTHESIS_PROFILE", "default") != "default":
-        return None
-    return settings(max_examples=examples, stateful_step_count=25)
+def _quick(examples: int, ci: int | None = None) -> settings | None:
+    """Fewer, shorter state-machine runs under the default (local) profile; under ``ci``,
+    ``ci`` examples when given (a layer whose examples cost seconds each: on PostgreSQL 5
+    examples of 25 steps took 32 s on 2 cores at a load average of 6, so the profile's 60
+    of 50 steps would take about 13 minutes), else the profile's; ``deep`` keeps its own
+    numbers. Each step compares about 130 reads per layer."""
+    profile = os.environ.get("HYPOTHESIS_PROFILE", "default")
+    if profile == "default":
+        return settings(max_examples=examples, stateful_step_count=25)
+    if profile == "ci" and ci is not None:
+        return settings(max_examples=ci)
+    return None
 
 
 class TestInMemoryDataStore(TestRunsStoreContract):
@@ -110,7 +116,7 @@ class _Pair(tuple):  # type: ignore[type-arg]
 class TestSqliteTwoConnectionsDataStore(TestRunsStoreContract):
     """Every call goes to the other of two connections to the same file."""
 
-    state_machine_settings = _quick(5)
+    state_machine_settings = _quick(5, ci=20)
 
     @pytest.fixture
     def layer_factory(self, tmp_path: Path) -> LayerFactory:
@@ -120,7 +126,7 @@ class TestSqliteTwoConnectionsDataStore(TestRunsStoreContract):
 class TestPostgresDataStore(TestRunsStoreContract):
     """Each layer on a fresh database of the session's PostgreSQL server."""
 
-    state_machine_settings = _quick(5)
+    state_machine_settings = _quick(5, ci=15)
 
     @pytest.fixture
     def layer_factory(self, postgres_layers: LayerFactory) -> LayerFactory:
