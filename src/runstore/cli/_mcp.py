@@ -499,7 +499,8 @@ class ToolAnswers:
         if kind == "sessions":
             from runstore.cli._sessions import SessionServices
 
-            made = SessionServices(container.get(SESSION_REPOSITORY))
+            runs = self._reader_of(container) if DATA_READER in container else None
+            made = SessionServices(container.get(SESSION_REPOSITORY), runs)
         else:
             from runstore.cli._test_runs import Services
 
