@@ -4,9 +4,9 @@ server and as a whole ``runstore --format json triage`` process, for the same an
 Run: ``.venv/bin/python benchmarks/mcp_triage.py [--runs 500] [--cases 2000] [--repeat 20]
 [--processes 5] [--db PATH]``.
 
-The database is ``benchmarks/triage.py``'s: ``--runs`` finished runs of ``--cases`` items
-(500 x 2,000 = 1,000,000 items, 5% failing), built by ``_test_runs_synthetic.build_database``
-with the same arguments; ``--db PATH`` keeps the file and reuses it on the next call.
+The database and the options are ``benchmarks/triage.py``'s (its ``arguments`` and
+``database``): ``--runs`` finished runs of ``--cases`` items (500 x 2,000 = 1,000,000 items,
+5% failing); ``--db PATH`` keeps the file and reuses it on the next call.
 
 Timed, median of the repeats:
 
@@ -28,7 +28,6 @@ the warm call as a share of the process time against the target (under 5%).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -39,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from _test_runs_synthetic import build_database
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from triage import arguments, database
 
-PROJECT = "bench"
 TARGET_PERCENT = 5.0
 
 
@@ -126,22 +124,9 @@ async def serve(db: Path, repeat: int) -> tuple[float, list[float], dict[str, An
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=500)
-    parser.add_argument("--cases", type=int, default=2000)
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--processes", type=int, default=5)
-    parser.add_argument("--db", type=Path, default=None,
-                        help="Build the database here, or reuse it when it exists.")
-    options = parser.parse_args()
+    options = arguments(__doc__.splitlines()[0])
     with tempfile.TemporaryDirectory() as scratch:
-        db = options.db or Path(scratch) / "triage.db"
-        if db.exists():
-            print(f"reusing {db}")
-        else:
-            took = build_database(db, options.runs, cases=options.cases, modules=40,
-                                  project=PROJECT)
-            print(f"built {options.runs} runs x {options.cases} items in {took:.1f}s")
+        db = database(options, Path(scratch))
         cli_triage(db)  # warms the page cache
         processes = [cli_triage(db) for _ in range(options.processes)]
         process = statistics.median(took for took, _ in processes)
