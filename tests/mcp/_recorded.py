@@ -4,7 +4,7 @@ what the ``tests/mcp`` modules share.
 The project ``shop`` has three runs: ``test_total`` always passes, ``test_persistent``
 always fails, ``test_flaky`` fails, passes, fails (flaky by oscillation), ``test_new`` and
 the two ``test_root_cause_*`` (one failure signature) fail from run 3 on, which also measured
-coverage of ``app.py``; one agent session is imported beside them.
+coverage of ``app.py`` with a context per test; one agent session is imported beside them.
 """
 
 from __future__ import annotations
@@ -101,9 +101,10 @@ def env() -> dict[str, str]:
 
 
 def _record(folder: Path, db: Path) -> None:
-    """Three runs of the project; the third measures coverage of ``app``."""
+    """Three runs of the project; the third measures coverage of ``app``, per test."""
     for run in (1, 2, 3):
-        cover = ("-p", "pytest_cov.plugin", "--cov=app", "--cov-report=") if run == 3 else ()
+        cover = ("-p", "pytest_cov.plugin", "--cov=app", "--cov-context=test",
+                 "--cov-report=") if run == 3 else ()
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
              f"--runstore-db={db}", "-p", "no:cacheprovider", "-q", *cover],

@@ -69,8 +69,8 @@ def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPa
 
 # -- the tools and their schemas --------------------------------------------------------------
 
-NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "sessions_list",
-         "sessions_show", "sessions_context"]
+NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "search",
+         "sessions_list", "sessions_show", "sessions_context"]
 
 
 def test_the_server_lists_every_tool_with_valid_input_and_output_schemas(server: Server) -> None:
@@ -115,6 +115,11 @@ SAME: list[tuple[str, dict[str, Any], list[str]]] = [
     ("diff", {"run_a": "latest~2", "run_b": 2}, ["diff", "latest~2", "2"]),
     ("coverage", {}, ["coverage"]),
     ("coverage", {"file": "app.py"}, ["coverage", "--file", "app.py"]),
+    ("search", {"text": "cache"}, ["search", "cache"]),
+    ("search", {"text": "root*", "in": ["tests"], "project": PROJECT},
+     ["search", "root*", "--in", "tests", "--project", PROJECT]),
+    ("search", {"text": "e2", "in": ["sessions", "failures"], "limit": 1},
+     ["search", "e2", "--in", "sessions", "--in", "failures", "--limit", "1"]),
     ("sessions_list", {}, ["sessions", "list"]),
     ("sessions_list", {"limit": 1, "cwd": "/w"}, ["sessions", "list", "--limit", "1",
                                                   "--cwd", "/w"]),
@@ -169,6 +174,8 @@ REFUSED: list[tuple[str, dict[str, Any], list[str], int]] = [
     ("diff", {"run_a": 1, "run_b": 99}, ["diff", "1", "99"], 1),
     ("coverage", {"run": 1}, ["coverage", "1"], 1),  # run 1 measured none
     ("coverage", {"file": "nowhere.py"}, ["coverage", "--file", "nowhere.py"], 1),
+    ("search", {"text": "cache", "in": ["logs"]}, ["search", "cache", "--in", "logs"], 2),
+    ("search", {"text": "cache", "cursor": "x"}, ["search", "cache", "--cursor", "x"], 2),
     ("sessions_list", {"limit": "ten"}, ["sessions", "list", "--limit", "ten"], 2),
     ("sessions_list", {"limit": 0}, ["sessions", "list", "--limit", "0"], 2),
     ("sessions_list", {"cursor": "garbage"}, ["sessions", "list", "--cursor", "garbage"], 2),

@@ -121,8 +121,9 @@ class McpTool:
     """``module:function`` computing, from the same services and parameters, the answer
     value the document is built from (see "Cache" in the module docstring), or empty."""
     services: str = "test_runs"
-    """Which services the answer takes: ``"test_runs"`` (``_test_runs.Services``) or
-    ``"sessions"`` (``_sessions.SessionServices``)."""
+    """Which services the answer takes: ``"test_runs"`` (``_test_runs.Services``),
+    ``"sessions"`` (``_sessions.SessionServices``) or ``"search"``
+    (``_search.SearchServices``)."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema of the tool's arguments (an object, no other properties)."""
@@ -204,6 +205,22 @@ TOOLS: tuple[McpTool, ...] = (
                                  "components (shop/cart.py).", "path")),
     ),
     McpTool(
+        "search",
+        "Search failure messages, test names and session entries for every word of `text` "
+        "(a word ending in * matches as a prefix; other characters are plain text): per "
+        "kind a page of hits, best first, each with a snippet. As `runstore search`.",
+        "runstore.cli._search:search", "runstore.cli._mcp:search_answer", "search",
+        (_text("text", "The words to find."),
+         Argument("in", {"type": "array", "items": {"enum": ["failures", "tests", "sessions"]},
+                         "description": "What to search (default: all three)."}, "kinds"),
+         _text("project", "Only failures and tests of this project (default: every project)."),
+         _text("cwd", "Only entries of sessions of this working folder."),
+         _limit("Hits per kind (default 20).", _MAX_PAGE),
+         _text("cursor", "The next_cursor of the previous page (with exactly one kind in "
+                         "`in`).")),
+        ("text",), needs=(DATA_READER, SESSION_REPOSITORY), services="search",
+    ),
+    McpTool(
         "sessions_list",
         "Agent sessions, newest first, each with its working folder, leaf and token and "
         "cost summary; a page at a time. As `runstore sessions list`.",
@@ -268,6 +285,13 @@ def output_schema(name: str) -> dict[str, Any]:
     bundled["$defs"] = {**_local_refs(_schema_file(_DEFINITIONS))["$defs"],
                         **bundled.get("$defs", {})}
     return bundled
+
+
+def search_answer(services: Any, kinds: tuple[str, ...] = (), **params: Any) -> dict[str, Any]:
+    """``search_document`` as the command calls it: no ``--in`` searches every kind."""
+    from runstore.cli._search import KINDS, search_document
+
+    return search_document(services, kinds=kinds or KINDS, **params)
 
 
 # -- the cache ----------------------------------------------------------------------------------
@@ -501,6 +525,10 @@ class ToolAnswers:
 
             runs = self._reader_of(container) if DATA_READER in container else None
             made = SessionServices(container.get(SESSION_REPOSITORY), runs)
+        elif kind == "search":
+            from runstore.cli._search import SearchServices
+
+            made = SearchServices(self._reader_of(container), container.get(SESSION_REPOSITORY))
         else:
             from runstore.cli._test_runs import Services
 
@@ -642,7 +670,7 @@ def _serve(answers: ToolAnswers) -> None:
 def mcp() -> None:
     """Serve the query commands as MCP tools over standard input and output.
 
-    Tools: triage, failures, flaky, history, diff, coverage, sessions_list,
+    Tools: triage, failures, flaky, history, diff, coverage, search, sessions_list,
     sessions_show, sessions_context; each answers the command's JSON document for the
     same question and refuses with the command's one-line reason (a tool error). The
     database is found as every command finds it (--db, RUNSTORE_DB, the project's),
