@@ -58,7 +58,7 @@ def test_the_fts5_form_quotes_every_term(text: str) -> None:
     parsed = parse_query(text)
     if isinstance(parsed, Success):
         match = fts5_match(parsed.unwrap())
-        assert re.fullmatch(r'"[^"\s]+"( \*)?( "[^"\s]+"( \*)?)*', match), match
+        assert re.fullmatch(r'"[^" ]+"( \*)?( "[^" ]+"( \*)?)*', match), match
 
 
 @given(st.floats(allow_nan=False), st.floats(allow_nan=False))
