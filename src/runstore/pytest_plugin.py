@@ -22,6 +22,10 @@ Options:
 - ``--runstore-session ID`` (default: ``$RUNSTORE_SESSION_ID``; empty is unset): the agent
   session the run is recorded for (``runstore runs --session ID`` lists them). A blank id,
   one longer than 256 characters or holding a control character is a usage error.
+- ``--runstore-cov-context`` or ini ``runstore_cov_context = true``: record which tests
+  executed which lines (``runstore tests-for``) in a session measured with pytest-cov
+  (``--cov``) or ``coverage run``, by turning on a coverage context per test: pytest-cov's
+  own ``--cov-context=test``, which this sets when it was not given.
 """
 
 from __future__ import annotations
@@ -89,8 +93,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="ID",
         help="the agent session this run belongs to (default: $RUNSTORE_SESSION_ID).",
     )
+    group.addoption(
+        "--runstore-cov-context",
+        action="store_true",
+        default=False,
+        dest="runstore_cov_context",
+        help="record per-test coverage: turn on pytest-cov's --cov-context=test (ini: "
+        "runstore_cov_context = true).",
+    )
     parser.addini("runstore", "record every run into the runstore database", type="bool",
                   default=False)
+    parser.addini("runstore_cov_context", "record per-test coverage (a coverage context "
+                  "per test)", type="bool", default=False)
     parser.addini("runstore_project", "project name for recorded runs", default="")
     parser.addini("runstore_keep_runs", "runs kept per project after each recorded run "
                   "(0 keeps every run)", default="")

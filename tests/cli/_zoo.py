@@ -1,9 +1,9 @@
 """A test-run database several CLI tests read (seed it once per module, never write it).
 
 ``seed_zoo(path)`` records runs 1-4 of project ``zoo`` with one test per row of the
-classification table (window newest first); run 4 adds a rerun pass, subtests, coverage and a
-collection error; run 5 ran a selection; project ``commit`` has a failure and a pass on one
-clean commit.
+classification table (window newest first); run 4 adds a rerun pass, subtests, coverage
+(per test too) and a collection error; run 5 ran a selection; project ``commit`` has a
+failure and a pass on one clean commit.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from runstore.services.test_runs import (
     RunStatus,
     Selection,
     SubtestResult,
+    TestLines,
     TestResult,
 )
 from runstore.testing import make_item
@@ -102,6 +103,9 @@ def seed_zoo(path: Path) -> Path:
                 )]).unwrap()
                 store.write_coverage(run_id, [
                     FileCoverage("src/zoo.py", 40, 4, 10, 2, 3, (7, 8, 9, 20))]).unwrap()
+                store.write_test_coverage(run_id, [
+                    TestLines("t::test_stable", "src/zoo.py", (1, 2, 3, 10)),
+                    TestLines("t::test_streak", "src/zoo.py", (1, 4, 5))]).unwrap()
             store.finish_run(run_id, RunStatus.FAILED, T0.replace(minute=run, second=30))
         # Run 5: a selection (-k, a path, deselected items), leaving most tests out.
         run_id = _begin(store, "zoo", 5, "c0ffee5", Selection(

@@ -22,6 +22,7 @@ _COMMANDS = {
     "mcp": "runstore.cli._mcp:mcp",
     "triage": "runstore.cli._triage:triage",
     "search": "runstore.cli._search:search",
+    "tests-for": "runstore.cli._tests_for:tests_for",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
@@ -50,6 +51,7 @@ from runstore.services._test_runs_rules import (
     PreparedCollectionError,
     PreparedError,
     PreparedRun,
+    PreparedTestCoverage,
     PrunePlan,
     PruneRun,
     RunFacts,
@@ -181,6 +183,13 @@ class TestRunsMemoryState:
         self.files: TxDict[str, None] = db.mirror()
         self.history: TxDict[tuple[str, str], tuple[_History, ...]] = db.mirror()
         self.signatures: TxDict[tuple[str, str], _Signature] = db.mirror()
+        # Per-test coverage of each measured run: path -> ((node id, lines), ...).
+        self.test_coverage: TxDict[int, Mapping[str, tuple[tuple[str, tuple[int, ...]], ...]]] = (
+            db.mirror()
+        )
+        # (project, node id) of every test per-test coverage named, kept as the live layer
+        # keeps its ``tests`` rows: until pruning finds nothing referring to one.
+        self.coverage_tests: TxDict[tuple[str, str], None] = db.mirror()
 
     def table_of(self, tables: TxDict[int, TxDict[str, _Item]], run_id: int) -> TxDict[str, _Item]:
         """The items (or collection errors) of a run in ``tables`` (created empty on first
@@ -453,6 +462,7 @@ class InMemoryDataStore(_Facts, DataStoreBase):
             del state.runs[run_id]
             for table in (state.cases, state.collection, state.modules, state.coverage):
                 table.pop(run_id, None)
+            state.test_coverage.pop(run_id, None)
         if doomed:
             for key, entries in list(state.history.items()):
                 if any(e.run_id in doomed for e in entries):
@@ -466,11 +476,26 @@ class InMemoryDataStore(_Facts, DataStoreBase):
                     state.signatures[key] = attrs.evolve(
                         sig, first_seen_run_id=first, last_seen_run_id=last
                     )
+        self._forget_coverage_tests()
         referenced = self._referenced_paths()
         orphans = [path for path in state.files if path not in referenced]
         for path in orphans:
             del state.files[path]
         return len(orphans)
+
+    def _forget_coverage_tests(self) -> None:
+        """Drop the tests only per-test coverage named once no stored item, history entry
+        or per-test coverage row refers to them (the live layer's ``tests`` collection)."""
+        state = self._state
+        if not state.coverage_tests:
+            return
+        kept: set[tuple[str, str]] = set(state.history)
+        for run_id, run in state.runs.items():
+            kept.update((run.project, nodeid) for nodeid in state.cases.get(run_id, {}))
+            for rows in state.test_coverage.get(run_id, {}).values():
+                kept.update((run.project, nodeid) for nodeid, _ in rows)
+        for key in [k for k in state.coverage_tests if k not in kept]:
+            del state.coverage_tests[key]
 
     def _orphans_after(self, plan: PrunePlan) -> int:
         doomed = set(plan.doomed)
@@ -501,7 +526,25 @@ class InMemoryDataStore(_Facts, DataStoreBase):
         for run_id, rows in state.coverage.items():
             if run_id not in without_coverage:
                 referenced.update(f.path for f in rows)
+        for run_id, by_path in state.test_coverage.items():
+            if run_id not in without:
+                referenced.update(by_path)
         return referenced
+
+    def _store_test_coverage(
+        self, run: RunFacts, coverage: PreparedTestCoverage, now_ms: int
+    ) -> None:
+        by_path: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
+        for row in coverage.rows:
+            by_path.setdefault(row.path, []).append((row.nodeid, row.lines))
+        state = self._state
+        state.test_coverage[run.id] = MappingProxyType(
+            {path: tuple(rows) for path, rows in by_path.items()}
+        )
+        state.remember_paths(by_path)
+        for nodeid in coverage.nodeids():
+            state.coverage_tests[(run.project, nodeid)] = None
+        self._touch(run.id, now_ms)
 
     def compact(self) -> Result[None, DataStoreError]:
         """Nothing to compact in memory; always ``Success(None)`` (see ``SqliteDataStore``)."""
@@ -647,6 +690,7 @@ class InMemoryDataReader(_Facts, DataReaderBase):
                 table = state.cases.get(run.id)
                 if table:
                     known.update(table)
+        known.update(n for (owner, n) in state.coverage_tests if owner == project)
         return known
 
     def _slowest(self, run_id: int, count: int) -> Sequence[TestRecord]:
@@ -688,6 +732,30 @@ class InMemoryDataReader(_Facts, DataReaderBase):
     def _outcomes(self, run_id: int) -> Mapping[str, Outcome]:
         table = self._state.cases.get(run_id)
         return {n: c.outcome for n, c in table.items()} if table else {}
+
+    def _test_coverage_runs(self, project: str, count: int) -> Sequence[int]:
+        state = self._state
+        measured = sorted(
+            (
+                r
+                for r in state.runs.values()
+                if r.project == project and r.id in state.test_coverage
+            ),
+            key=lambda r: (r.started_at_ms, r.id),
+            reverse=True,
+        )
+        return [r.id for r in measured[:count]]
+
+    def _test_coverage_rows(
+        self, run_ids: Sequence[int], path: str
+    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+        state = self._state
+        return [
+            (run_id, nodeid, lines)
+            for run_id in run_ids
+            for nodeid, lines in state.test_coverage[run_id].get(path, ())
+        ]
+
 
     # -- search (runstore.services.search) ---------------------------------------------------
 

@@ -43,10 +43,12 @@ from runstore.services._test_runs_rules import (
     PreparedCoverage,
     PreparedError,
     PreparedRun,
+    PreparedTestCoverage,
     PrunePlan,
     PruneRun,
     RunFacts,
     RunListing,
+    TestsForQuery,
     WindowEntry,
     check_abort,
     check_batch,
@@ -54,6 +56,7 @@ from runstore.services._test_runs_rules import (
     check_lookup,
     check_run_listing,
     check_search,
+    check_tests_for,
     classify_run,
     compare_facts,
     coverage_report,
@@ -63,6 +66,7 @@ from runstore.services._test_runs_rules import (
     decide_finish,
     decide_history,
     decide_running,
+    decide_tests_for,
     failing_streaks,
     flaky_of,
     new_signatures,
@@ -72,6 +76,7 @@ from runstore.services._test_runs_rules import (
     prepare_results,
     prepare_run_start,
     prepare_selection,
+    prepare_test_coverage,
     rank_matches,
     run_page,
     valid_limit,
@@ -85,6 +90,7 @@ from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailur
 from runstore.services.pagination import Page
 from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
+    DEFAULT_TESTS_FOR_RUNS,
     Classification,
     CollectionError,
     CoverageReport,
@@ -106,8 +112,10 @@ from runstore.services.test_runs import (
     Selection,
     TestClassification,
     TestDetail,
+    TestLines,
     TestRecord,
     TestResult,
+    TestsFor,
 )
 
 __all__ = ["DataReaderBase", "DataStoreBase"]
@@ -389,6 +397,33 @@ class DataStoreBase(_TestRuns):
             valid_policy(policy), lambda p: self._db.read("plan_prune", lambda: unit(p))
         )
 
+    # -- per-test coverage -------------------------------------------------------------------
+
+    @abstractmethod
+    def _store_test_coverage(
+        self, run: RunFacts, coverage: PreparedTestCoverage, now_ms: int
+    ) -> None:
+        """Replace the per-test coverage of the stored ``run`` with ``coverage`` and mark
+        the run as measured per test (also when ``coverage`` has no rows)."""
+
+    def write_test_coverage(
+        self, run_id: RunId, tests: Sequence[TestLines]
+    ) -> Result[int, DataStoreError]:
+        """See ``DataStore.write_test_coverage``: checked by :func:`prepare_test_coverage`,
+        then stored in one unit; returns the number of ``(test, file)`` rows."""
+
+        def unit(run_id: int, coverage: PreparedTestCoverage) -> Result[int, DataStoreError]:
+            found = decide_exists(run_id, self._run(run_id))
+            if isinstance(found, Failure):
+                return Failure(found.failure())
+            self._store_test_coverage(found.unwrap(), coverage, self._clock.now_ms())
+            return Success(len(coverage.rows))
+
+        return and_then(
+            check_batch(run_id, tests, prepare_test_coverage),
+            lambda args: self._db.transact("write_test_coverage", lambda: unit(*args)),
+        )
+
 
 class DataReaderBase(_TestRuns):
     """:class:`DataReader` on a backend's hooks (see the module docstring); every method
@@ -444,7 +479,8 @@ class DataReaderBase(_TestRuns):
 
     @abstractmethod
     def _nodeids(self, project: str) -> Iterable[str]:
-        """The node ids with a stored item or a history entry in ``project``."""
+        """The node ids with a stored item, a history entry or per-test coverage in
+        ``project``."""
 
     @abstractmethod
     def _slowest(self, run_id: int, count: int) -> Sequence[TestRecord]:
@@ -693,6 +729,43 @@ class DataReaderBase(_TestRuns):
             lambda a: valid_run_id(run_b, "run_b").map(lambda b: (a, b))
         )
         return self._read("compare", checked, compare)
+
+    # -- per-test coverage -------------------------------------------------------------------
+
+    @abstractmethod
+    def _test_coverage_runs(self, project: str, count: int) -> Sequence[int]:
+        """The newest ``count`` runs of ``project`` (by start, then id) measured per test,
+        newest first."""
+
+    @abstractmethod
+    def _test_coverage_rows(
+        self, run_ids: Sequence[int], path: str
+    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+        """Each ``(run id, node id, lines)`` of the runs ``run_ids`` for the file ``path``
+        (any order; lines sorted)."""
+
+    def tests_for(
+        self,
+        project: str,
+        path: str,
+        *,
+        line: int | None = None,
+        runs: int = DEFAULT_TESTS_FOR_RUNS,
+        limit: int = 100,
+    ) -> Result[TestsFor, DataReaderError]:
+        """See ``DataReader.tests_for``: the runs, then their rows of the file, in one read;
+        the answer is :func:`decide_tests_for`'s."""
+
+        def read(query: TestsForQuery) -> Result[TestsFor, DataReaderError]:
+            run_ids = self._test_coverage_runs(query.project, query.runs)
+            rows = self._test_coverage_rows(run_ids, query.path) if run_ids else ()
+            decided = decide_tests_for(query, run_ids, rows)
+            return Failure(decided.failure()) if isinstance(decided, Failure) else decided
+
+        return self._read(
+            "tests_for", check_tests_for(project, path, line, runs, limit), read
+        )
+
 
     # -- search (runstore.services.search) ---------------------------------------------------
 

@@ -50,6 +50,7 @@ from runstore.services._test_runs_rules import (
     PreparedCollectionError,
     PreparedError,
     PreparedRun,
+    PreparedTestCoverage,
     PrunePlan,
     PruneRun,
     RunFacts,
@@ -897,6 +898,7 @@ class SqliteDataStore(_Facts, DataStoreBase):
                 " WHERE NOT EXISTS (SELECT 1 FROM test_modules m WHERE m.file_id = files.id)"
                 " AND NOT EXISTS (SELECT 1 FROM stack_frames s WHERE s.file_id = files.id)"
                 " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = files.id)"
+                " AND NOT EXISTS (SELECT 1 FROM test_coverage p WHERE p.file_id = files.id)"
                 " RETURNING id"
             )
         }
@@ -904,6 +906,7 @@ class SqliteDataStore(_Facts, DataStoreBase):
             "DELETE FROM tests"
             " WHERE NOT EXISTS (SELECT 1 FROM test_cases c WHERE c.test_id = tests.id)"
             " AND NOT EXISTS (SELECT 1 FROM test_history h WHERE h.test_id = tests.id)"
+            " AND NOT EXISTS (SELECT 1 FROM test_coverage p WHERE p.test_id = tests.id)"
         )
         self._forget(set(plan.doomed), gone_files)
         return len(gone_files)
@@ -924,7 +927,9 @@ class SqliteDataStore(_Facts, DataStoreBase):
             "   WHERE s.file_id = f.id"
             "   AND coalesce(tc.run_id, ce.run_id) NOT IN (SELECT value FROM json_each(?1)))"
             " AND NOT EXISTS (SELECT 1 FROM file_coverage c WHERE c.file_id = f.id"
-            "   AND c.run_id NOT IN (SELECT value FROM json_each(?2)))",
+            "   AND c.run_id NOT IN (SELECT value FROM json_each(?2)))"
+            " AND NOT EXISTS (SELECT 1 FROM test_coverage p WHERE p.file_id = f.id"
+            "   AND p.run_id NOT IN (SELECT value FROM json_each(?1)))",
             (json.dumps(sorted(doomed)), json.dumps(sorted(coverage_gone))),
         )
         return int(orphans or 0)
@@ -937,6 +942,30 @@ class SqliteDataStore(_Facts, DataStoreBase):
         if runs:
             for module in [k for k in self._modules if k[0] in runs]:
                 del self._modules[module]
+
+    def _store_test_coverage(
+        self, run: RunFacts, coverage: PreparedTestCoverage, now_ms: int
+    ) -> None:
+        """Replace the run's marker row (cascading its old rows), then insert one row per
+        (file, test) with the lines as ranges."""
+        db = self._db
+        self._sync()
+        rows = coverage.rows
+        file_ids = self._file_ids(coverage.paths())
+        test_ids = self._test_ids(run.project, coverage.nodeids())[0] if rows else {}
+        db.execute("DELETE FROM test_coverage_runs WHERE run_id = ?", (run.id,))
+        db.execute(
+            "INSERT INTO test_coverage_runs (run_id, n_rows) VALUES (?, ?)", (run.id, len(rows))
+        )
+        if rows:
+            db.executemany(
+                "INSERT INTO test_coverage (run_id, file_id, test_id, lines) VALUES (?, ?, ?, ?)",
+                [
+                    (run.id, file_ids[r.path], test_ids[r.nodeid], encode_lines(r.lines))
+                    for r in rows
+                ],
+            )
+        db.execute("UPDATE test_runs SET last_write_at_ms = ? WHERE id = ?", (now_ms, run.id))
 
     def compact(self, *, full: bool = False) -> Result[None, DataStoreError]:
         """Give pages freed by pruning back to the file system, outside any transaction.
@@ -1332,6 +1361,33 @@ class SqliteDataReader(_Facts, DataReaderBase):
                 (run_id,),
             )
         }
+
+    def _test_coverage_runs(self, project: str, count: int) -> Sequence[int]:
+        return [
+            row[0]
+            for row in self._db.execute(
+                "SELECT r.id FROM test_runs r CROSS JOIN test_coverage_runs m ON m.run_id = r.id"
+                " WHERE r.project = ? ORDER BY r.started_at_ms DESC, r.id DESC LIMIT ?",
+                (project, count),
+            )
+        ]
+
+    def _test_coverage_rows(
+        self, run_ids: Sequence[int], path: str
+    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+        file_id = self._db.scalar("SELECT id FROM files WHERE path = ?", (path,))
+        if file_id is None:
+            return ()
+        return [
+            (run_id, nodeid, decode_lines(lines))
+            for run_id, nodeid, lines in self._db.execute(
+                "SELECT c.run_id, t.nodeid, c.lines FROM test_coverage c"
+                " JOIN tests t ON t.id = c.test_id"
+                " WHERE c.run_id IN (SELECT value FROM json_each(?)) AND c.file_id = ?",
+                (json.dumps(list(run_ids)), file_id),
+            )
+        ]
+
 
     # -- search (runstore.services.search) ---------------------------------------------------
 

@@ -75,6 +75,16 @@ if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an 
 
 def install(config: pytest.Config) -> None:
     """Register runstore's hooks on ``config`` for this session (see the module docstring)."""
+    if config.getoption("runstore_cov_context", False) or config.getini("runstore_cov_context"):
+        from runstore.recorder._coverage import enable_test_contexts
+
+        if not enable_test_contexts(config) and not hasattr(config, "workerinput"):
+            import pytest
+
+            config.issue_config_time_warning(pytest.PytestConfigWarning(
+                "--runstore-cov-context: this session is not measured by coverage (run it "
+                "with pytest-cov's --cov, or under coverage run): no per-test coverage"
+            ), stacklevel=2)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller records
         from runstore.recorder._annotate import Annotator
 

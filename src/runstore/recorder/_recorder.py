@@ -73,7 +73,7 @@ from runstore.recorder._convert import (
     collection_record,
     is_failing,
 )
-from runstore.recorder._coverage import session_coverage
+from runstore.recorder._coverage import session_coverage, session_test_coverage
 from runstore.recorder._environment import environment, host_name
 from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
@@ -101,6 +101,7 @@ from runstore.services.test_runs import (
     RunStatus,
     RunSummary,
     Selection,
+    TestLines,
     TestResult,
 )
 
@@ -358,6 +359,7 @@ class Recorder:
         self._problem: str | None = None
         self._line: str | None = None
         self._pruned: str | None = None
+        self._test_lines: tuple[TestLines, ...] | None = None  # per-test coverage, at the end
         if settings.warning is not None:
             self._warn(settings.warning)
 
@@ -470,6 +472,10 @@ class Recorder:
             written = store.write_coverage(run_id, files)
             if isinstance(written, Failure):
                 self._warn(f"writing coverage: {safe_str(written.failure())}")
+            if self._test_lines is not None:
+                per_test = store.write_test_coverage(run_id, self._test_lines)
+                if isinstance(per_test, Failure):
+                    self._warn(f"writing per-test coverage: {safe_str(per_test.failure())}")
         summary: RunSummary | None = self._ok(store.finish_run(run_id, status, _now()),
                                               "finishing the run")
         if summary is not None:
@@ -618,6 +624,12 @@ class Recorder:
         except Exception as exc:  # a coverage problem must not lose the run
             self._warn(f"reading coverage: {type(exc).__name__}: {safe_str(exc)}")
             files = ()
+        try:
+            self._test_lines = session_test_coverage(
+                self._config, self._resolver, frozenset(f.path for f in files)
+            )
+        except Exception as exc:  # nor a problem with the per-test contexts
+            self._warn(f"reading per-test coverage: {type(exc).__name__}: {safe_str(exc)}")
         self._writer.call(lambda store, reader: self._finish(store, reader, exitstatus, files),
                           FINISH_TIMEOUT)
 

@@ -48,6 +48,7 @@ follows the seed's ``normalizeAssertionShape`` idea: values that change between 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
@@ -55,6 +56,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
+from operator import attrgetter
 from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import attrs
@@ -84,6 +86,7 @@ from runstore.services.test_runs import (
     CollectionError,
     CoverageReport,
     CoverageTrendPoint,
+    CoveringTest,
     Environment,
     ErrorInfo,
     Evidence,
@@ -106,8 +109,10 @@ from runstore.services.test_runs import (
     SubtestResult,
     TestClassification,
     TestDetail,
+    TestLines,
     TestRecord,
     TestResult,
+    TestsFor,
     derive_outcome,
 )
 
@@ -133,12 +138,14 @@ __all__ = [
     "PreparedError",
     "PreparedRun",
     "PreparedSubtest",
+    "PreparedTestCoverage",
     "PrunePlan",
     "PruneRun",
     "RunFacts",
     "RunListing",
     "SignatureTally",
     "Streak",
+    "TestsForQuery",
     "WindowEntry",
     "check_abort",
     "check_batch",
@@ -146,6 +153,7 @@ __all__ = [
     "check_lookup",
     "check_run_listing",
     "check_search",
+    "check_tests_for",
     "check_time",
     "classify",
     "classify_run",
@@ -160,6 +168,7 @@ __all__ = [
     "decide_finish",
     "decide_history",
     "decide_running",
+    "decide_tests_for",
     "decode_lines",
     "decode_selection",
     "encode_lines",
@@ -184,6 +193,7 @@ __all__ = [
     "prepare_results",
     "prepare_run_start",
     "prepare_selection",
+    "prepare_test_coverage",
     "previous_window",
     "rank_matches",
     "rerun_failures",
@@ -1158,17 +1168,19 @@ def prepare_coverage(files: object) -> Result[PreparedCoverage, InvalidInput]:
 
 
 def encode_lines(lines: Sequence[int]) -> str:
-    """Encode sorted unique line numbers compactly as ranges: ``(1, 2, 3, 7)`` -> ``"1-3,7"``."""
-    parts: list[str] = []
-    i = 0
-    n = len(lines)
-    while i < n:
-        j = i
-        while j + 1 < n and lines[j + 1] == lines[j] + 1:
-            j += 1
-        parts.append(str(lines[i]) if i == j else f"{lines[i]}-{lines[j]}")
-        i = j + 1
-    return ",".join(parts)
+    """Encode sorted unique line numbers compactly as ranges: ``(1, 2, 3, 7)`` -> ``"1-3,7"``.
+
+    The breaks between ranges are found in one comprehension (per-test coverage encodes
+    millions of lines per run; see ``benchmarks/per_test_coverage.py``)."""
+    if not lines:
+        return ""
+    ends = [i for i in range(1, len(lines)) if lines[i] != lines[i - 1] + 1]
+    starts = [0, *ends]
+    stops = [*ends, len(lines)]
+    return ",".join(
+        str(lines[a]) if b - a == 1 else f"{lines[a]}-{lines[b - 1]}"
+        for a, b in zip(starts, stops, strict=True)
+    )
 
 
 def decode_lines(text: str) -> tuple[int, ...]:
@@ -2195,6 +2207,155 @@ def history_entry(
         git_dirty=git_dirty,
         rerun_failures=rerun_failures,
     )
+
+
+# -- per-test coverage (``write_test_coverage``, ``tests_for``) -------------------------------
+
+
+@attrs.frozen
+class PreparedTestCoverage:
+    """Validated per-test coverage of one run: rows sorted by (path, node id), each with its
+    lines sorted and unique."""
+
+    rows: tuple[TestLines, ...]
+
+    def paths(self) -> list[str]:
+        """The distinct file paths of the rows, sorted."""
+        return sorted({row.path for row in self.rows})
+
+    def nodeids(self) -> list[str]:
+        """The distinct node ids of the rows, sorted."""
+        return sorted({row.nodeid for row in self.rows})
+
+
+@attrs.frozen
+class TestsForQuery:
+    """Checked arguments of ``tests_for``."""
+
+    __test__ = False  # not a pytest test class
+
+    project: str
+    path: str
+    line: int | None
+    runs: int
+    limit: int
+
+
+_JUST_INT = {int}
+
+
+def _covered_lines(value: object, field: str) -> tuple[int, ...]:
+    """Sorted unique line numbers of ``value``; the common case (a tuple or list of plain
+    ints in range) is checked without a call per line."""
+    lines = _sequence(value, field)
+    if not lines:
+        invalid(field, "must not be empty")
+    if set(map(type, lines)) == _JUST_INT:
+        ordered = tuple(sorted(set(lines)))
+        if ordered[0] >= 1 and ordered[-1] <= MAX_SAFE_INT:
+            return ordered
+    return tuple(sorted({_line_number(n, f"{field}[{j}]") for j, n in enumerate(lines)}))
+
+
+def _test_coverage(tests: object) -> PreparedTestCoverage:
+    items = _sequence(tests, "tests")
+    names: dict[object, str] = {}  # one check per distinct node id or path
+    seen: set[tuple[str, str]] = set()
+    prepared: list[TestLines] = []
+    for i, item in enumerate(items):
+        field = f"tests[{i}]"
+        if type(item) is not TestLines and not isinstance(item, TestLines):
+            invalid(field, f"must be a TestLines, got {_type_name(item)}")
+        nodeid = names.get(item.nodeid) if type(item.nodeid) is str else None
+        if nodeid is None:
+            nodeid = names[item.nodeid] = valid_identifier(item.nodeid, f"{field}.nodeid")
+        path = names.get(item.path) if type(item.path) is str else None
+        if path is None:
+            path = names[item.path] = valid_identifier(item.path, f"{field}.path")
+        key = (nodeid, path)
+        if key in seen:
+            invalid(field, f"repeats test {nodeid!r} in file {path!r}")
+        seen.add(key)
+        lines = _covered_lines(item.lines, f"{field}.lines")
+        unchanged = (type(item) is TestLines and lines == item.lines
+                     and nodeid is item.nodeid and path is item.path)
+        prepared.append(item if unchanged else TestLines(nodeid, path, lines))
+    prepared.sort(key=attrgetter("path", "nodeid"))
+    return PreparedTestCoverage(tuple(prepared))
+
+
+def prepare_test_coverage(tests: object) -> Result[PreparedTestCoverage, InvalidInput]:
+    """Validate the rows of ``write_test_coverage``: each a ``TestLines`` with an identifier
+    node id and path, a non-empty sequence of ``int`` line numbers in ``1..MAX_SAFE_INT``,
+    each ``(node id, path)`` at most once. ``InvalidInput`` naming the field otherwise."""
+    return _guard(_test_coverage, tests)
+
+
+def _tests_for_query(
+    project: object, path: object, line: object, runs: object, limit: object
+) -> TestsForQuery:
+    name = _must(valid_project(project))
+    wanted = _must(valid_project(path, "path"))
+    if not wanted:
+        invalid("path", "must not be empty")
+    at = _line(line, "line")
+    window = _must(check_limit(runs, field="runs"))  # type: ignore[arg-type]
+    return TestsForQuery(name, wanted, at, window, _must(valid_limit(limit)))
+
+
+def check_tests_for(
+    project: object, path: object, line: object, runs: object, limit: object
+) -> Result[TestsForQuery, InvalidInput]:
+    """Check the arguments of ``tests_for``, in order: project and path (lookups: ``str``
+    without lone surrogates; the path not empty), ``line`` (None or an ``int`` in
+    ``1..MAX_SAFE_INT``), ``runs`` and ``limit`` (``1..1000``, the page-limit rule)."""
+    return _guard(_tests_for_query, project, path, line, runs, limit)
+
+
+def decide_tests_for(
+    query: TestsForQuery,
+    run_ids: Sequence[int],
+    rows: Iterable[tuple[int, str, Sequence[int]]],
+) -> Result[TestsFor, NotFound]:
+    """The ``tests_for`` answer from the runs read (newest first) and their ``(run id, node
+    id, lines)`` rows of the file: each test judged by its row of the newest run, listed when
+    that row holds ``query.line`` (any row without a line), newest run first, then by node
+    id, at most ``query.limit``. ``NotFound("test_coverage", project)`` without runs."""
+    if not run_ids:
+        return Failure(NotFound("test_coverage", query.project))
+    rank = {run_id: i for i, run_id in enumerate(run_ids)}
+    newest: dict[str, tuple[int, int, Sequence[int]]] = {}
+    for run_id, nodeid, lines in rows:
+        order = rank[run_id]
+        known = newest.get(nodeid)
+        if known is None or order < known[0]:
+            newest[nodeid] = (order, run_id, lines)
+    line = query.line
+    hits = sorted(
+        (order, nodeid, run_id, lines)
+        for nodeid, (order, run_id, lines) in newest.items()
+        if line is None or _holds(lines, line)
+    )
+    tests = tuple(
+        CoveringTest(nodeid, RunId(run_id), tuple(lines))
+        for _, nodeid, run_id, lines in hits[: query.limit]
+    )
+    return Success(
+        TestsFor(
+            project=query.project,
+            path=query.path,
+            line=line,
+            runs=tuple(RunId(i) for i in run_ids),
+            tests=tests,
+            has_more=len(hits) > query.limit,
+        )
+    )
+
+
+def _holds(lines: Sequence[int], line: int) -> bool:
+    """Whether the sorted ``lines`` hold ``line`` (a binary search)."""
+    at = bisect.bisect_left(lines, line)
+    return at < len(lines) and lines[at] == line
 
 
 # -- run links: changed files and the agent session ------------------------------------------

@@ -54,18 +54,21 @@ __all__ = [
     "CHANGED_FILE_STATUS_CODES",
     "CLASSIFICATION_TABLE",
     "DEFAULT_HISTORY_WINDOW",
+    "DEFAULT_TESTS_FOR_RUNS",
     "FAILING_OUTCOMES",
     "MAX_CAPTURE_CHARS",
     "MAX_CHANGED_FILES",
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
     "MAX_SESSION_ID_CHARS",
+    "MAX_TESTS_FOR_RUNS",
     "MAX_TEXT_CHARS",
     "ChangedFile",
     "Classification",
     "CollectionError",
     "CoverageReport",
     "CoverageTrendPoint",
+    "CoveringTest",
     "DataReader",
     "DataReaderError",
     "DataStore",
@@ -93,8 +96,10 @@ __all__ = [
     "SubtestResult",
     "TestClassification",
     "TestDetail",
+    "TestLines",
     "TestRecord",
     "TestResult",
+    "TestsFor",
     "derive_outcome",
 ]
 
@@ -760,6 +765,62 @@ class RunComparison:
     not_run: tuple[str, ...] = ()
 
 
+# -- per-test coverage (coverage.py dynamic contexts) ------------------------------------------
+
+DEFAULT_TESTS_FOR_RUNS = 10
+"""``tests_for`` reads the newest 10 runs of a project that recorded per-test coverage."""
+
+MAX_TESTS_FOR_RUNS = 1_000
+"""The most runs one ``tests_for`` call may read (``runs`` is 1..1000, as a page limit)."""
+
+
+@attrs.frozen
+class TestLines:
+    """The lines of one file that one test executed in a run.
+
+    ``nodeid`` is the test's node id (pytest-cov's dynamic context ``<nodeid>|setup``,
+    ``|run`` and ``|teardown`` together); ``path`` the file as the run's ``FileCoverage``
+    names it (relative to the rootdir, ``/`` separated, when under it); ``lines`` 1-based line
+    numbers, stored sorted and without repeats.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    nodeid: str
+    path: str
+    lines: tuple[int, ...]
+
+
+@attrs.frozen
+class CoveringTest:
+    """A test that executed a file: the newest run (``run_id``) of the window in which it
+    did, and the lines of the file it executed there (sorted, 1-based)."""
+
+    nodeid: str
+    run_id: RunId
+    lines: tuple[int, ...]
+
+
+@attrs.frozen
+class TestsFor:
+    """The answer of ``DataReader.tests_for``.
+
+    ``runs`` are the runs read (newest first by start, then id): the newest ``runs`` of the
+    project with per-test coverage. ``tests`` are the tests that executed ``path`` (and
+    ``line`` when given) in them, newest run first, then by node id, at most ``limit``;
+    ``has_more`` says that more matched.
+    """
+
+    __test__ = False  # not a pytest test class
+
+    project: str
+    path: str
+    line: int | None
+    runs: tuple[RunId, ...]
+    tests: tuple[CoveringTest, ...]
+    has_more: bool
+
+
 DataStoreError: TypeAlias = NotFound | IllegalTransition | InvalidInput | Busy | StorageFailure
 """Every failure a ``DataStore`` method returns."""
 
@@ -923,6 +984,24 @@ class DataStore(Protocol):
         ...
 
 
+    def write_test_coverage(
+        self, run_id: RunId, tests: Sequence[TestLines]
+    ) -> Result[int, DataStoreError]:
+        """Store which lines of which files each test of a run executed (replacing what the
+        run had); return the number of ``(test, file)`` rows stored.
+
+        One row per ``(test, file)``: a ``TestLines`` given twice for one pair is
+        ``InvalidInput``. An empty ``tests`` still marks the run as measured per test (its
+        ``tests_for`` answers are empty, not ``NotFound``). Any run status is accepted; the
+        rows go with the run when it is pruned. Failures: ``NotFound("run", id)``;
+        ``InvalidInput`` (naming the field, e.g. ``tests[3].lines[0]``) for a value that is
+        not a ``TestLines``, an empty node id or path, one holding NUL or a lone surrogate,
+        a line number that is not an ``int`` in ``1..2**53 - 1``, an empty ``lines``, a
+        repeated ``(nodeid, path)`` (nothing is written); ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+
 @runtime_checkable
 class DataReader(Protocol):
     """Answers questions about stored test runs. Reads never change anything."""
@@ -1010,8 +1089,9 @@ class DataReader(Protocol):
     ) -> Result[tuple[str, ...], DataReaderError]:
         """Node ids of ``project`` containing ``fragment`` (exact match first), sorted.
 
-        Searched among node ids with a stored item or a history entry in ``project``; the
-        fragment is plain text (no wildcards)."""
+        Searched among node ids with a stored item, a history entry or per-test coverage
+        (``write_test_coverage``) in ``project``; the fragment is plain text (no
+        wildcards)."""
         ...
 
     def slowest(
@@ -1042,19 +1122,28 @@ class DataReader(Protocol):
         ``running``, ``interrupted`` or ``aborted``) and ``removed`` otherwise."""
         ...
 
-    def classify_unstable(
-        self, run_id: RunId
-    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """The items of a run whose verdict is not ``stable`` (``new_failure``,
-        ``persistent_failure``, ``flaky``, ``recovered``): exactly the records ``classify``
-        returns for them, in its order (by node id).
 
-        Only items that fail now, had failed rerun attempts now, or have a failing or
-        rerun-failed entry in their history can be anything but stable, so a layer may judge
-        those alone: the cost follows the unsettled items, not the size of the run (triage
-        asks this of runs of thousands of items). Failures as ``classify``: ``NotFound``
-        when the run is missing; ``InvalidInput`` for a run id of the wrong type; ``Busy``;
-        ``StorageFailure``."""
+    def tests_for(
+        self,
+        project: str,
+        path: str,
+        *,
+        line: int | None = None,
+        runs: int = DEFAULT_TESTS_FOR_RUNS,
+        limit: int = 100,
+    ) -> Result[TestsFor, DataReaderError]:
+        """The tests that executed file ``path`` (line ``line`` when given) in the newest
+        ``runs`` runs of ``project`` that recorded per-test coverage (see ``TestsFor``).
+
+        Each test is judged by the newest of those runs in which it executed the file: with
+        a ``line``, it is listed when that run's lines hold it (an older run that hit the line
+        does not count once a newer one shows the test no longer does). ``path`` is matched
+        exactly as stored. Failures: ``NotFound("test_coverage", project)`` when no run of
+        the project recorded per-test coverage; ``InvalidInput`` for a project or path that
+        is not ``str`` or holds a lone surrogate, an empty path, a ``line`` that is not an
+        ``int >= 1`` or None, ``runs`` or ``limit`` outside ``1..1000``; ``Busy``;
+        ``StorageFailure``.
+        """
         ...
 
     # -- search (runstore.services.search) ----------------------------------------------------
@@ -1089,4 +1178,19 @@ class DataReader(Protocol):
         """The tests (of ``project``, of every project when None) whose node id holds every
         term of ``text``, best first, by the rules of ``runstore.services.search``; paged.
         Failures as ``search_failures``."""
+        ...
+
+    def classify_unstable(
+        self, run_id: RunId
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """The items of a run whose verdict is not ``stable`` (``new_failure``,
+        ``persistent_failure``, ``flaky``, ``recovered``): exactly the records ``classify``
+        returns for them, in its order (by node id).
+
+        Only items that fail now, had failed rerun attempts now, or have a failing or
+        rerun-failed entry in their history can be anything but stable, so a layer may judge
+        those alone: the cost follows the unsettled items, not the size of the run (triage
+        asks this of runs of thousands of items). Failures as ``classify``: ``NotFound``
+        when the run is missing; ``InvalidInput`` for a run id of the wrong type; ``Busy``;
+        ``StorageFailure``."""
         ...

@@ -87,6 +87,11 @@ from runstore.services.test_runs import (
     derive_outcome,
 )
 from runstore.testing._shared import LayerFactory
+from runstore.testing._test_runs_coverage import (
+    COVERED_PATHS,
+    TestCoverageContract,
+    lines_per_test,
+)
 from runstore.testing._test_runs_links import (
     RunLinksReaderContract,
     RunLinksStoreContract,
@@ -492,10 +497,17 @@ def _translate(value: Any, ids: dict[int, int]) -> Any:
             current = getattr(value, field.name)
             if field.name in _RUN_ID_FIELDS and isinstance(current, int):
                 changes[field.name] = ids.get(current, current)
+            elif field.name == "runs" and isinstance(current, tuple):  # TestsFor.runs
+                changes[field.name] = _run_ids(current, ids)
             elif isinstance(current, tuple) and current and attrs.has(type(current[0])):
                 changes[field.name] = _translate(current, ids)
         return attrs.evolve(value, **changes) if changes else value
     return value
+
+
+def _run_ids(values: tuple[Any, ...], ids: dict[int, int]) -> Any:
+    """A tuple of run ids (``TestsFor.runs``) rewritten through ``ids``."""
+    return tuple(ids.get(v, v) for v in values)
 
 
 def _page_shape(result: Result[Any, Any]) -> Result[Any, Any]:
@@ -749,6 +761,14 @@ class TestRunsMachine(RuleBasedStateMachine):
         model = self.model_store.write_coverage(run, files)
         self._same("write_coverage", sut, model)
 
+    @rule(pick=st.integers(0, 1_000), data=st.data())
+    def write_test_coverage(self, pick: int, data: st.DataObject) -> None:
+        run = self._pick(pick)
+        rows = data.draw(lines_per_test(st.sampled_from(self.nodeids)), label="tests")
+        sut = self.store.write_test_coverage(self._sut_id(run), rows)
+        model = self.model_store.write_test_coverage(run, rows)
+        self._same("write_test_coverage", sut, model)
+
     @rule(
         keep_runs=st.integers(0, 4),
         max_age_days=st.sampled_from([None, None, None, 1.0, 0.5, 3, 0, -1.0]),
@@ -854,6 +874,12 @@ class TestRunsMachine(RuleBasedStateMachine):
             for fragment in {self.nodeids[0][:3], "%", "t"}:
                 self._same(f"find_tests({project!r}, {fragment!r})",
                            r.find_tests(project, fragment), m.find_tests(project, fragment))
+            for path in COVERED_PATHS:
+                self._same(f"tests_for({project!r}, {path!r})", r.tests_for(project, path),
+                           m.tests_for(project, path))
+                self._same(f"tests_for({project!r}, {path!r}, line=3, runs=2, limit=1)",
+                           r.tests_for(project, path, line=3, runs=2, limit=1),
+                           m.tests_for(project, path, line=3, runs=2, limit=1))
         for run in (*self.runs, UNKNOWN_RUN):
             s = self._sut_id(run)
             summary = self._same(f"get_run({run})", r.get_run(s), m.get_run(run))
@@ -1859,7 +1885,7 @@ class TestRunsStoreContract(RunLinksStoreContract, _Contract):
         assert (moved.run_id, moved.source_run_id, moved.files) == (sibling, sibling, files)
 
 
-class TestRunsReaderContract(RunLinksReaderContract, _Contract):
+class TestRunsReaderContract(TestCoverageContract, RunLinksReaderContract, _Contract):
     """What every ``DataReader`` layer must answer; subclass and define ``make_layer``.
 
     The reader is exercised through the ``DataStore`` of the same layer.
