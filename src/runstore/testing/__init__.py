@@ -104,6 +104,11 @@ if TYPE_CHECKING:
         single_passing_run,
         with_failures,
     )
+    from runstore.testing._test_runs_links import (
+        bad_session_ids,
+        changed_file_lists,
+        session_ids,
+    )
 
 __all__: list[str] = [
     "DAY_MS",
@@ -134,6 +139,8 @@ __all__: list[str] = [
     "agents_broken_sequence_layer",
     "agents_json_values",
     "agents_state_machine",
+    "bad_session_ids",
+    "changed_file_lists",
     "collection_errors",
     "empty",
     "entry_payloads",
@@ -161,6 +168,7 @@ __all__: list[str] = [
     "search_corpora",
     "search_queries",
     "selections",
+    "session_ids",
     "sessions_json_values",
     "sessions_model_layer",
     "sessions_state_machine",
@@ -208,6 +216,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "reference_streak", "reference_verdict", "rerun_item", "selections", "stack_frames",
         "test_runs_state_machine", "utc",
     ),
+    "_test_runs_links": ("bad_session_ids", "changed_file_lists", "session_ids"),
     "_test_runs_layers": (
         "SEED_PROJECT", "SEED_START", "SeededRuns", "SeedError", "empty", "flaky",
         "single_passing_run", "with_failures",
