@@ -84,8 +84,11 @@ __all__ = [
     "prune",
     "runs",
     "show",
+    "show_document",
     "slowest",
+    "slowest_document",
     "trends",
+    "trends_document",
 ]
 
 T = TypeVar("T")
@@ -622,22 +625,10 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
         if nodeid is not None:
             _show_test(services, summary, _resolve_test(services, summary.project, nodeid))
             return
-        tests = services.get(services.reader.tests(summary.id))
-        failures = services.get(services.reader.failures(summary.id))
-        verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
-        by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
-        collection = [f for f in failures if f.phase is Phase.COLLECT]
+        shown = _shown_run(services, summary)
+        tests, verdicts, by_node, collection = shown
         if services.output_format == "json":
-            emit_json({
-                "run": _run_document(summary),
-                "tests": [{**_test_document(t, by_node.get(t.nodeid)),
-                           **_verdict_or_none(verdicts.get(t.nodeid))} for t in tests],
-                "collection_errors": [
-                    {"nodeid": f.nodeid, "phase": f.phase.value,
-                     "exception_type": f.exception_type, "message": f.message}
-                    for f in collection
-                ],
-            })
+            emit_json(_show_json(summary, *shown))
             return
         _print(_run_heading(summary))
         listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED
@@ -658,6 +649,48 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
                      _error_line(failure.exception_type, failure.message) if failure
                      else (test.skip_reason or ""))
             _print("", table)
+
+
+_Shown = tuple[
+    tuple[TestRecord, ...], dict[str, TestClassification], dict[str, FailureRecord],
+    list[FailureRecord],
+]
+
+
+def _shown_run(services: Services, summary: RunSummary) -> _Shown:
+    """A run's items, their verdicts by node id, their failures by node id, and its
+    collection errors."""
+    tests = services.get(services.reader.tests(summary.id))
+    failures = services.get(services.reader.failures(summary.id))
+    verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
+    by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
+    return tests, verdicts, by_node, [f for f in failures if f.phase is Phase.COLLECT]
+
+
+def _show_json(
+    summary: RunSummary, tests: tuple[TestRecord, ...],
+    verdicts: dict[str, TestClassification], by_node: dict[str, FailureRecord],
+    collection: list[FailureRecord],
+) -> dict[str, Any]:
+    return {
+        "run": _run_document(summary),
+        "tests": [{**_test_document(t, by_node.get(t.nodeid)),
+                   **_verdict_or_none(verdicts.get(t.nodeid))} for t in tests],
+        "collection_errors": [
+            {"nodeid": f.nodeid, "phase": f.phase.value,
+             "exception_type": f.exception_type, "message": f.message}
+            for f in collection
+        ],
+    }
+
+
+def show_document(
+    services: Services, run: int | str = "latest", project: str | None = None
+) -> dict[str, Any]:
+    """The ``show`` JSON document of a whole run (schema ``show.json``, without
+    ``schema_version``); refusals as :func:`failures_document`."""
+    summary = _run(services, project, run)
+    return _show_json(summary, *_shown_run(services, summary))
 
 
 def _noteworthy(verdict: TestClassification | None) -> bool:
@@ -1042,13 +1075,25 @@ def slowest(run: int | str, project: str | None, limit: int) -> None:
         summary = _run(services, project, run)
         found = services.get(services.reader.slowest(summary.id, limit=limit))
         if services.output_format == "json":
-            emit_json({"run": _run_document(summary),
-                       "tests": [_test_document(t, None) for t in found]})
+            emit_json(_slowest_json(summary, found))
             return
         table = _table("took", "outcome", "test")
         for test in found:
             _row(table, _seconds(test.duration_ms), test.outcome.value, test.nodeid)
         _print(_run_heading(summary), table)
+
+
+def _slowest_json(summary: RunSummary, found: tuple[TestRecord, ...]) -> dict[str, Any]:
+    return {"run": _run_document(summary), "tests": [_test_document(t, None) for t in found]}
+
+
+def slowest_document(
+    services: Services, run: int | str = "latest", project: str | None = None, limit: int = 10
+) -> dict[str, Any]:
+    """The ``slowest`` JSON document (schema ``slowest.json``, without ``schema_version``):
+    the ``limit`` slowest items of the run; refusals as :func:`failures_document`."""
+    summary = _run(services, project, run)
+    return _slowest_json(summary, services.get(services.reader.slowest(summary.id, limit=limit)))
 
 
 def _coverage_document(report: CoverageReport) -> dict[str, Any]:
@@ -1157,6 +1202,27 @@ def _ranges(lines: tuple[int, ...], most: int = 12) -> str:
     return ", ".join(spans[:most]) + (", ..." if len(spans) > most else "")
 
 
+def trends_document(
+    services: Services, project: str | None = None, limit: int = 20
+) -> dict[str, Any]:
+    """The ``trends`` JSON document (schema ``trends.json``, without ``schema_version``):
+    the newest ``limit`` runs of the project, oldest first; refusals as
+    :func:`failures_document`."""
+    name = _project(services, project)
+    page = services.get(services.reader.list_runs(name, limit=limit))
+    points = services.get(services.reader.coverage_trend(name, limit=limit))
+    covered = {p.run_id: p.percent_covered for p in points}
+    ordered = list(reversed(page.items))
+    rows: list[dict[str, Any]] = [
+        {"run_id": int(r.id), "started_at_ms": r.started_at_ms, "status": r.status.value,
+         "counts": {o.value: r.counts.get(o.value, 0) for o in Outcome}, "total": r.total,
+         "failing": sum(r.counts.get(o.value, 0) for o in FAILING_OUTCOMES),
+         "percent_covered": covered.get(r.id)}
+        for r in ordered
+    ]
+    return {"project": name, "runs": rows}
+
+
 @click.command()
 @project_option
 @_limit_option(20, "How many recent runs.")
@@ -1171,20 +1237,10 @@ def trends(project: str | None, limit: int) -> None:
       runstore trends --limit 10
     """
     with _services() as services:
-        name = _project(services, project)
-        page = services.get(services.reader.list_runs(name, limit=limit))
-        points = services.get(services.reader.coverage_trend(name, limit=limit))
-        covered = {p.run_id: p.percent_covered for p in points}
-        ordered = list(reversed(page.items))
-        rows: list[dict[str, Any]] = [
-            {"run_id": int(r.id), "started_at_ms": r.started_at_ms, "status": r.status.value,
-             "counts": {o.value: r.counts.get(o.value, 0) for o in Outcome}, "total": r.total,
-             "failing": sum(r.counts.get(o.value, 0) for o in FAILING_OUTCOMES),
-             "percent_covered": covered.get(r.id)}
-            for r in ordered
-        ]
+        document = trends_document(services, project, limit)
+        name, rows = document["project"], document["runs"]
         if services.output_format == "json":
-            emit_json({"project": name, "runs": rows})
+            emit_json(document)
             return
         table = _table("run", "started", "status", "items", "failing", "coverage")
         for row in rows:
