@@ -8,6 +8,7 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,6 +24,7 @@ from runstore.services.test_runs import (
 
 __all__ = [
     "GIT_BUDGET_SECONDS",
+    "GitProbe",
     "GitStatus",
     "environment",
     "git_dirty",
@@ -122,28 +124,56 @@ def git_status(start: Path, budget: float = GIT_BUDGET_SECONDS) -> GitStatus | N
     most ``budget`` seconds and then killed. None outside a repository (no ``.git`` found,
     git not started), when git is missing, fails or is too slow.
     """
-    try:
-        if _find_git_dir(start) is None:
+    return GitProbe(start, budget).result()
+
+
+class GitProbe:
+    """The ``git status`` of :func:`git_status`, started when made and read by
+    :meth:`result`: the recorder starts it before the writer thread opens the database, so
+    git and the database's opening overlap. The ``budget`` (s) runs from the start; a probe
+    whose result is never asked for is killed by :meth:`close`."""
+
+    def __init__(self, start: Path, budget: float = GIT_BUDGET_SECONDS) -> None:
+        self._deadline = time.monotonic() + budget
+        self._process: subprocess.Popen[bytes] | None = None
+        self._status: GitStatus | None = None
+        try:
+            if _find_git_dir(start) is None:
+                return
+        except (OSError, UnicodeDecodeError):
+            return
+        env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+        try:
+            self._process = subprocess.Popen(
+                _GIT_STATUS, cwd=start, env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            )
+        except OSError:  # no git on PATH
+            return
+
+    def result(self) -> GitStatus | None:
+        """What git said (the first call waits for it, at most until the budget ends; later
+        calls give the same answer): None when it was not started, failed or was too
+        slow."""
+        process, self._process = self._process, None
+        if process is None:
+            return self._status
+        try:
+            out, _ = process.communicate(timeout=max(self._deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
             return None
-    except (OSError, UnicodeDecodeError):
-        return None
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
-    try:
-        process = subprocess.Popen(
-            _GIT_STATUS, cwd=start, env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        )
-    except OSError:  # no git on PATH
-        return None
-    try:
-        out, _ = process.communicate(timeout=budget)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-        return None
-    if process.returncode != 0:
-        return None
-    return _parse_status(out)
+        if process.returncode == 0:
+            self._status = _parse_status(out)
+        return self._status
+
+    def close(self) -> None:
+        """Kill the process when its result was never asked for (reaping it)."""
+        process, self._process = self._process, None
+        if process is not None:
+            process.kill()
+            process.communicate()
 
 
 def git_dirty(start: Path, budget: float = GIT_BUDGET_SECONDS) -> bool | None:
@@ -186,13 +216,15 @@ def host_name() -> str:
     return safe_str(socket.gethostname())
 
 
-def environment(config: pytest.Config) -> Environment:
+def environment(config: pytest.Config, probe: GitProbe | None = None) -> Environment:
     """The environment of this pytest process (argv as the process received it); the git
     facts are those of the repository holding pytest's rootdir: the dirty flag and the
-    changed files come from one ``git status`` (:func:`git_status`), both None when it gave
-    no answer."""
+    changed files come from one ``git status`` (``probe``, started earlier, or one started
+    now), both None when it gave no answer."""
     commit, branch = git_head(config.rootpath)
-    status = git_status(config.rootpath) if commit is not None else None
+    probe = probe or GitProbe(config.rootpath)
+    status = probe.result() if commit is not None else None
+    probe.close()
     return Environment(
         python_version=platform.python_version(),
         pytest_version=pytest.__version__,

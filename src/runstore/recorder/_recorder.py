@@ -74,7 +74,7 @@ from runstore.recorder._convert import (
     is_failing,
 )
 from runstore.recorder._coverage import session_coverage, session_test_coverage
-from runstore.recorder._environment import environment, host_name
+from runstore.recorder._environment import GitProbe, environment, host_name
 from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
@@ -359,6 +359,7 @@ class Recorder:
         self._problem: str | None = None
         self._line: str | None = None
         self._pruned: str | None = None
+        self._git: GitProbe | None = None
         self._test_lines: tuple[TestLines, ...] | None = None  # per-test coverage, at the end
         if settings.warning is not None:
             self._warn(settings.warning)
@@ -439,7 +440,7 @@ class Recorder:
         self._abort_stale(store, reader)
         if not self._writing:
             return
-        found = environment(self._config)
+        found = environment(self._config, self._git)
         # The command line may hold the database URL: its password is never stored.
         argv = tuple(scrub_database(arg, self._settings.db_path) for arg in found.command_line)
         start = attrs.evolve(start, environment=attrs.evolve(found, command_line=argv))
@@ -601,6 +602,8 @@ class Recorder:
         # (``catching_logs``) and fails the test being set up when a logger is added meanwhile
         # ("dictionary changed size during iteration"). Only building it waits for the database.
         self._layer = merge(live(settings.db_path, CONNECTION), Layer.value(Clock, PinnedClock()))
+        # git status runs while the writer thread opens the database (see GitProbe).
+        self._git = GitProbe(self._config.rootpath)
         self._writing = True
         self._writer.start()
         self._started = True
@@ -636,6 +639,8 @@ class Recorder:
     def _close(self) -> None:
         self._term.uninstall()
         self._writer.stop(FINISH_TIMEOUT)
+        if self._git is not None:
+            self._git.close()
 
     # -- pytest hooks --------------------------------------------------------------------
 
