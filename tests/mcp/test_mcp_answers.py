@@ -113,8 +113,9 @@ def test_no_database_is_refused_until_one_is_recorded(tmp_path: Path) -> None:
         answers.close()
 
 
-def test_the_page_bound_the_tools_state_is_the_services() -> None:
-    from runstore.cli._mcp import _MAX_PAGE
+def test_the_bounds_the_tools_state_are_the_services() -> None:
+    from runstore.cli._mcp import _MAX_PAGE, _MAX_RUNS
     from runstore.services.pagination import MAX_PAGE_SIZE
+    from runstore.services.test_runs import MAX_TESTS_FOR_RUNS
 
-    assert _MAX_PAGE == MAX_PAGE_SIZE
+    assert (_MAX_PAGE, _MAX_RUNS) == (MAX_PAGE_SIZE, MAX_TESTS_FOR_RUNS)

@@ -69,7 +69,7 @@ def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPa
 
 # -- the tools and their schemas --------------------------------------------------------------
 
-NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "search",
+NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "tests_for", "search",
          "sessions_list", "sessions_show", "sessions_context"]
 
 
@@ -115,6 +115,9 @@ SAME: list[tuple[str, dict[str, Any], list[str]]] = [
     ("diff", {"run_a": "latest~2", "run_b": 2}, ["diff", "latest~2", "2"]),
     ("coverage", {}, ["coverage"]),
     ("coverage", {"file": "app.py"}, ["coverage", "--file", "app.py"]),
+    ("tests_for", {"location": "app.py"}, ["tests-for", "app.py"]),
+    ("tests_for", {"location": "app.py:3", "limit": 2, "runs": 1},
+     ["tests-for", "app.py:3", "--limit", "2", "--runs", "1"]),
     ("search", {"text": "cache"}, ["search", "cache"]),
     ("search", {"text": "root*", "in": ["tests"], "project": PROJECT},
      ["search", "root*", "--in", "tests", "--project", PROJECT]),
@@ -174,6 +177,9 @@ REFUSED: list[tuple[str, dict[str, Any], list[str], int]] = [
     ("diff", {"run_a": 1, "run_b": 99}, ["diff", "1", "99"], 1),
     ("coverage", {"run": 1}, ["coverage", "1"], 1),  # run 1 measured none
     ("coverage", {"file": "nowhere.py"}, ["coverage", "--file", "nowhere.py"], 1),
+    ("tests_for", {"location": "app.py", "project": "nope"},
+     ["tests-for", "app.py", "--project", "nope"], 1),
+    ("tests_for", {"location": "app.py", "runs": 0}, ["tests-for", "app.py", "--runs", "0"], 2),
     ("search", {"text": "cache", "in": ["logs"]}, ["search", "cache", "--in", "logs"], 2),
     ("search", {"text": "cache", "cursor": "x"}, ["search", "cache", "--cursor", "x"], 2),
     ("sessions_list", {"limit": "ten"}, ["sessions", "list", "--limit", "ten"], 2),

@@ -139,6 +139,7 @@ _TEST_RUNS = "runstore.cli._test_runs"
 _SESSIONS = "runstore.cli._sessions"
 _SESSION_NEEDS: tuple[Tag[Any], ...] = (SESSION_REPOSITORY,)
 _MAX_PAGE = 1000  # runstore.services.pagination.MAX_PAGE_SIZE, without importing the domain
+_MAX_RUNS = 1000  # runstore.services.test_runs.MAX_TESTS_FOR_RUNS, likewise
 
 TOOLS: tuple[McpTool, ...] = (
     McpTool(
@@ -203,6 +204,22 @@ TOOLS: tuple[McpTool, ...] = (
         f"{_TEST_RUNS}:coverage", f"{_TEST_RUNS}:coverage_document", "coverage",
         (_run(), _PROJECT, _text("file", "Only this file: the path as stored, or its last "
                                  "components (shop/cart.py).", "path")),
+    ),
+    McpTool(
+        "tests_for",
+        "The tests that executed a file, or one line of it (`PATH:LINE`), by the per-test "
+        "coverage of the newest runs that recorded it (pytest --runstore --cov=PKG "
+        "--cov-context=test): each test with the newest run it executed the file in and "
+        "the lines it executed, newest run first. As `runstore tests-for`.",
+        "runstore.cli._tests_for:tests_for", "runstore.cli._tests_for:tests_for_document",
+        "tests-for",
+        (_text("location", "PATH or PATH:LINE: the file as stored, its last components "
+                           "(shop/cart.py) or a path on disk."), _PROJECT,
+         Argument("runs", {"type": "integer", "minimum": 1, "maximum": _MAX_RUNS, "description":
+                           "How many of the newest runs with per-test coverage to read "
+                           "(default 10)."}),
+         _limit("Most tests to list (default 50).", _MAX_PAGE)),
+        ("location",),
     ),
     McpTool(
         "search",
@@ -670,11 +687,12 @@ def _serve(answers: ToolAnswers) -> None:
 def mcp() -> None:
     """Serve the query commands as MCP tools over standard input and output.
 
-    Tools: triage, failures, flaky, history, diff, coverage, search, sessions_list,
-    sessions_show, sessions_context; each answers the command's JSON document for the
-    same question and refuses with the command's one-line reason (a tool error). The
-    database is found as every command finds it (--db, RUNSTORE_DB, the project's),
-    opened read-only on the first call and kept open; the server never writes. Needs the mcp extra:
+    Tools: triage, failures, flaky, history, diff, coverage, tests_for, search,
+    sessions_list, sessions_show, sessions_context; each answers the command's JSON
+    document for the same question and refuses with the command's one-line reason (a
+    tool error). The database is found as every command finds it (--db, RUNSTORE_DB,
+    the project's), opened read-only on the first call and kept open; the server never
+    writes. Needs the mcp extra:
     pip install 'runstore[mcp]'.
 
     \b
