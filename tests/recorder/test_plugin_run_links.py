@@ -10,7 +10,7 @@ import pytest
 from plugin_runs import env_for, latest, run_pytest, write
 from test_plugin_run_facts import _git, needs_git  # beside this file
 
-from runstore.recorder._environment import GitStatus, _parse_status, git_status
+from runstore.recorder._environment import GitProbe, GitStatus, _parse_status, git_status
 from runstore.services.test_runs import MAX_CHANGED_FILES, ChangedFile
 
 
@@ -150,3 +150,21 @@ def test_a_bad_session_id_is_a_usage_error_before_any_test_runs(
     assert f"Invalid value for {named}: {reason}" in result.stderr
     assert "test_one" not in result.stdout
     assert not (folder / ".runstore" / "runstore.db").exists()
+
+
+@needs_git
+def test_a_probe_started_early_answers_once_and_is_reaped_when_unread(tmp_path: Path) -> None:
+    folder = _repository(tmp_path)
+    (folder / "helper.py").write_text("VALUE = 3\n", encoding="utf-8")
+    probe = GitProbe(folder)
+    first = probe.result()
+    assert first == GitStatus(True, (ChangedFile("helper.py", " M"),), False)
+    assert probe.result() == first  # asked again: the same answer, git not run again
+    unread = GitProbe(folder)
+    process = unread._process
+    assert process is not None
+    unread.close()
+    assert process.returncode is not None  # killed or finished, and reaped
+    assert unread.result() is None
+    assert GitProbe(folder, budget=0.0).result() is None  # the budget runs from the start
+    assert GitProbe(tmp_path / "nowhere").result() is None
