@@ -166,5 +166,5 @@ def test_a_probe_started_early_answers_once_and_is_reaped_when_unread(tmp_path: 
     unread.close()
     assert process.returncode is not None  # killed or finished, and reaped
     assert unread.result() is None
-    assert GitProbe(folder, budget=0.0).result() is None  # the budget runs from the start
+    assert GitProbe(folder, budget=0.0).result() is None  # no time to wait: no answer
     assert GitProbe(tmp_path / "nowhere").result() is None

@@ -8,7 +8,6 @@ import platform
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -130,11 +129,12 @@ def git_status(start: Path, budget: float = GIT_BUDGET_SECONDS) -> GitStatus | N
 class GitProbe:
     """The ``git status`` of :func:`git_status`, started when made and read by
     :meth:`result`: the recorder starts it before the writer thread opens the database, so
-    git and the database's opening overlap. The ``budget`` (s) runs from the start; a probe
-    whose result is never asked for is killed by :meth:`close`."""
+    git and the database's opening overlap. :meth:`result` waits at most ``budget`` seconds
+    (from when it is asked: git gets the whole overlap on top); a probe whose result is never
+    asked for is killed by :meth:`close`."""
 
     def __init__(self, start: Path, budget: float = GIT_BUDGET_SECONDS) -> None:
-        self._deadline = time.monotonic() + budget
+        self._budget = budget
         self._process: subprocess.Popen[bytes] | None = None
         self._status: GitStatus | None = None
         try:
@@ -159,7 +159,7 @@ class GitProbe:
         if process is None:
             return self._status
         try:
-            out, _ = process.communicate(timeout=max(self._deadline - time.monotonic(), 0.0))
+            out, _ = process.communicate(timeout=self._budget)
         except subprocess.TimeoutExpired:
             process.kill()
             process.communicate()
