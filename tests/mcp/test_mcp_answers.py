@@ -1,19 +1,28 @@
 """The MCP server's answers in process (``ToolAnswers``), without the SDK: the reader
 answers it keeps are dropped as soon as another connection commits, a failure is never
-kept, and a database that is not there yet is refused until it is."""
+kept, and a database that is not there yet is refused until it is; a database replaced,
+removed or migrated past this code while the server holds it is read anew or refused as
+the CLI refuses it."""
 
 from __future__ import annotations
 
+import json
+import os
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
+from click.testing import CliRunner
 from returns.result import Failure, Success
 
+from runstore.cli import cli
 from runstore.cli._mcp import ToolAnswers, _CachedReader
 from runstore.cli._settings import Settings
 from runstore.layers import DATA_STORE, build, sqlite
+from runstore.migrations import JOURNAL_TABLE, shipped_ids
 from runstore.services.errors import Busy
 from runstore.services.test_runs import RunStart, RunStatus
 from runstore.testing import flaky, make_item
@@ -22,9 +31,13 @@ from runstore.testing import flaky, make_item
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     path = tmp_path / "runs.db"
+    _seed(path)
+    return path
+
+
+def _seed(path: Path) -> None:
     with build(flaky(sqlite(path))):
         pass
-    return path
 
 
 def _record(db: Path, project: str = "demo") -> int:
@@ -104,8 +117,7 @@ def test_no_database_is_refused_until_one_is_recorded(tmp_path: Path) -> None:
         assert reason.startswith(f"no runstore database at {db}")
         assert document == {"schema_version": 1, "error": reason}
         assert not db.exists()  # the server creates nothing
-        with build(flaky(sqlite(db))):
-            pass
+        _seed(db)
         document, reason = answers.call("flaky", {})
         assert reason is None
         assert document["project"] == "demo"
@@ -119,3 +131,109 @@ def test_the_bounds_the_tools_state_are_the_services() -> None:
     from runstore.services.test_runs import MAX_TESTS_FOR_RUNS
 
     assert (_MAX_PAGE, _MAX_RUNS) == (MAX_PAGE_SIZE, MAX_TESTS_FOR_RUNS)
+
+
+def _cli_document(db: Path, *args: str) -> dict[str, Any]:
+    """The JSON document of ``runstore --db DB --format json ARGS``."""
+    done = CliRunner().invoke(cli, ["--db", str(db), "--format", "json", *args],
+                              catch_exceptions=False)
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+def test_a_database_replaced_while_served_is_read_anew(
+    db: Path, tmp_path: Path, cache: bool
+) -> None:
+    answers = _answers(db, cache)
+    try:
+        first, _ = answers.call("failures", {})
+        assert answers.call("triage", {})[0]["run"] == first["run"]
+        other = tmp_path / "other.db"
+        _seed(other)
+        later = _record(other)
+        os.replace(other, db)
+        document, reason = answers.call("failures", {})
+        assert reason is None
+        assert document["run"]["id"] == later != first["run"]["id"]
+        assert json.loads(json.dumps(document)) == _cli_document(db, "failures")
+        assert answers.call("triage", {})[0]["run"]["id"] == later
+    finally:
+        answers.close()
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+def test_a_database_removed_while_served_is_refused_until_one_is_recorded(
+    db: Path, cache: bool
+) -> None:
+    answers = _answers(db, cache)
+    try:
+        assert answers.call("failures", {})[1] is None
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+        document, reason = answers.call("failures", {})
+        assert reason is not None
+        assert reason.startswith(f"no runstore database at {db}")
+        assert document == _cli_document(db, "failures")
+        assert not db.exists()  # the server creates nothing
+        _seed(db)
+        later = _record(db)
+        document, reason = answers.call("failures", {})
+        assert reason is None
+        assert document["run"]["id"] == later
+    finally:
+        answers.close()
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["cache", "no-cache"])
+def test_a_database_migrated_past_this_code_while_served_is_refused(
+    db: Path, cache: bool
+) -> None:
+    answers = _answers(db, cache)
+    future = max(shipped_ids()) + 1
+    writer = apsw.Connection(str(db))
+    try:
+        assert answers.call("failures", {})[1] is None
+        writer.execute(f"INSERT INTO {JOURNAL_TABLE} (id, name, checksum, applied_at_ms, "
+                       "finished) VALUES (?, 'future', 'x', 0, 1)", (future,))
+        document, reason = answers.call("failures", {})
+        assert reason is not None
+        assert f"database has migrations this runstore does not know: {future:04d}" in reason
+        assert document == _cli_document(db, "failures")
+        assert answers.call("triage", {})[1] == reason
+        writer.execute(f"DELETE FROM {JOURNAL_TABLE} WHERE id = ?", (future,))
+        assert answers.call("failures", {})[1] is None
+    finally:
+        writer.close()
+        answers.close()
+
+
+def test_a_watch_that_cannot_be_opened_is_a_refusal_that_closes_the_database(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runstore.cli._mcp as served
+
+    closed: list[bool] = []
+
+    class Stack(ExitStack):
+        def close(self) -> None:
+            closed.append(True)
+            super().close()
+
+    def unopenable(_path: str) -> Any:
+        raise apsw.CantOpenError("unable to open database file")
+
+    monkeypatch.setattr(served, "ExitStack", Stack)
+    monkeypatch.setattr(served, "_Changes", unopenable)
+    answers = _answers(db)
+    try:
+        document, reason = answers.call("failures", {})
+        assert reason is not None
+        assert reason.startswith(f"cannot open {db}: storage failure (cant_open) in open: "
+                                 "unable to open database file")
+        assert document == {"schema_version": 1, "error": reason}
+        assert closed == [True]
+        monkeypatch.undo()
+        assert answers.call("failures", {})[1] is None
+    finally:
+        answers.close()

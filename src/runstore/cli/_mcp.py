@@ -16,14 +16,25 @@ connection. A refused opening (no database yet, pending migrations) is retried o
 call. The server never writes: the file is opened ``access="read"`` (``PRAGMA
 query_only``) and every tool is a query.
 
+**Freshness.** On a SQLite file, each call starts, before any query, by looking at the
+file the path names (``os.stat``: its device and inode) and at ``PRAGMA data_version`` on a
+read-only connection of its own (SQLite: "the integer values returned by two invocations
+of PRAGMA data_version from the same connection will be different if changes were
+committed to the database by any other connection in the interim"). A file replaced
+(``os.replace``, a restored copy) or removed since it was opened is closed, since an open
+connection keeps reading the file it opened: the call opens the path anew, or is refused
+as the CLI is ("no runstore database at ...") when nothing is there. When the version
+moved, the database is asked again whether this code can read it
+(``DatabaseHealth.readiness``): one another process migrated past this code is closed and
+refused with the CLI's reason ("database has migrations this runstore does not know"),
+and opened again on a later call once it is readable. So an answer is never older than
+the data committed when the call began. On PostgreSQL readiness is checked when the
+database is opened only.
+
 **Cache.** On a SQLite file the server keeps the test-run reader's answers (every
 ``DataReader`` call that succeeded, by method and arguments) while the database is
-unchanged, and drops them all when ``PRAGMA data_version`` says another connection committed
-(SQLite: "the integer values returned by two invocations of PRAGMA data_version from the
-same connection will be different if changes were committed to the database by any other
-connection in the interim"). The version is read on a connection of its own at the start
-of each call, before any query, so an answer is never older than the data committed when
-the call began. What a call reads outside the database (git, for ``triage``'s changed
+unchanged, and drops them all when the version says another connection committed (see
+"Freshness"). What a call reads outside the database (git, for ``triage``'s changed
 files) is read each time. A tool whose document is a pure function of an answer value
 (``triage``: the :class:`~runstore.services.triage.Triage` answer, git's part included)
 keeps its last document per arguments and serves it again only while a fresh answer
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from functools import cache
@@ -371,9 +383,19 @@ class _CachedReader:
         return cached
 
 
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which file ``path`` names: its ``(st_dev, st_ino)``, None when there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class _Changes:
     """Whether a SQLite database changed since the last look: ``PRAGMA data_version`` on a
-    read-only connection of its own (None when it cannot be read: then nothing is kept)."""
+    read-only connection of its own. Opening it raises ``apsw.Error`` when the file cannot
+    be opened."""
 
     def __init__(self, path: str) -> None:
         import apsw
@@ -475,6 +497,7 @@ class ToolAnswers:
     _root: click.Context | None = None
     _reader: _CachedReader | None = None
     _changes: _Changes | None = None
+    _file: tuple[int, int] | None = None
     _documents: dict[Any, tuple[Any, dict[str, Any]]] = attrs.field(factory=dict)
     _served: dict[str, str | None] = attrs.field(factory=dict)
 
@@ -484,41 +507,77 @@ class ToolAnswers:
             self._stack.close()
         self._stack = self._container = None
         self._services.clear()
+        self._documents.clear()
         self._reader = self._changes = None
+        self._file = None
 
-    def _fresh(self) -> None:
-        """Drop the kept reader answers when the database changed (module docstring)."""
-        if self._reader is not None and (self._changes is None or self._changes.changed()):
+    def _watch(self) -> None:
+        """Before a call reads anything (module docstring, "Freshness"): a database file
+        replaced or removed since it was opened is closed, for the call to open it anew
+        or be refused as the CLI is; one another connection committed to since the last
+        call drops the kept answers and is asked again whether this code can read it, and
+        is closed and refused as the CLI refuses it when not."""
+        if self._container is None or self._changes is None:
+            return  # not open, or PostgreSQL: nothing is kept or watched
+        if self._file is None or _identity(self.settings.db_path) != self._file:
+            self.close()
+            return
+        if not self._changes.changed():
+            return
+        if self._reader is not None:
             self._reader.clear()
-            self._documents.clear()
+        self._documents.clear()
+        try:
+            self._check_ready(self._container)
+        except Refused:
+            self.close()
+            raise
+
+    def _check_ready(self, container: Container) -> None:
+        """Refuse, as the CLI does, a database this code cannot read as it is (not a
+        runstore database, pending or unknown migrations: ``DatabaseHealth.readiness``)."""
+        from returns.result import Failure
+
+        from runstore.cli._guard import refusal
+        from runstore.layers import DATABASE_HEALTH
+
+        ready = container.get(DATABASE_HEALTH).readiness()
+        if isinstance(ready, Failure):
+            raise Refused(refusal(self.settings.db_path, ready.failure()))
 
     def _open(self) -> Container:
         if self._container is not None:
             return self._container
-        from returns.result import Failure
+        import apsw
 
         from runstore.cli._guard import refusal
         from runstore.exceptions import DatabaseOpenError
-        from runstore.layers import DATABASE_HEALTH, build, live
+        from runstore.layers import build, live
+        from runstore.layers._open import postgres_url
+        from runstore.layers._sqlite_errors import from_apsw
 
         path = self.settings.db_path
-        from runstore.layers._open import postgres_url
-
+        watched = not postgres_url(path)
+        # Before opening: a file replaced after this look is seen by the next call.
+        file = _identity(path) if watched else None
         stack = ExitStack()
         try:
             container = stack.enter_context(build(live(path, access="read")))
         except DatabaseOpenError as exc:
             raise Refused(refusal(path, exc.error)) from None
-        ready = container.get(DATABASE_HEALTH).readiness()
-        if isinstance(ready, Failure):
+        try:
+            self._check_ready(container)
+            changes = _Changes(path) if watched else None
+        except apsw.Error as exc:  # the file went away since it was opened
             stack.close()
-            raise Refused(refusal(path, ready.failure()))
-        if self.cache and not postgres_url(path):
-            changes = _Changes(path)
+            raise Refused(refusal(path, from_apsw(exc, operation="open"))) from None
+        except BaseException:
+            stack.close()
+            raise
+        if changes is not None:
             stack.callback(changes.close)
             changes.changed()
-            self._changes = changes
-        self._stack, self._container = stack, container
+        self._stack, self._container, self._changes, self._file = stack, container, changes, file
         return container
 
     def _services_for(self, tool: McpTool) -> Any:
@@ -559,7 +618,7 @@ class ToolAnswers:
         if self._reader is not None:
             return self._reader
         reader = container.get(DATA_READER)
-        if self._changes is None:
+        if not self.cache or self._changes is None:
             return reader
         self._reader = _CachedReader(reader)
         return self._reader
@@ -585,8 +644,8 @@ class ToolAnswers:
             with root.scope(cleanup=False), command.make_context(
                     command.name, tokens, parent=root) as ctx:
                 params = dict(ctx.params)
+            self._watch()
             services = self._services_for(tool)
-            self._fresh()
             with root.scope(cleanup=False):
                 document = self._document(tool, services, params)
         except click.UsageError as exc:
