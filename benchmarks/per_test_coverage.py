@@ -21,8 +21,10 @@ of ``--runs`` runs recorded into one SQLite file:
 - **ask**: ``tests_for(project, path)`` and ``tests_for(project, path, line=...)`` over the
   newest 10 runs (of ``--runs``).
 
-Prints the figures; the budget is a run's rows under 64 MiB and its write under 10 s on 2
-shared cores (a suite of 2,000 tests under coverage with contexts takes minutes).
+Prints the figures and a verdict: a run's rows take at most 64 MiB, and recording them
+(read + write) takes at most 1.5x what coverage.py's own ``coverage json --show-contexts``
+takes on the same data, measured in the same process (a ratio, so a busy machine slows both
+sides alike; a suite of 2,000 tests run under coverage with contexts takes minutes anyway).
 """
 
 from __future__ import annotations
@@ -47,7 +49,9 @@ from runstore.services.test_runs import DataReader, DataStore, RunStart, TestLin
 
 MIB = 1024 * 1024
 SIZE_BUDGET = 64 * MIB
-WRITE_BUDGET_S = 10.0
+RECORD_BUDGET = 1.5
+"""Most (read + write) time of a run's per-test coverage, as a multiple of coverage.py's
+``json_report`` with contexts on the same data."""
 FILE_LINES = 120
 
 
@@ -220,8 +224,10 @@ def main() -> None:
               f"{len(rows):,} (test, file) rows of {lines:,} covered lines per run")
         print(f"read contexts (recorder): median {statistics.median(reads):.2f} s; coverage json "
               f"--show-contexts of the same data: {json_s:.2f} s")
-        print(f"write_test_coverage:      median {statistics.median(writes):.2f} s "
-              f"(budget {WRITE_BUDGET_S:g} s)")
+        recording = statistics.median(reads) + statistics.median(writes)
+        print(f"write_test_coverage:      median {statistics.median(writes):.2f} s; recording "
+              f"(read + write) {recording / json_s:.2f}x coverage json (budget "
+              f"{RECORD_BUDGET:g}x)")
         print(f"stored size:              {per_run / MIB:.1f} MiB per run "
               f"({per_run / len(rows):.1f} bytes per row; budget {SIZE_BUDGET / MIB:g} MiB); "
               f"one row per line would take {plain / MIB:.1f} MiB "
@@ -230,7 +236,7 @@ def main() -> None:
             what = "the file" if line is None else f"line {line}"
             print(f"tests_for({what}) over {args.runs} runs: {took * 1000:.0f} ms, "
                   f"{found} tests")
-        verdict = per_run <= SIZE_BUDGET and statistics.median(writes) <= WRITE_BUDGET_S
+        verdict = per_run <= SIZE_BUDGET and recording <= RECORD_BUDGET * json_s
         print("verdict:", "within budget" if verdict else "OVER BUDGET")
 
 
