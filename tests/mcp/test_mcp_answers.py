@@ -108,6 +108,52 @@ def test_a_failure_is_never_kept() -> None:
     assert inner.calls == 3
 
 
+class _Counting:
+    """A reader answering ``failures(run)`` with ``text`` and counting what it was asked."""
+
+    def __init__(self, text: str = "boom") -> None:
+        self.asked: list[int] = []
+        self.text = text
+
+    def failures(self, run: int) -> Any:
+        self.asked.append(run)
+        return Success((f"{self.text} {run}",))
+
+
+def test_the_kept_answers_are_the_least_recently_used_few() -> None:
+    from runstore.cli._mcp import KEPT_ANSWERS
+
+    inner = _Counting()
+    reader = _CachedReader(inner)
+    for run in range(KEPT_ANSWERS):
+        reader.failures(run)
+    reader.failures(0)  # used again: now the most recently used
+    reader.failures(KEPT_ANSWERS)  # one too many: 1, the least recently used, goes
+    assert inner.asked == [*range(KEPT_ANSWERS), KEPT_ANSWERS]
+    reader.failures(0)
+    reader.failures(KEPT_ANSWERS)
+    assert inner.asked[-1] == KEPT_ANSWERS  # both still kept
+    reader.failures(1)
+    assert inner.asked[-1] == 1
+
+
+def test_the_kept_answers_are_bounded_in_bytes() -> None:
+    inner = _Counting("x" * 100_000)
+    reader = _CachedReader(inner, most_bytes=250_000)
+    for run in (1, 2, 3):
+        reader.failures(run)
+    reader.failures(3)
+    reader.failures(2)
+    assert inner.asked == [1, 2, 3]  # 2 and 3 kept: about 200,000 bytes
+    reader.failures(1)
+    assert inner.asked == [1, 2, 3, 1]  # 1 was left out for 3
+    big = _Counting("x" * 300_000)
+    too_big = _CachedReader(big, most_bytes=250_000)
+    too_big.failures(1)
+    too_big.failures(1)
+    assert big.asked == [1, 1]  # larger than the bound: never kept
+
+
 def test_no_database_is_refused_until_one_is_recorded(tmp_path: Path) -> None:
     db = tmp_path / "later.db"
     answers = _answers(db)

@@ -34,11 +34,15 @@ database is opened only.
 **Cache.** On a SQLite file the server keeps the test-run reader's answers (every
 ``DataReader`` call that succeeded, by method and arguments) while the database is
 unchanged, and drops them all when the version says another connection committed (see
-"Freshness"). What a call reads outside the database (git, for ``triage``'s changed
-files) is read each time. A tool whose document is a pure function of an answer value
+"Freshness"). It keeps the most recently used answers, at most :data:`KEPT_ANSWERS` (64)
+holding about :data:`KEPT_BYTES` (32 MiB) in all, as estimated from ``sys.getsizeof``
+(:func:`_size`): past either bound the least recently used goes, and an answer larger than
+that alone is never kept. What a call reads outside the database (git, for ``triage``'s
+changed files) is read each time. A tool whose document is a pure function of an answer value
 (``triage``: the :class:`~runstore.services.triage.Triage` answer, git's part included)
-keeps its last document per arguments and serves it again only while a fresh answer
-equals the one it was built from. On PostgreSQL nothing is kept.
+keeps its last document per arguments (under the same bounds, apart from the answers) and
+serves it again only while a fresh answer equals the one it was built from. On PostgreSQL
+nothing is kept.
 
 The ``mcp`` SDK (the ``mcp`` extra) is imported only when the server starts: no other
 command loads it.
@@ -46,9 +50,12 @@ command loads it.
 
 from __future__ import annotations
 
+import enum
 import importlib
 import json
 import os
+import sys
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from functools import cache
@@ -68,7 +75,7 @@ if TYPE_CHECKING:
 
     from runstore.layers import Container
 
-__all__ = ["TOOLS", "McpTool", "ToolAnswers", "mcp", "output_schema"]
+__all__ = ["KEPT_ANSWERS", "KEPT_BYTES", "TOOLS", "McpTool", "ToolAnswers", "mcp", "output_schema"]
 
 
 # -- the tools ----------------------------------------------------------------------------------
@@ -342,18 +349,97 @@ def triage_value(
                                    changed_files=changed_since))
 
 
-_CACHE_ENTRIES = 1024
-"""Most reader answers kept at once; past it the cache starts again empty."""
+KEPT_ANSWERS = 64
+"""Most reader answers kept at once (and, apart, most documents): past it the least
+recently used goes."""
+
+KEPT_BYTES = 32 * 1024 * 1024
+"""About how many bytes (:func:`_size`) the kept reader answers may hold in all (and,
+apart, the kept documents): past it the least recently used go, and an answer larger than
+this alone is never kept. ``failures`` of a run of 5,000 failures, each with a 300-character
+message and 8 frames, measures 17 MB."""
+
+
+_SAMPLED = 16
+"""How many items of a longer tuple or list :func:`_size` measures, for the rest to be
+estimated from them."""
+
+
+def _size(value: Any) -> int:
+    """About how many bytes ``value`` holds: ``sys.getsizeof`` of it and of what it holds
+    (tuples, lists, sets, dicts, attrs records, a ``returns`` container's value), an object
+    held twice counted twice. Of a tuple or list longer than :data:`_SAMPLED` only that many
+    items, spread over it, are measured and the rest counted as their mean, so sizing a
+    reader's answer costs about as much whatever its length (measuring every item of
+    ``failures`` of 5,000 failures, 13 MB, took as long as reading them). An enum member,
+    None or a bool holds nothing of its own."""
+    from returns.result import Result
+
+    if value is None or isinstance(value, (bool, enum.Enum)):
+        return 0
+    own = sys.getsizeof(value)
+    if isinstance(value, (str, bytes, int, float)):
+        return own
+    if isinstance(value, (tuple, list)) and len(value) > _SAMPLED:
+        step = len(value) / _SAMPLED
+        sampled = sum(_size(value[int(i * step)]) for i in range(_SAMPLED))
+        return own + sampled * len(value) // _SAMPLED
+    held: Any = ()
+    if isinstance(value, (tuple, list, set, frozenset)):
+        held = value
+    elif isinstance(value, dict):
+        held = (*value, *value.values())
+    elif isinstance(value, Result):
+        held = (value._inner_value,)
+    elif attrs.has(type(value)):
+        held = tuple(getattr(value, field.name) for field in attrs.fields(type(value)))
+    return own + sum(_size(item) for item in held)
+
+
+class _Kept:
+    """Values by key, the least recently used going first once there are more than
+    ``most`` or they hold more than about ``most_bytes`` (:func:`_size`); a value larger
+    than ``most_bytes`` alone is not kept."""
+
+    def __init__(self, most: int = KEPT_ANSWERS, most_bytes: int = KEPT_BYTES) -> None:
+        self._most, self._most_bytes = most, most_bytes
+        self._values: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: Any) -> Any:
+        """The value kept for ``key`` (now the most recently used), or None."""
+        kept = self._values.get(key)
+        if kept is None:
+            return None
+        self._values.move_to_end(key)
+        return kept[0]
+
+    def put(self, key: Any, value: Any) -> None:
+        size = _size(value)
+        if key in self._values:
+            self._bytes -= self._values.pop(key)[1]
+        if size > self._most_bytes:
+            return
+        self._values[key] = (value, size)
+        self._bytes += size
+        while len(self._values) > self._most or self._bytes > self._most_bytes:
+            self._bytes -= self._values.popitem(last=False)[1][1]
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._bytes = 0
 
 
 class _CachedReader:
-    """A ``DataReader`` that answers a call it answered before from memory while ``fresh``
-    has not dropped its answers (see the module docstring): the values are frozen records
-    and tuples, safe to share. Failures (a busy database) are never kept."""
+    """A ``DataReader`` that answers a call it answered before from memory until its
+    answers are dropped (the database changed: see the module docstring), keeping the most
+    recently used (``most`` answers, about ``most_bytes`` in all): the values are frozen
+    records and tuples, safe to share. Failures (a busy database) are never kept."""
 
-    def __init__(self, reader: Any) -> None:
+    def __init__(self, reader: Any, most: int = KEPT_ANSWERS,
+                 most_bytes: int = KEPT_BYTES) -> None:
         self._reader = reader
-        self._answers: dict[Any, Any] = {}
+        self._answers = _Kept(most, most_bytes)
 
     def clear(self) -> None:
         self._answers.clear()
@@ -369,15 +455,14 @@ class _CachedReader:
                 hash(key)
             except TypeError:  # an unhashable argument: ask the reader
                 return method(*args, **kwargs)
-            if key in self._answers:
-                return self._answers[key]
+            kept = self._answers.get(key)
+            if kept is not None:
+                return kept
             from returns.result import Success
 
             answer = method(*args, **kwargs)
             if isinstance(answer, Success):
-                if len(self._answers) >= _CACHE_ENTRIES:
-                    self._answers.clear()
-                self._answers[key] = answer
+                self._answers.put(key, answer)
             return answer
 
         return cached
@@ -498,7 +583,7 @@ class ToolAnswers:
     _reader: _CachedReader | None = None
     _changes: _Changes | None = None
     _file: tuple[int, int] | None = None
-    _documents: dict[Any, tuple[Any, dict[str, Any]]] = attrs.field(factory=dict)
+    _documents: _Kept = attrs.field(factory=_Kept)
     _served: dict[str, str | None] = attrs.field(factory=dict)
 
     def close(self) -> None:
@@ -664,11 +749,10 @@ class ToolAnswers:
         value = _import(tool.value)(services, **params)
         kept = self._documents.get(key)
         if kept is not None and kept[0] == value:
-            return kept[1]
+            document: dict[str, Any] = kept[1]
+            return document
         document = answer(services, **params)
-        if len(self._documents) >= _CACHE_ENTRIES:
-            self._documents.clear()
-        self._documents[key] = (value, document)
+        self._documents.put(key, (value, document))
         return document
 
     def _refused(
