@@ -85,6 +85,38 @@ def test_the_answers_with_and_without_the_cache_are_equal(db: Path) -> None:
         plain.close()
 
 
+def test_triage_is_computed_once_per_call(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import runstore.cli._triage as command
+    import runstore.services.triage as service
+
+    computed: list[int] = []
+    original = service.triage_run
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        computed.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(service, "triage_run", counted)
+    monkeypatch.setattr(command, "triage_run", counted)
+    answers = _answers(db)
+    try:
+        first, reason = answers.call("triage", {})
+        assert reason is None
+        assert len(computed) == 1
+        assert answers.call("triage", {}) == (first, None)  # kept: computed, not rendered
+        assert len(computed) == 2
+        document, reason = answers.call("triage", {"max_tokens": 1})
+        assert reason is not None
+        assert reason.startswith("--max-tokens 1 is too small for this answer: it needs at "
+                                 "least ")
+        assert len(computed) == 3
+        plain = _answers(db, cache=False)
+        assert plain.call("triage", {"max_tokens": 1}) == (document, reason)
+        plain.close()
+    finally:
+        answers.close()
+
+
 class _Flaky:
     """A reader whose ``projects`` is busy once, then answers."""
 

@@ -139,6 +139,9 @@ class McpTool:
     value: str = ""
     """``module:function`` computing, from the same services and parameters, the answer
     value the document is built from (see "Cache" in the module docstring), or empty."""
+    render: str = ""
+    """With ``value``: ``module:function`` building the document from the services, that
+    value and the parameters, so a document not kept costs no second answer."""
     services: str = "test_runs"
     """Which services the answer takes: ``"test_runs"`` (``_test_runs.Services``),
     ``"sessions"`` (``_sessions.SessionServices``) or ``"search"``
@@ -177,7 +180,7 @@ TOOLS: tuple[McpTool, ...] = (
                                              "(default 10)."}),
          Argument("max_tokens", {"type": "integer", "minimum": 1, "description":
                                  "Bound the answer to about this many tokens (characters / 4)."})),
-        value="runstore.cli._mcp:triage_value",
+        value="runstore.cli._mcp:triage_value", render="runstore.cli._mcp:triage_render",
     ),
     McpTool(
         "failures",
@@ -347,6 +350,15 @@ def triage_value(
     summary = _run(services, project, run)
     return services.get(triage_run(services.reader, run_id=summary.id, slowest=slowest,
                                    changed_files=changed_since))
+
+
+def triage_render(services: Any, value: Any, *, max_tokens: int | None = None,
+                  **_params: Any) -> dict[str, Any]:
+    """The document ``triage_document`` returns for these parameters, built from their
+    :func:`triage_value`."""
+    from runstore.cli._triage import bounded_document
+
+    return bounded_document(services, value, max_tokens)
 
 
 KEPT_ANSWERS = 64
@@ -741,7 +753,8 @@ class ToolAnswers:
 
     def _document(self, tool: McpTool, services: Any, params: dict[str, Any]) -> dict[str, Any]:
         """The tool's document: the kept one while its answer value is unchanged (only
-        while the reader's answers are kept), else built anew."""
+        while the reader's answers are kept), else built anew (from that value, when the
+        tool has one)."""
         answer: Callable[..., dict[str, Any]] = _import(tool.answer)
         if not tool.value or self._reader is None:
             return answer(services, **params)
@@ -751,7 +764,7 @@ class ToolAnswers:
         if kept is not None and kept[0] == value:
             document: dict[str, Any] = kept[1]
             return document
-        document = answer(services, **params)
+        document = _import(tool.render)(services, value, **params)
         self._documents.put(key, (value, document))
         return document
 

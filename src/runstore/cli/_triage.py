@@ -72,7 +72,7 @@ from runstore.services.triage import (
     triage_run,
 )
 
-__all__ = ["estimated_tokens", "triage", "triage_document"]
+__all__ = ["bounded_document", "estimated_tokens", "triage", "triage_document"]
 
 CHARS_PER_TOKEN = 4
 """Characters per token of the size estimate (OpenAI's rule of thumb, see the module)."""
@@ -297,11 +297,21 @@ def _answer(
     answer = services.get(triage_run(services.reader, run_id=summary.id, slowest=slowest,
                                      changed_files=functools.partial(changed_since,
                                                                      cwd=repository)))
+    return answer, bounded_document(services, answer, max_tokens)
+
+
+def bounded_document(
+    services: Services, answer: Triage, max_tokens: int | None
+) -> dict[str, Any]:
+    """The JSON document of ``answer`` (without ``schema_version``) trimmed to
+    ``max_tokens`` (:func:`document_of`); a bound too small even for every list left out
+    raises :class:`~runstore.cli._output.Refused` (``services.fail``) naming the least
+    bound that fits."""
     document = document_of(answer, max_tokens)
     if document is None:
         services.fail(f"--max-tokens {max_tokens} is too small for this answer: it needs at "
                       f"least {_least_bound(answer)} with every list left out")
-    return answer, document
+    return document
 
 
 def triage_document(
