@@ -35,6 +35,7 @@ from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
+    DEFAULT_TESTS_FOR_RUNS,
     FAILING_OUTCOMES,
     Classification,
     CollectionError,
@@ -62,8 +63,10 @@ from runstore.services.test_runs import (
     Selection,
     TestClassification,
     TestDetail,
+    TestLines,
     TestRecord,
     TestResult,
+    TestsFor,
 )
 from runstore.testing import (
     LayerFactory,
@@ -139,8 +142,10 @@ class PassThrough:
         status: RunStatus | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        session_id: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
-        return self.inner_reader.list_runs(project, status=status, limit=limit, cursor=cursor)
+        return self.inner_reader.list_runs(project, status=status, limit=limit, cursor=cursor,
+                                           session_id=session_id)
 
     def test_detail(self, run_id: RunId, nodeid: str) -> Result[TestDetail, DataReaderError]:
         return self.inner_reader.test_detail(run_id, nodeid)
@@ -158,6 +163,11 @@ class PassThrough:
 
     def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
         return self.inner_reader.classify(run_id)
+
+    def classify_unstable(
+        self, run_id: RunId
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        return self.inner_reader.classify_unstable(run_id)
 
     def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
         return self.inner_reader.flaky_tests(project)
@@ -201,6 +211,17 @@ class PassThrough:
         cursor: str | None = None,
     ) -> Result[Page[TestHit], DataReaderError]:
         return self.inner_reader.search_tests(text, project=project, limit=limit, cursor=cursor)
+
+    def write_test_coverage(
+        self, run_id: RunId, tests: Sequence[TestLines]
+    ) -> Result[int, DataStoreError]:
+        return self.inner_store.write_test_coverage(run_id, tests)
+
+    def tests_for(
+        self, project: str, path: str, *, line: int | None = None,
+        runs: int = DEFAULT_TESTS_FOR_RUNS, limit: int = 100,
+    ) -> Result[TestsFor, DataReaderError]:
+        return self.inner_reader.tests_for(project, path, line=line, runs=runs, limit=limit)
 
 
 def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:
@@ -288,9 +309,10 @@ class CountsTrustInput(PassThrough):
         status: RunStatus | None = None,
         limit: int = 20,
         cursor: str | None = None,
+        session_id: str | None = None,
     ) -> Result[Page[RunSummary], DataReaderError]:
         return self.inner_reader.list_runs(
-            project, status=status, limit=limit, cursor=cursor
+            project, status=status, limit=limit, cursor=cursor, session_id=session_id
         ).map(
             lambda page: attrs.evolve(page, items=tuple(self._fix(s) for s in page.items))
         )
