@@ -130,11 +130,13 @@ def test_without_a_session_the_run_names_none(tmp_path: Path) -> None:
     ("where", "value", "reason"),
     [
         ("option", "", "the session id is blank"),
+        ("option", " ", "the session id is blank"),
+        ("env", "   ", "the session id is blank"),
         ("option", "a\tb", "must not hold a control character, found U+0009"),
         ("env", "x" * 257, "must be at most 256 characters"),
         ("env", "s\x1b[31m", "must not hold a control character, found U+001B"),
     ],
-    ids=["blank option", "tab", "too long", "escape"],
+    ids=["empty option", "blank option", "blank env", "tab", "too long", "escape"],
 )
 def test_a_bad_session_id_is_a_usage_error_before_any_test_runs(
     tmp_path: Path, where: str, value: str, reason: str

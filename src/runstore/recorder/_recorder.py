@@ -190,8 +190,11 @@ class RecorderSettings:
 def _session_id(config: pytest.Config) -> str | None:
     """The agent session of this run: ``--runstore-session``, else ``$RUNSTORE_SESSION_ID``
     (empty is unset, as for ``RUNSTORE_DB``), else None. A value ``RunStart.session_id``
-    would refuse (blank, longer than ``MAX_SESSION_ID_CHARS``, a control character) is a
-    usage error naming where it came from, with the service's reason."""
+    would refuse (empty option, blank, longer than ``MAX_SESSION_ID_CHARS``, a control
+    character) is a usage error naming where it came from, with the service's reason; so is
+    an environment value of white space only: unlike empty it is not unset, since it is
+    most likely an id that went missing (``"$ID "``), and a run recorded unlinked would hide
+    that."""
     given = config.getoption("runstore_session", None)
     where = "'--runstore-session'"
     if given is None:

@@ -2407,12 +2407,16 @@ def _changed_files(value: Environment) -> dict[str, Any]:
 
 def session_id_problem(value: object, field: str = "start.session_id") -> InvalidInput | None:
     """Why ``value`` cannot name a run's agent session, or None when it can: it must be a
-    ``str`` of 1 to ``MAX_SESSION_ID_CHARS`` characters without a lone surrogate or a
-    control character (category ``Cc``: NUL, tab, newline, escape, DEL, C1)."""
+    ``str`` of 1 to ``MAX_SESSION_ID_CHARS`` characters, not blank (white space only, as
+    ``str.strip`` sees it: no query could name it), without a lone surrogate or a control
+    character (category ``Cc``: NUL, tab, newline, escape, DEL, C1). The one rule for a
+    recorded id (``RunStart.session_id``), the plugin's and the CLI's ``--session``."""
     checked = check_text(value, field, max_chars=MAX_SESSION_ID_CHARS)
     if isinstance(checked, Failure):
         refused: InvalidInput = checked.failure()
         return refused
+    if not checked.unwrap().strip():
+        return InvalidInput(field, "must not be blank")
     control = _CONTROL.search(checked.unwrap())
     if control is not None:
         return InvalidInput(

@@ -76,22 +76,27 @@ _SESSION_TEXT = st.characters(
 @functools.cache
 def session_ids() -> st.SearchStrategy[str]:
     """Session ids a run may name: 1 to ``MAX_SESSION_ID_CHARS`` characters, any Unicode but
-    control characters and lone surrogates (pi's UUIDs, spaces, emoji, right-to-left)."""
+    control characters and lone surrogates (pi's UUIDs, spaces, emoji, right-to-left), not
+    blank (white space only)."""
     return st.sampled_from(
-        ["0193a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "s 1", "séance ✓", "x" * MAX_SESSION_ID_CHARS]
-    ) | st.text(_SESSION_TEXT, min_size=1, max_size=40)
+        ["0193a1b2-7c4d-7e8f-9a0b-1c2d3e4f5a6b", "s 1", " s ", "séance ✓",
+         "x" * MAX_SESSION_ID_CHARS]
+    ) | st.text(_SESSION_TEXT, min_size=1, max_size=40).filter(str.strip)
 
 
 @functools.cache
 def bad_session_ids() -> st.SearchStrategy[object]:
-    """Values ``RunStart.session_id`` refuses: empty, one character too long, a control
-    character (C0, DEL, C1) or a lone surrogate anywhere, not text."""
+    """Values ``RunStart.session_id`` refuses: empty or blank (white space only, as
+    ``str.strip`` sees it), one character too long, a control character (C0, DEL, C1) or a
+    lone surrogate anywhere, not text."""
+    blank = st.text(st.sampled_from([" ", "\u00a0", "\u2028", "\u3000"]), min_size=1, max_size=8)
     control = st.sampled_from(["\x00", "\t", "\n", "\r", "\x1b", "\x7f", "\x85", "\x9f"])
     with_control = st.tuples(
         st.text(_SESSION_TEXT, max_size=8), control, st.text(_SESSION_TEXT, max_size=8)
     ).map("".join)
     return st.one_of(
         st.just(""),
+        blank,
         st.just("y" * (MAX_SESSION_ID_CHARS + 1)),
         with_control,
         st.just("s\ud800"),
