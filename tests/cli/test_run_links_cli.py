@@ -150,3 +150,23 @@ def test_a_session_without_runs_lists_none(tmp_path: Path) -> None:
     code, text = _cli(path, "sessions", "show", SESSION)
     assert code == 0
     assert "started" not in text  # no table of runs
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("a\x1b[31mRED", "must not hold a control character, found U+001B"),
+        ("s\x07", "must not hold a control character, found U+0007"),
+        ("   ", "must not be blank"),
+        ("x" * 257, "must be at most 256 characters"),
+    ],
+    ids=["escape", "bell", "blank", "too long"],
+)
+def test_runs_refuses_a_session_id_no_run_can_carry(db: Path, value: str, reason: str) -> None:
+    """``runs --session`` applies ``RunStart.session_id``'s rule: a usage error (exit 2)
+    naming the option, the value shown escaped, never its raw control characters."""
+    result = CliRunner().invoke(cli, ["--db", str(db), "runs", "--session", value])
+    assert result.exit_code == 2, result.output
+    assert "'--session'" in result.stderr
+    assert reason in result.stderr
+    assert not any(c in result.output for c in "\x1b\x07")

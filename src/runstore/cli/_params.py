@@ -11,7 +11,9 @@ from typing import Any
 
 import click
 
-__all__ = ["MAX_ID", "TEXT", "Text", "check_text"]
+from runstore.services._test_runs_rules import session_id_problem
+
+__all__ = ["MAX_ID", "RUN_SESSION_ID", "TEXT", "RunSessionId", "Text", "check_text"]
 
 MAX_ID = 2**63 - 1
 """The largest id any store holds: SQLite's largest integer (a signed 64-bit value)."""
@@ -49,9 +51,33 @@ class Text(click.ParamType[str]):
         text = str(value)
         reason = check_text(text, self.max_chars)
         if reason is not None:
-            shown = text if len(text) <= 60 else text[:59] + "…"
-            self.fail(f"{shown!r} {reason}", param, ctx)
+            self.fail(f"{_shown(text)} {reason}", param, ctx)
         return text
 
 
 TEXT = Text()
+
+
+def _shown(text: str) -> str:
+    """``text`` quoted for a message: cut at 60 characters, control characters and lone
+    surrogates escaped by ``repr`` (never written raw to the terminal)."""
+    return repr(text if len(text) <= 60 else text[:59] + "…")
+
+
+class RunSessionId(click.ParamType[str]):
+    """The agent session id a run may carry, by the service's own rule
+    (:func:`runstore.services._test_runs_rules.session_id_problem`: 1 to
+    ``MAX_SESSION_ID_CHARS`` characters, not blank, no control character or lone
+    surrogate), so an id no run can carry is a usage error rather than an empty answer."""
+
+    name = "TEXT"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        problem = session_id_problem(text, "session id")
+        if problem is not None:
+            self.fail(f"{_shown(text)} {problem.reason}", param, ctx)
+        return text
+
+
+RUN_SESSION_ID = RunSessionId()

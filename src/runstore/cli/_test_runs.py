@@ -36,7 +36,7 @@ from runstore.cli._output import (
     say,
     status_on_terminal,
 )
-from runstore.cli._params import MAX_ID, TEXT
+from runstore.cli._params import MAX_ID, RUN_SESSION_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.layers import DATA_READER, DATA_STORE, Access, shown_database
 from runstore.services.errors import NotFound
@@ -542,9 +542,10 @@ def _selection_text(selection: Selection) -> str:
 @click.command()
 @project_option
 @click.option("--all-projects", is_flag=True, help="List the runs of every project.")
-@click.option("--session", "session_id", type=TEXT, default=None, metavar="ID",
-              help="Only the runs recorded for this agent session (RUNSTORE_SESSION_ID), of "
-              "every project unless --project is given.")
+@click.option("--session", "session_id", type=RUN_SESSION_ID, default=None, metavar="ID",
+              help="Only the runs recorded for agent session ID (the id the plugin recorded "
+              "from --runstore-session or RUNSTORE_SESSION_ID; not read from the "
+              "environment here), of every project unless --project is given.")
 @_limit_option(20, "Most runs to list (newest first).")
 @format_option
 def runs(project: str | None, all_projects: bool, limit: int, session_id: str | None) -> None:
