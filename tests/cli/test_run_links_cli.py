@@ -152,6 +152,24 @@ def test_a_session_without_runs_lists_none(tmp_path: Path) -> None:
     assert "started" not in text  # no table of runs
 
 
+def test_a_session_not_stored_but_carried_by_runs_points_to_them(db: Path) -> None:
+    """Run 2 names session ``other``, never imported: ``sessions show other`` says the
+    session is not stored and how to list the runs that carry its id (text and JSON)."""
+    reason = ("session 'other' is not stored; 1 test run carries its id: "
+              "runstore runs --session other")
+    result = CliRunner().invoke(cli, ["--db", str(db), "sessions", "show", "other"])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"runstore: {reason}\n"
+    result = CliRunner().invoke(
+        cli, ["--db", str(db), "--format", "json", "sessions", "show", "other"])
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout) == {
+        "schema_version": 1, "session_id": "other", "test_runs": 1, "test_runs_has_more": False,
+        "runs_command": "runstore runs --session other", "error": reason}
+    unknown = CliRunner().invoke(cli, ["--db", str(db), "sessions", "show", "nobody"])
+    assert (unknown.exit_code, unknown.stderr) == (1, "runstore: session 'nobody' not found\n")
+
+
 @pytest.mark.parametrize(
     ("value", "reason"),
     [

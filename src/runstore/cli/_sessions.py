@@ -8,6 +8,7 @@ and then print one JSON document; costs are decimal strings there (exact).
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,7 @@ from runstore.cli._output import (
 from runstore.cli._params import TEXT, Text
 from runstore.cli._settings import format_option, settings
 from runstore.layers import DATA_READER, SESSION_REPOSITORY
-from runstore.services.errors import InvalidInput
+from runstore.services.errors import InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.sessions import (
     MAX_ID_CHARS,
@@ -527,10 +528,37 @@ def _runs_json(services: SessionServices, session_id: str) -> dict[str, Any]:
 
 
 def _shown(services: SessionServices, session_id: str) -> tuple[SessionRecord, SessionContext]:
-    """A session and the context it resumes with (at its leaf)."""
-    record = services.get(services.repo.get(session_id))
+    """A session and the context it resumes with (at its leaf); a session not stored is
+    refused by :func:`_refuse_unstored` when test runs carry its id."""
+    found = services.repo.get(session_id)
+    if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
+        _refuse_unstored(services, session_id)
+    record = services.get(found)
     storage = services.get(services.repo.open(session_id))
     return record, services.get(storage.build_context())
+
+
+def _refuse_unstored(services: SessionServices, session_id: str) -> None:
+    """Refuse a session that is not stored while test runs carry its id (the plugin records
+    the id a run was given, whether or not its transcript was ever imported), saying how
+    many (at most ``MAX_PAGE_SIZE`` counted) and the command that lists them; the document
+    holds ``session_id``, ``test_runs``, ``test_runs_has_more`` and ``runs_command``.
+    Returns when no test run carries the id (the caller then refuses "not found")."""
+    if services.runs is None:
+        return
+    page = services.get(services.runs.list_runs(None, session_id=session_id,
+                                                limit=MAX_PAGE_SIZE))
+    if not page.items:
+        return
+    count = len(page.items)
+    runs = f"{'more than ' if page.has_more else ''}{count} test run" + (
+        " carries" if count == 1 and not page.has_more else "s carry")
+    command = f"runstore runs --session {shlex.quote(session_id)}"
+    services.fail(
+        f"session {session_id!r} is not stored; {runs} its id: {command}",
+        {"session_id": session_id, "test_runs": count, "test_runs_has_more": page.has_more,
+         "runs_command": command},
+    )
 
 
 def _show_json(record: SessionRecord, resume: SessionContext) -> dict[str, Any]:
