@@ -112,8 +112,8 @@ def test_test_names_and_project_scope(db: Path) -> None:
     assert [h["nodeid"] for h in answer["tests"]["hits"]] == ["test_search_me.py::test_passes"]
     project = answer["tests"]["hits"][0]["project"]
     scoped = as_json(run(db, "--format", "json", "search", "passes", "--in", "tests",
-                         "--project", project + "-other"))
-    assert scoped["tests"]["hits"] == []
+                         "--project", project))
+    assert [h["project"] for h in scoped["tests"]["hits"]] == [project]
 
 
 def test_session_entries_of_the_imported_transcripts(db: Path) -> None:
@@ -153,7 +153,8 @@ def test_a_cursor_needs_one_kind_and_its_own_listing(db: Path) -> None:
 def test_the_document_function_is_what_the_command_prints(db: Path) -> None:
     printed = as_json(run(db, "--format", "json", "search", "refused"))
     with build(sqlite(db, access="read")) as container:
-        services = SearchServices(container.get(DATA_READER), container.get(SESSION_REPOSITORY))
+        services = SearchServices(container.get(DATA_READER), container.get(SESSION_REPOSITORY),
+                                  str(db))
         document = search_document(services, "refused")
     assert printed == {"schema_version": 1, **document}
     assert printed["in"] == ["failures", "tests", "sessions"]
@@ -174,3 +175,22 @@ def test_help_has_an_example() -> None:
     shown = CliRunner().invoke(cli, ["search", "--help"])
     assert shown.exit_code == 0
     assert "Example:" in shown.output
+
+
+def test_a_failure_snippet_names_its_exception_type_once(db: Path) -> None:
+    answer = as_json(run(db, "--format", "json", "search", "connection refused",
+                         "--in", "failures"))
+    snippet = answer["failures"]["hits"][0]["snippet"]
+    assert snippet.count("ConnectionRefusedError") == 1, snippet
+    assert snippet.startswith("ConnectionRefusedError: connection refused")
+    shown = run(db, "search", "connection refused", "--in", "failures")
+    assert "ConnectionRefusedError: ConnectionRefusedError" not in shown.stdout
+
+
+def test_an_unknown_project_is_refused_listing_the_projects(db: Path) -> None:
+    known = as_json(run(db, "--format", "json", "search", "pass*", "--in", "tests"))
+    project = known["tests"]["hits"][0]["project"]
+    refused = run(db, "search", "passes", "--project", "nope")
+    assert refused.exit_code == 1
+    assert "'nope'" in refused.output
+    assert project in refused.output

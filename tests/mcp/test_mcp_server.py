@@ -182,6 +182,8 @@ REFUSED: list[tuple[str, dict[str, Any], list[str], int]] = [
     ("tests_for", {"location": "app.py", "runs": 0}, ["tests-for", "app.py", "--runs", "0"], 2),
     ("search", {"text": "cache", "in": ["logs"]}, ["search", "cache", "--in", "logs"], 2),
     ("search", {"text": "cache", "cursor": "x"}, ["search", "cache", "--cursor", "x"], 2),
+    ("search", {"text": "cache", "project": "nope"}, ["search", "cache", "--project", "nope"],
+     1),
     ("sessions_list", {"limit": "ten"}, ["sessions", "list", "--limit", "ten"], 2),
     ("sessions_list", {"limit": 0}, ["sessions", "list", "--limit", "0"], 2),
     ("sessions_list", {"cursor": "garbage"}, ["sessions", "list", "--cursor", "garbage"], 2),
@@ -204,6 +206,14 @@ def test_a_refusal_is_a_tool_error_with_the_cli_reason(
     assert isinstance(result.content[0], types.TextContent)
     assert result.content[0].text == expected["error"]
     assert result.structured_content == expected
+
+
+def test_a_search_snippet_names_the_exception_type_once(server: Server) -> None:
+    found = server.call("search", {"text": "cache cold", "in": ["failures"]})
+    hits = found.structured_content["failures"]["hits"]
+    assert hits
+    assert all(h["snippet"].startswith("AssertionError: the rate cache was cold")
+               for h in hits), hits
 
 
 def test_an_ambiguous_test_lists_its_candidates(server: Server) -> None:

@@ -701,7 +701,8 @@ class ToolAnswers:
         elif kind == "search":
             from runstore.cli._search import SearchServices
 
-            made = SearchServices(self._reader_of(container), container.get(SESSION_REPOSITORY))
+            made = SearchServices(self._reader_of(container), container.get(SESSION_REPOSITORY),
+                                  shown_database(path))
         else:
             from runstore.cli._test_runs import Services
 

@@ -25,7 +25,8 @@ from runstore.cli._guard import opened
 from runstore.cli._output import Refusals, console, emit_json, exit_on_refusal, say
 from runstore.cli._params import TEXT
 from runstore.cli._settings import format_option, settings
-from runstore.layers import DATA_READER, SESSION_REPOSITORY
+from runstore.cli._test_runs import known_project
+from runstore.layers import DATA_READER, SESSION_REPOSITORY, shown_database
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.search import EntryHit, FailureHit, TestHit
@@ -43,10 +44,12 @@ T = TypeVar("T")
 @attrs.frozen
 class SearchServices(Refusals):
     """What a search answer reads, and how it says "no" (``fail``/``get`` raise
-    :class:`~runstore.cli._output.Refused`)."""
+    :class:`~runstore.cli._output.Refused`); ``db_path`` names the database as messages
+    show it (a URL without its password)."""
 
     reader: DataReader
     repo: SessionRepository
+    db_path: str
 
 
 def _page(found: Result[Page[T], Any], services: SearchServices) -> Page[T]:
@@ -108,14 +111,18 @@ def search_document(
     kind one page (``limit`` hits, 1-``MAX_PAGE_SIZE``) of ``hits`` best first with
     ``has_more`` and ``next_cursor``. ``project`` scopes failures and tests, ``cwd``
     sessions; ``cursor`` (a ``next_cursor``) continues one kind and needs exactly one.
+    A ``project`` with no recorded runs is refused listing the projects there are, as the
+    other commands' ``--project`` is.
 
     Raises ``click.BadParameter`` for query text no search accepts, a bad limit or a cursor
     of another listing, ``click.UsageError`` for a cursor with several kinds, and
-    :class:`~runstore.cli._output.Refused` for a storage failure.
+    :class:`~runstore.cli._output.Refused` for a storage failure or an unknown project.
     """
     chosen = [k for k in KINDS if k in kinds]
     if cursor is not None and len(chosen) != 1:
         raise click.UsageError("--cursor continues one listing: give exactly one --in with it")
+    if project is not None:
+        known_project(services, services.reader, services.db_path, project)
     document: dict[str, Any] = {"query": text, "in": chosen, "project": project, "cwd": cwd}
     if "failures" in chosen:
         found = services.reader.search_failures(text, project=project, limit=limit,
@@ -135,7 +142,8 @@ def _services() -> Iterator[SearchServices]:
     """The searches on the command's database, read-only; a refusal ends the command."""
     cfg = settings()
     with opened("read", needs=(DATA_READER, SESSION_REPOSITORY)) as container:
-        services = SearchServices(container.get(DATA_READER), container.get(SESSION_REPOSITORY))
+        services = SearchServices(container.get(DATA_READER), container.get(SESSION_REPOSITORY),
+                                  shown_database(cfg.db_path))
         with exit_on_refusal(cfg.output_format):
             yield services
 

@@ -39,6 +39,7 @@ from runstore.cli._output import (
 from runstore.cli._params import MAX_ID, RUN_SESSION_ID, TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.layers import DATA_READER, DATA_STORE, Access, shown_database
+from runstore.services._primitives import named_error
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.test_runs import (
@@ -137,18 +138,26 @@ def _services(access: Access = "read") -> Iterator[Services]:
             yield services
 
 
+def known_project(refusals: Refusals, reader: DataReader, db_path: str, name: str) -> str:
+    """``name`` when ``reader`` holds runs of that project; otherwise ``refusals.fail`` ends
+    the answer naming ``db_path`` (as messages show the database) and listing the projects
+    it does hold, so a misspelt ``--project`` is never an empty answer."""
+    known = refusals.get(reader.projects())
+    if name not in known:
+        refusals.fail(
+            f"no runs of project {name!r} in {db_path}"
+            + (f" (projects: {', '.join(known)})" if known else "")
+        )
+    return name
+
+
 def _project(services: _Services, explicit: str | None) -> str:
     """The project a query is about: ``--project``, else the only one, else the current
     directory's name when it is one; anything else ends the command listing the projects."""
+    if explicit is not None:
+        return known_project(services, services.reader, services.db_path, explicit)
     known = services.get(services.reader.projects())
     listed = ", ".join(known)
-    if explicit is not None:
-        if explicit not in known:
-            services.fail(
-                f"no runs of project {explicit!r} in {services.db_path}"
-                + (f" (projects: {listed})" if known else "")
-            )
-        return explicit
     if not known:
         services.fail(
             f"no runs recorded in {services.db_path} (record one with: pytest --runstore)"
@@ -425,16 +434,9 @@ def _first_line(message: str) -> str:
 
 
 def _error_line(exception_type: str, message: str) -> str:
-    """The first line of an error naming its exception type once: ``ValueError: boom``
-    for the message ``boom`` and for ``ValueError: boom`` (pytest's crash message already
-    starts with the type, qualified or not), the type alone for an empty message."""
-    line = _first_line(message)
-    if not line or not exception_type:
-        return line or exception_type
-    head = line.partition(":")[0]
-    if " " not in head and head.rsplit(".", 1)[-1] == exception_type.rsplit(".", 1)[-1]:
-        return line
-    return f"{exception_type}: {line}"
+    """The first line of an error naming its exception type once (see
+    :func:`~runstore.services._primitives.named_error`)."""
+    return named_error(exception_type, _first_line(message))
 
 
 def _because(evidence: Evidence) -> str:

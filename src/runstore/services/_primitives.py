@@ -42,6 +42,7 @@ __all__ = [
     "first_failure",
     "iso_from_ms",
     "member_of",
+    "named_error",
     "text_problem",
     "to_epoch_ms",
     "type_problem",
@@ -363,6 +364,19 @@ def text_problem(
     if at is not None:
         return InvalidInput(field, f"contains a lone surrogate at index {at}")
     return None
+
+
+def named_error(exception_type: str, message: str) -> str:
+    """An error's message naming its exception type once: ``ValueError: boom`` for the
+    message ``boom`` and for ``ValueError: boom`` (pytest's crash message already starts
+    with the type, qualified or not), the type alone for an empty message, the message
+    alone for an empty type."""
+    if not message or not exception_type:
+        return message or exception_type
+    head = message.partition(":")[0]
+    if " " not in head and head.rsplit(".", 1)[-1] == exception_type.rsplit(".", 1)[-1]:
+        return message
+    return f"{exception_type}: {message}"
 
 
 # -- JSON -------------------------------------------------------------------------------------

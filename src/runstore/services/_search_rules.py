@@ -18,7 +18,12 @@ from typing import Any, TypeVar
 import attrs
 from returns.result import Failure, Result, Success
 
-from runstore.services._primitives import check_text, first_failure, type_problem
+from runstore.services._primitives import (
+    check_text,
+    first_failure,
+    named_error,
+    type_problem,
+)
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import CursorCodec, Page, check_limit, page_of
 from runstore.services.search import (
@@ -182,7 +187,9 @@ def bm25_scores(query: SearchQuery, documents: Sequence[str]) -> list[float]:
 
 
 def failure_text(exception_type: str, message: str) -> str:
-    """The searched text of a failure: ``"<exception type>: <message>"``."""
+    """The searched text of a failure: ``"<exception type>: <message>"`` (as the SQLite and
+    PostgreSQL indexes hold it, even when the message already starts with the type; a hit's
+    snippet names the type once, :func:`~runstore.services._primitives.named_error`)."""
     return f"{exception_type}: {message}"
 
 
@@ -371,7 +378,7 @@ def after(
 
 def failure_hit(row: FailureRow, query: SearchQuery) -> FailureHit:
     """The hit of a found failure."""
-    shown, marks = make_snippet(failure_text(row.exception_type, row.message), query)
+    shown, marks = make_snippet(named_error(row.exception_type, row.message), query)
     return FailureHit(
         row.run_id, row.project, row.nodeid, row.collection_error, row.ordinal,
         row.exception_type, shown, marks, row.score,
