@@ -216,6 +216,14 @@ def test_a_search_snippet_names_the_exception_type_once(server: Server) -> None:
                for h in hits), hits
 
 
+def test_search_in_an_empty_list_is_a_usage_error(server: Server) -> None:
+    result = server.call("search", {"text": "cache", "in": []})
+    assert result.is_error is True
+    assert isinstance(result.content[0], types.TextContent)
+    assert "an empty list names nothing" in result.content[0].text
+    assert result.content[0].text.startswith("Invalid value for '--in'")
+
+
 def test_an_ambiguous_test_lists_its_candidates(server: Server) -> None:
     result = server.call("history", {"nodeid": "test_root"})
     assert result.is_error is True

@@ -251,7 +251,8 @@ TOOLS: tuple[McpTool, ...] = (
         "runstore.cli._search:search", "runstore.cli._mcp:search_answer", "search",
         (_text("text", "The words to find."),
          Argument("in", {"type": "array", "items": {"enum": ["failures", "tests", "sessions"]},
-                         "description": "What to search (default: all three)."}, "kinds"),
+                         "minItems": 1, "description": "What to search, at least one (default, "
+                         "when left out: all three)."}, "kinds"),
          _text("project", "Only failures and tests of this project (default: every project)."),
          _text("cwd", "Only entries of sessions of this working folder."),
          _limit("Hits per kind (default 20).", _MAX_PAGE),
@@ -543,8 +544,9 @@ def _token(value: Any) -> str:
 def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command) -> list[str]:
     """The command line that asks ``command`` what ``arguments`` ask the tool: its options,
     then ``--`` and its arguments in the command's order (a value starting with ``-`` is
-    never read as an option). A name the tool does not take, or a flag given a value that
-    is not a boolean, is a usage error."""
+    never read as an option). A name the tool does not take, a flag given a value that is
+    not a boolean, or an empty list for a repeatable option (``search``'s ``in``: leaving
+    it out means every kind, as on the command line) is a usage error."""
     by_name = {p.name: p for p in command.params}
     known = {a.name: a for a in tool.arguments}
     options: list[str] = []
@@ -558,6 +560,10 @@ def _tokens(tool: McpTool, arguments: Mapping[str, Any], command: click.Command)
             continue
         param = by_name[known[name].target]
         if isinstance(param, click.Option) and param.multiple:
+            if value == []:  # the command line cannot say "none": leaving it out means all
+                raise click.BadParameter(
+                    f"an empty list names nothing: leave {name!r} out for all, or name "
+                    "at least one", param=param, param_hint=f"'{param.opts[0]}'")
             for item in value if isinstance(value, list) else [value]:
                 options.extend((param.opts[0], _token(item)))
             continue
