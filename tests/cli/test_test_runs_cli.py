@@ -369,3 +369,25 @@ def test_a_negative_number_as_run_points_at_latest_tilde_n(db: Path) -> None:
     result = run(db, "show", "-2")
     assert result.exit_code == 2
     assert "write latest~2" in result.stderr
+
+
+
+def test_coverage_file_names_one_file_as_tests_for_does(tmp_path: Path) -> None:
+    path = tmp_path / "runstore.db"
+    with build(sqlite(path)) as container:
+        _record(container.get(DataStore), "shop", 1, [make_item("tests/test_a.py::test_a")],
+                status=RunStatus.PASSED, coverage=[
+                    FileCoverage("src/pkg/util.py", 10, 1, missing_lines=(3,)),
+                    FileCoverage("lib/pkg/util.py", 10, 2, missing_lines=(4, 5)),
+                    FileCoverage("pkg/util.py", 5, 0),
+                ])
+    exact = as_json(run(path, "coverage", "--file", "pkg/util.py", "--format", "json"))
+    assert [f["path"] for f in exact["files"]] == ["pkg/util.py"]
+    one = as_json(run(path, "coverage", "--file", "lib/pkg/util.py", "--format", "json"))
+    assert [f["path"] for f in one["files"]] == ["lib/pkg/util.py"]
+    refused = run(path, "coverage", "--file", "util.py")
+    assert refused.exit_code == 1
+    assert ("'util.py' names 3 measured files: lib/pkg/util.py, pkg/util.py, src/pkg/util.py"
+            in refused.stderr)
+    document = json.loads(run(path, "--format", "json", "coverage", "--file", "util.py").stdout)
+    assert document["candidates"] == ["lib/pkg/util.py", "pkg/util.py", "src/pkg/util.py"]

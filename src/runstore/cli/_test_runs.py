@@ -17,7 +17,7 @@ import math
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -1127,11 +1127,15 @@ def _covered(
     report = services.get(found)
     if path is None:
         return summary, report
-    files = tuple(f for f in report.files if _names_file(f.path, path))
-    if not files:
+    from runstore.cli._tests_for import _stored_form  # it imports this module
+
+    chosen = measured_file(services, (f.path for f in report.files),
+                           _stored_form(services, path), path)
+    if chosen is None:
         services.fail(f"run {summary.id} has no coverage of {path!r} "
                       f"({_plural(len(report.files), 'file')} measured)")
-    return summary, attrs.evolve(report, files=files)
+    return summary, attrs.evolve(report, files=tuple(f for f in report.files
+                                                     if f.path == chosen))
 
 
 def _names_file(stored: str, asked: str) -> bool:
@@ -1141,15 +1145,37 @@ def _names_file(stored: str, asked: str) -> bool:
     return stored == asked or stored.endswith("/" + asked)
 
 
+def measured_file(
+    refusals: Refusals, measured: Iterable[str], stored: str, asked: str
+) -> str | None:
+    """The one measured file that ``stored`` (a ``PATH`` in its stored form; ``asked`` as
+    given, for the message) names: itself when it was measured, else the one file whose
+    last components it is (:func:`_names_file`); None when it names none. Naming several
+    ends the answer (``refusals.fail``) listing the first 10, with every one as the error
+    document's ``candidates``: ``coverage --file`` and ``tests-for`` match alike."""
+    paths = set(measured)
+    if stored in paths:
+        return stored
+    named = sorted(p for p in paths if _names_file(p, stored))
+    if len(named) > 1:
+        refusals.fail(
+            f"{asked!r} names {_plural(len(named), 'measured file')}: "
+            + ", ".join(named[:10]) + ("" if len(named) <= 10 else ", ..."),
+            {"candidates": named},
+        )
+    return named[0] if named else None
+
+
 def coverage_document(
     services: Services, run: int | str = "latest", project: str | None = None,
     path: str | None = None,
 ) -> dict[str, Any]:
     """The ``coverage`` JSON document (schema ``coverage.json``, without ``schema_version``)
-    of run ``run``; with ``path`` (``--file``) only the files it names (the path as stored,
-    or its last components), ``percent_covered`` staying the run's. A run without coverage,
-    or no file named ``path``, raises :class:`~runstore.cli._output.Refused`; other
-    refusals as :func:`failures_document`."""
+    of run ``run``; with ``path`` (``--file``) only the file it names (as ``tests-for``'s
+    PATH: the path as stored, its last components or a path on disk; see
+    :func:`measured_file`), ``percent_covered`` staying the run's. A run without coverage,
+    no file named ``path``, or several (with ``candidates``), raises
+    :class:`~runstore.cli._output.Refused`; other refusals as :func:`failures_document`."""
     return _coverage_document(_covered(services, run, project, path)[1])
 
 
@@ -1157,7 +1183,8 @@ def coverage_document(
 @click.argument("run", type=RUN, default="latest")
 @project_option
 @click.option("--file", "path", type=TEXT, default=None, metavar="PATH",
-              help="Only the file PATH (as stored, or its last components: shop/cart.py).")
+              help="Only the file PATH (as stored, its last components: shop/cart.py, or a "
+              "path on disk); a PATH naming several measured files is refused.")
 @format_option
 def coverage(run: int | str, project: str | None, path: str | None) -> None:
     """Show the per-file coverage stored with a run (pytest-cov or coverage.py measured it).
