@@ -194,3 +194,11 @@ def test_an_unknown_project_is_refused_listing_the_projects(db: Path) -> None:
     assert refused.exit_code == 1
     assert "'nope'" in refused.output
     assert project in refused.output
+
+
+def test_text_starting_with_a_dash_follows_a_double_dash(db: Path) -> None:
+    assert "runstore search -- " in CliRunner().invoke(cli, ["search", "--help"]).output
+    assert run(db, "search", "-refused").exit_code == 2  # read as an option
+    answer = as_json(run(db, "--format", "json", "search", "--in", "failures", "--",
+                         "-refused"))
+    assert answer["failures"]["hits"]

@@ -205,8 +205,9 @@ def search(
     """Search failure messages, test names and session entries for every word of TEXT.
 
     Words are runs of letters and digits (ASCII case does not matter); a word ending in *
-    matches as a prefix; every other character is plain text, never query syntax. Hits
-    come best first, each with a snippet.
+    matches as a prefix; every other character is plain text, never query syntax. At most
+    32 distinct words. Hits come best first, each with a snippet. TEXT starting with -
+    needs -- before it (runstore search -- -refused).
 
     \b
     JSON: {"query", "in", "project", "cwd", "failures"|"tests"|"sessions":
@@ -214,6 +215,7 @@ def search(
     Example:
       runstore search 'connection refused'
       runstore search 'Timeout*' --in failures --project shop --limit 5
+      runstore search -- '-refused'
     """
     with _services() as services:
         document = search_document(services, text, kinds or KINDS, project, cwd, limit, cursor)
