@@ -11,7 +11,7 @@ import pytest
 
 from runstore.layers import SqliteDatabase, build, sqlite
 from runstore.services.test_runs import DataReader, DataStore, RunStart, TestLines
-from runstore.testing import T0_MS, utc
+from runstore.testing import T0_MS, make_item, utc
 
 
 @pytest.fixture(params=["as shipped", "analyzed"])
@@ -21,6 +21,8 @@ def db(request: pytest.FixtureRequest) -> Iterator[tuple[SqliteDatabase, DataRea
         for project in ("alpha", "beta"):
             for r in range(15):
                 run = store.begin_run(RunStart(project, f"inv-{r}", utc(T0_MS + r))).unwrap()
+                store.record_results(run, [make_item(f"tests/t.py::test_{t}")
+                                           for t in range(40)]).unwrap()
                 store.write_test_coverage(run, [
                     TestLines(f"tests/t.py::test_{t}", f"src/m{f}.py", (1, 2, t + 3))
                     for t in range(40) for f in range(12)
@@ -64,3 +66,13 @@ def test_tests_for_never_scans_per_test_coverage(
             or "SEARCH c USING INDEX test_coverage_by_file (file_id=? AND run_id=?)" in rows_plan
             ), rows_plan
     assert "SCAN c" not in rows_plan, rows_plan
+    # where the tests with rows of the file ran: their items by the (run_id, test_id)
+    # unique index, their rows of other files by the test index (run_id is in its key)
+    assert "SEARCH k USING INDEX sqlite_autoindex_test_cases_1 (run_id=? AND test_id=?)" \
+        in rows_plan, rows_plan
+    assert "SEARCH o EXISTS USING COVERING INDEX test_coverage_by_test (test_id=? AND run_id=?)" \
+        in rows_plan, rows_plan
+    # (the runs read come from test_coverage_runs, one row per measured run: after ANALYZE
+    # of 30 such rows the planner may read them all rather than look 10 up)
+    for table in ("k", "o", "test_cases", "test_coverage", "t"):
+        assert f"SCAN {table} " not in rows_plan + " ", rows_plan

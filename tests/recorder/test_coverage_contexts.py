@@ -173,6 +173,31 @@ def test_tests_for_equals_coverage_json_show_contexts(tmp_path: Path) -> None:
     assert [t["nodeid"] for t in document["tests"]] == ["tests/test_cart.py::test_discount[none]"]
 
 
+def test_a_test_that_stops_executing_a_file_is_no_longer_listed(tmp_path: Path) -> None:
+    folder = _project(tmp_path / "shop-edited")
+    args = ("-p", "pytest_cov.plugin", "--runstore", "--cov=shop", "--cov-context=test",
+            "--cov-report=")
+    _check_equal(folder, run_pytest(folder, *args))
+    before = _runstore_says(folder, {"shop/cart.py"}, line=3)
+    assert {t[0] for t in before} == {
+        "tests/test_cart.py::test_total", "tests/test_cart.py::test_total_refuses_negative"}
+    cart = folder / "tests" / "test_cart.py"
+    cart.write_text(cart.read_text(encoding="utf-8").replace(
+        "assert total([1, 2]) == 3", "assert sum([1, 2]) == 3"), encoding="utf-8")
+    _check_equal(folder, run_pytest(folder, *args))
+    # the newer run shows test_total ran and executed nothing of cart.py: the older run's
+    # lines of it no longer count
+    after = _runstore_says(folder, {"shop/cart.py"})
+    assert {t[0] for t in after} == {
+        "tests/test_cart.py::test_total_refuses_negative",
+        "tests/test_cart.py::test_discount[none]", "tests/test_cart.py::test_discount[half|off]",
+    }
+    # a run of some tests leaves the others judged by the run before
+    done = run_pytest(folder, *args, "-k", "test_discount")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _runstore_says(folder, {"shop/cart.py"}) == after
+
+
 def test_the_runstore_option_turns_contexts_on_under_xdist(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     folder = _project(tmp_path / "shop-xdist")

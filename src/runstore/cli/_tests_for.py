@@ -3,7 +3,8 @@
 The answer is ``DataReader.tests_for``'s, over the per-test coverage that
 ``pytest --runstore --cov=PKG --cov-context=test`` (or ``--runstore-cov-context``) recorded:
 each test with the newest run (of the newest ``--runs`` runs with per-test coverage) in which
-it executed the file, newest run first, and the lines of the file it executed there.
+it ran, when it executed the file there, newest run first, and the lines of the file it
+executed there: a test that a newer run shows no longer executes the file is not listed.
 
 ``PATH`` names a file as the runs stored it (relative to pytest's rootdir, ``/``
 separated), or by its last components (``cart.py``, ``shop/cart.py``) when they name one
@@ -180,9 +181,9 @@ def tests_for(location: str, project: str | None, runs: int, limit: int) -> None
 
     Reads the per-test coverage that `pytest --runstore --cov=PKG --cov-context=test`
     (or `--runstore-cov-context` instead of --cov-context) records. Each test is judged by
-    the newest run in which it executed the file: the run id and the lines of the file it
-    executed there (at most 20 ranges). Without per-test coverage: exit 1 with how to
-    record it.
+    the newest run in which it ran, and listed when it executed the file there: the run id
+    and the lines of the file it executed (at most 20 ranges). Without per-test coverage:
+    exit 1 with how to record it.
 
     \b
     JSON: {"project", "path", "asked", "line", "runs", "tests": [{"nodeid", "run_id",

@@ -748,13 +748,22 @@ class InMemoryDataReader(_Facts, DataReaderBase):
 
     def _test_coverage_rows(
         self, run_ids: Sequence[int], path: str
-    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+    ) -> Iterable[tuple[int, str, Sequence[int] | None]]:
         state = self._state
-        return [
+        rows: list[tuple[int, str, Sequence[int] | None]] = [
             (run_id, nodeid, lines)
             for run_id in run_ids
             for nodeid, lines in state.test_coverage[run_id].get(path, ())
         ]
+        hit = {nodeid for _, nodeid, _ in rows}
+        for run_id in run_ids:
+            cases = state.cases.get(run_id)
+            ran = {n for n, case in (cases or {}).items() if case.outcome is not Outcome.SKIPPED}
+            for other, tests in state.test_coverage[run_id].items():
+                if other != path:
+                    ran.update(nodeid for nodeid, _ in tests)
+            rows.extend((run_id, nodeid, None) for nodeid in sorted(ran & hit))
+        return rows
 
 
     # -- search (runstore.services.search) ---------------------------------------------------

@@ -740,9 +740,11 @@ class DataReaderBase(_TestRuns):
     @abstractmethod
     def _test_coverage_rows(
         self, run_ids: Sequence[int], path: str
-    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+    ) -> Iterable[tuple[int, str, Sequence[int] | None]]:
         """Each ``(run id, node id, lines)`` of the runs ``run_ids`` for the file ``path``
-        (any order; lines sorted)."""
+        (lines sorted), and ``(run id, node id, None)`` where a test with lines of the file
+        in one of the runs ran in another of them (recorded there as an item not skipped,
+        or with lines of another file); any order, repeats allowed."""
 
     def tests_for(
         self,

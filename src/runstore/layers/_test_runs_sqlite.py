@@ -1374,16 +1374,29 @@ class SqliteDataReader(_Facts, DataReaderBase):
 
     def _test_coverage_rows(
         self, run_ids: Sequence[int], path: str
-    ) -> Iterable[tuple[int, str, Sequence[int]]]:
+    ) -> Iterable[tuple[int, str, Sequence[int] | None]]:
+        """The rows of the file (a key range per run), then where those tests ran in the
+        runs: their items not skipped (the ``(run_id, test_id)`` unique index) and their
+        rows of other files (the ``test_id`` index, which holds the key's columns)."""
         file_id = self._db.scalar("SELECT id FROM files WHERE path = ?", (path,))
         if file_id is None:
             return ()
         return [
-            (run_id, nodeid, decode_lines(lines))
+            (run_id, nodeid, None if lines is None else decode_lines(lines))
             for run_id, nodeid, lines in self._db.execute(
-                "SELECT c.run_id, t.nodeid, c.lines FROM test_coverage c"
-                " JOIN tests t ON t.id = c.test_id"
-                " WHERE c.run_id IN (SELECT value FROM json_each(?)) AND c.file_id = ?",
+                "WITH hit AS (SELECT c.run_id, c.test_id, c.lines FROM test_coverage c"
+                "   WHERE c.run_id IN (SELECT value FROM json_each(?1)) AND c.file_id = ?2),"
+                " ran AS (SELECT k.run_id, k.test_id FROM test_cases k"
+                "   WHERE k.run_id IN (SELECT value FROM json_each(?1))"
+                "   AND k.test_id IN (SELECT test_id FROM hit) AND k.outcome <> 'skipped'"
+                "   UNION SELECT w.id, h.test_id FROM (SELECT DISTINCT test_id FROM hit) h,"
+                "   (SELECT m.run_id AS id FROM test_coverage_runs m"
+                "   WHERE m.run_id IN (SELECT value FROM json_each(?1))) w"
+                "   WHERE EXISTS (SELECT 1 FROM test_coverage o WHERE o.test_id = h.test_id"
+                "   AND o.run_id = w.id AND o.file_id <> ?2))"
+                " SELECT h.run_id, t.nodeid, h.lines FROM hit h JOIN tests t ON t.id = h.test_id"
+                " UNION ALL SELECT r.run_id, t.nodeid, NULL FROM ran r CROSS"
+                " JOIN tests t ON t.id = r.test_id",
                 (json.dumps(list(run_ids)), file_id),
             )
         ]

@@ -2315,26 +2315,29 @@ def check_tests_for(
 def decide_tests_for(
     query: TestsForQuery,
     run_ids: Sequence[int],
-    rows: Iterable[tuple[int, str, Sequence[int]]],
+    rows: Iterable[tuple[int, str, Sequence[int] | None]],
 ) -> Result[TestsFor, NotFound]:
     """The ``tests_for`` answer from the runs read (newest first) and their ``(run id, node
-    id, lines)`` rows of the file: each test judged by its row of the newest run, listed when
-    that row holds ``query.line`` (any row without a line), newest run first, then by node
-    id, at most ``query.limit``. ``NotFound("test_coverage", project)`` without runs."""
+    id, lines)`` rows: ``lines`` of the file, or None where the test ran in that run (an item
+    not skipped, or lines of another file) without executing the file. Each test is judged
+    by the newest run in which it ran: listed when that run's lines of the file hold
+    ``query.line`` (any lines without a line), newest run first, then by node id, at most
+    ``query.limit``; a test whose newest run executed nothing of the file is not listed,
+    whatever an older run shows. ``NotFound("test_coverage", project)`` without runs."""
     if not run_ids:
         return Failure(NotFound("test_coverage", query.project))
     rank = {run_id: i for i, run_id in enumerate(run_ids)}
-    newest: dict[str, tuple[int, int, Sequence[int]]] = {}
+    newest: dict[str, tuple[int, int, Sequence[int] | None]] = {}
     for run_id, nodeid, lines in rows:
         order = rank[run_id]
         known = newest.get(nodeid)
-        if known is None or order < known[0]:
+        if known is None or order < known[0] or (order == known[0] and lines is not None):
             newest[nodeid] = (order, run_id, lines)
     line = query.line
     hits = sorted(
         (order, nodeid, run_id, lines)
         for nodeid, (order, run_id, lines) in newest.items()
-        if line is None or _holds(lines, line)
+        if lines is not None and (line is None or _holds(lines, line))
     )
     tests = tuple(
         CoveringTest(nodeid, RunId(run_id), tuple(lines))

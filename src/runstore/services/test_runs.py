@@ -794,7 +794,8 @@ class TestLines:
 @attrs.frozen
 class CoveringTest:
     """A test that executed a file: the newest run (``run_id``) of the window in which it
-    did, and the lines of the file it executed there (sorted, 1-based)."""
+    ran, where it executed the file, and the lines of the file it executed there (sorted,
+    1-based)."""
 
     nodeid: str
     run_id: RunId
@@ -1135,9 +1136,12 @@ class DataReader(Protocol):
         """The tests that executed file ``path`` (line ``line`` when given) in the newest
         ``runs`` runs of ``project`` that recorded per-test coverage (see ``TestsFor``).
 
-        Each test is judged by the newest of those runs in which it executed the file: with
-        a ``line``, it is listed when that run's lines hold it (an older run that hit the line
-        does not count once a newer one shows the test no longer does). ``path`` is matched
+        Each test is judged by the newest of those runs in which it ran (it was recorded
+        there as an item that was not skipped, or executed some measured file), among the
+        tests that executed the file in one of them: it is listed when it executed the file
+        in that run and, with a ``line``, when that run's lines hold it. An older run that
+        hit the file or line does not count once a newer one shows the test no longer does;
+        it counts for a test the newer runs did not run. ``path`` is matched
         exactly as stored. Failures: ``NotFound("test_coverage", project)`` when no run of
         the project recorded per-test coverage; ``InvalidInput`` for a project or path that
         is not ``str`` or holds a lone surrogate, an empty path, a ``line`` that is not an

@@ -9,7 +9,8 @@ the rows given to the store, which the property compares every layer's answer wi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -26,6 +27,9 @@ from runstore.services.test_runs import (
     CoveringTest,
     DataReader,
     DataStore,
+    Outcome,
+    Phase,
+    PhaseResult,
     RunId,
     RunRetentionPolicy,
     RunStart,
@@ -41,6 +45,8 @@ COVERED_PATHS = ("src/app/a.py", "src/ü x.py")
 """The file paths :func:`lines_per_test` draws from."""
 
 _T0_MS = 1_700_000_000_000
+_NODEIDS = ("t::a", "t::b", "t::c")
+_ITEM_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.SKIPPED)
 
 
 def _utc(ms: int) -> datetime:
@@ -67,18 +73,27 @@ def reference_tests_for(
     line: int | None,
     window: int,
     limit: int,
+    *,
+    ran: Mapping[RunId, AbstractSet[str]] | None = None,
 ) -> tuple[tuple[RunId, ...], tuple[CoveringTest, ...], bool]:
     """``tests_for``'s answer (runs read, tests, has_more) from what was written: ``runs``
-    are ``(run id, start ms, rows)`` of the measured runs of one project."""
+    are ``(run id, start ms, rows)`` of the measured runs of one project, ``ran`` the node
+    ids each run recorded as items not skipped. A test is judged by the newest run in which
+    it ran (an item not skipped, or rows of any file): listed when that run's rows of
+    ``path`` hold ``line``, not listed when it has none."""
     newest = sorted(runs, key=lambda r: (r[1], r[0]), reverse=True)[:window]
-    judged: dict[str, tuple[int, RunId, tuple[int, ...]]] = {}
+    judged: dict[str, tuple[int, RunId, tuple[int, ...]] | None] = {}
     for order, (run_id, _, rows) in enumerate(newest):
         for row in rows:
             if row.path == path and row.nodeid not in judged:
                 judged[row.nodeid] = (order, run_id, tuple(sorted(set(row.lines))))
+        for nodeid in {row.nodeid for row in rows} | set((ran or {}).get(run_id, ())):
+            judged.setdefault(nodeid, None)  # ran here without executing the file
     hits = sorted(
         (order, nodeid, run_id, lines)
-        for nodeid, (order, run_id, lines) in judged.items()
+        for nodeid, found in judged.items()
+        if found is not None
+        for order, run_id, lines in (found,)
         if line is None or line in lines
     )
     tests = tuple(CoveringTest(n, r, lines) for _, n, r, lines in hits[:limit])
@@ -139,6 +154,23 @@ class TestCoverageContract:
         first = _ok(reader.tests_for("alpha", "src/a.py", limit=1))
         assert ([t.nodeid for t in first.tests], first.has_more) == (["t.py::a"], True)
         assert _ok(reader.tests_for("alpha", "src/nowhere.py")).tests == ()
+
+    def test_a_newer_run_where_a_test_ran_without_the_file_overrules_older_rows(
+        self, store: DataStore, reader: DataReader
+    ) -> None:
+        old, new = _begin(store), _begin(store, _T0_MS + 10)
+        _ok(store.write_test_coverage(old, [
+            TestLines(f"t.py::{name}", "src/a.py", (2,)) for name in "abcd"]))
+        # a ran (passed) and c executed another file: neither executes src/a.py any more;
+        # b was skipped (it ran no code) and d was not run: their old rows still count
+        _ok(store.record_results(new, [_item("t.py::a"), _item("t.py::b", Outcome.SKIPPED)]))
+        _ok(store.write_test_coverage(new, [TestLines("t.py::c", "src/b.py", (1,))]))
+        assert _ok(reader.tests_for("alpha", "src/a.py")).tests == (
+            CoveringTest("t.py::b", old, (2,)), CoveringTest("t.py::d", old, (2,)))
+        assert [t.nodeid for t in _ok(reader.tests_for("alpha", "src/a.py", runs=1)).tests
+                ] == []
+        assert _ok(reader.tests_for("alpha", "src/b.py")).tests == (
+            CoveringTest("t.py::c", new, (1,)),)
 
     def test_write_test_coverage_replaces_and_refuses_bad_rows_writing_nothing(
         self, store: DataStore, reader: DataReader
@@ -233,7 +265,11 @@ class TestCoverageContract:
     )
     @given(
         runs=st.lists(
-            st.tuples(st.integers(0, 3), lines_per_test(st.sampled_from(["t::a", "t::b", "t::c"]))),
+            st.tuples(
+                st.integers(0, 3),
+                lines_per_test(st.sampled_from(_NODEIDS)),
+                st.dictionaries(st.sampled_from(_NODEIDS), st.sampled_from(_ITEM_OUTCOMES)),
+            ),
             min_size=1,
             max_size=5,
         ),
@@ -245,7 +281,7 @@ class TestCoverageContract:
     def test_tests_for_matches_the_reference(
         self,
         layer_factory: LayerFactory,
-        runs: list[tuple[int, tuple[TestLines, ...]]],
+        runs: list[tuple[int, tuple[TestLines, ...], dict[str, Outcome]]],
         path: str,
         line: int | None,
         window: int,
@@ -256,19 +292,19 @@ class TestCoverageContract:
             c = stack.enter_context(build(layer))
             store, reader = c.get(DataStore), c.get(DataReader)
             written = []
-            for offset, rows in runs:  # start times tie often: then the higher id is newer
+            ran: dict[RunId, set[str]] = {}
+            for offset, rows, items in runs:  # start times tie often: the higher id is newer
                 run = _begin(store, _T0_MS + offset)
-                _ok(store.record_results(run, [_item(r.nodeid) for r in rows[:1]]))
+                _ok(store.record_results(run, [_item(n, o) for n, o in items.items()]))
                 assert _ok(store.write_test_coverage(run, rows)) == len(rows)
                 written.append((run, _T0_MS + offset, rows))
+                ran[run] = {n for n, o in items.items() if o is not Outcome.SKIPPED}
             answer = _ok(reader.tests_for("alpha", path, line=line, runs=window, limit=limit))
-            expected = reference_tests_for(written, path, line, window, limit)
+            expected = reference_tests_for(written, path, line, window, limit, ran=ran)
             assert (answer.runs, answer.tests, answer.has_more) == expected
             assert (answer.project, answer.path, answer.line) == ("alpha", path, line)
 
 
-def _item(nodeid: str) -> TestResult:
-    from runstore.services.test_runs import Outcome, Phase, PhaseResult
-
+def _item(nodeid: str, outcome: Outcome = Outcome.PASSED) -> TestResult:
     return TestResult(nodeid, nodeid.partition("::")[0], nodeid.partition("::")[2],
-                      (PhaseResult(Phase.CALL, Outcome.PASSED, 1.0),))
+                      (PhaseResult(Phase.CALL, outcome, 1.0),))
