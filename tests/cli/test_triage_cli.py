@@ -276,10 +276,41 @@ def test_an_older_run_is_triaged_as_it_was(project: Path,
     assert document["since_green"]["changed_files"] == ["app.py", "notes.txt", "version.txt"]
 
 
+@pytest.fixture(scope="module")
+def crowded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+    """A project recorded once with 1,200 untracked files, so the run's own environment
+    carries 1,000 changed files (``MAX_CHANGED_FILES``), and its triage document."""
+    folder = tmp_path_factory.mktemp("crowded") / "project"
+    folder.mkdir(parents=True)
+    (folder / "test_crowded.py").write_text("def test_fails():\n    assert False\n",
+                                            encoding="utf-8")
+    (folder / ".gitignore").write_text(".runstore/\n", encoding="utf-8")
+    _git(folder, "init", "-q")
+    _git(folder, "add", ".")
+    _git(folder, "commit", "-q", "-m", "the project")
+    for index in range(1200):
+        (folder / f"file-{index:04}.txt").write_text("", encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+         "-p", "no:cacheprovider"],
+        cwd=folder, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    with pytest.MonkeyPatch.context() as patch:
+        document = as_json(run(folder, "triage", "--format", "json", monkeypatch=patch))
+    assert len(document["run"]["environment"]["git_changed_files"]) == 1000
+    return folder, document
+
+
 @settings(deadline=None, max_examples=25,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(fraction=st.floats(0.0, 1.2))
-def test_max_tokens_bounds_the_output(project: Path, answer: Any, fraction: float) -> None:
+@pytest.mark.parametrize("which", ["project", "crowded"])
+def test_max_tokens_bounds_the_output(request: pytest.FixtureRequest, which: str,
+                                      fraction: float) -> None:
+    if which == "crowded":
+        project, answer = request.getfixturevalue("crowded")
+    else:
+        project, answer = request.getfixturevalue("project"), request.getfixturevalue("answer")
     full = answer["trimmed"]["estimated_tokens"]
     with pytest.MonkeyPatch.context() as patch:
         least = _least(project, patch)
@@ -299,6 +330,14 @@ def test_max_tokens_bounds_the_output(project: Path, answer: Any, fraction: floa
                                         + sum(g["count"] for g in dropped))
     for group in document["groups"]:
         assert len(group["nodeids"]) + group["nodeids_omitted"] == group["count"]
+    environment, recorded = document["run"]["environment"], answer["run"]["environment"]
+    for key in ("git_changed_files", "command_line"):
+        assert environment[key] == recorded[key][: len(environment[key])]
+        assert len(environment[key]) + omitted[key] == len(recorded[key])
+    assert environment["git_changed_files_truncated"] == (
+        recorded["git_changed_files_truncated"] or omitted["git_changed_files"] > 0)
+    # the run's own lists trim too: the least bound is far below what they alone take
+    assert least * 4 < len(json.dumps(recorded["git_changed_files"])) or which == "project"
     if bound >= full:
         assert document["failures"] == answer["failures"]
         assert not any(omitted.values())

@@ -16,9 +16,11 @@ holds for it too. While the estimate exceeds N, the list that takes the most cha
 loses items from its end (each list is ordered most important first), in three tiers,
 the longest list of a tier first each time: first the node ids inside groups and the
 tests newly failing or added since the last green run (each failure names its own),
-flaky suspects and slowest items; once those are empty, the failures (the least urgent
-first: flaky ones before persistent and new ones) and the files changed since the green
-run; last, the groups. ``trimmed`` says what was
+flaky suspects, slowest items, and the run's own ``environment.git_changed_files`` (up to
+1,000 files git status listed when the run started) and ``environment.command_line``
+(a trimmed ``git_changed_files`` sets ``git_changed_files_truncated``); once those are
+empty, the failures (the least urgent first: flaky ones before persistent and new ones)
+and the files changed since the green run; last, the groups. ``trimmed`` says what was
 left out: ``omitted`` counts the items removed from each list (``group_nodeids`` summed over
 the groups, each group also says its own ``nodeids_omitted``; a group's ``count`` stays the
 full count). A bound too small even for the document with every list empty is refused
@@ -78,7 +80,7 @@ CHARS_PER_TOKEN = 4
 """Characters per token of the size estimate (OpenAI's rule of thumb, see the module)."""
 
 _OMITTED_KEYS = ("failures", "groups", "group_nodeids", "flaky", "slowest", "newly_failing",
-                 "added_failing", "changed_files")
+                 "added_failing", "changed_files", "git_changed_files", "command_line")
 
 
 # -- the document -----------------------------------------------------------------------------
@@ -217,13 +219,17 @@ def _lists(
 ) -> Iterator[tuple[int, str, list[Any], dict[str, Any] | None]]:
     """Every list that trimming may shorten: (tier, omitted key, the list, the group holding
     it or None). Tier 0 goes first: node ids inside groups and the tests newly failing or
-    added since the last green run (the failures name them too), flaky suspects and
-    slowest items; then tier 1, the failures and the files changed since the green run;
-    then tier 2, the groups."""
+    added since the last green run (the failures name them too), flaky suspects, slowest
+    items, and the run environment's changed files and command line; then tier 1, the
+    failures and the files changed since the green run; then tier 2, the groups."""
     for group in document["groups"]:
         yield 0, "group_nodeids", group["nodeids"], group
     for key in ("flaky", "slowest"):
         yield 0, key, document[key], None
+    environment = document["run"]["environment"]
+    for key in ("git_changed_files", "command_line"):
+        if environment[key] is not None:
+            yield 0, key, environment[key], None
     since = document["since_green"]
     if since is not None:
         for key, tier in (("newly_failing", 0), ("added_failing", 0), ("changed_files", 1)):
@@ -256,11 +262,18 @@ def _bounded(document: dict[str, Any], max_tokens: int | None) -> dict[str, Any]
             return None
         _, _, key, items, group = min(candidates, key=lambda c: (c[0], c[1]))
         removed = _cut(items, (estimate - max_tokens) * CHARS_PER_TOKEN)
+        _mark_cut(document, key)
         if group is not None:
             group["nodeids_omitted"] += removed
         omitted[key] += removed
         estimate = _settle(document)
     return document
+
+
+def _mark_cut(document: dict[str, Any], key: str) -> None:
+    """Say in the run's ``git_changed_files_truncated`` that its changed files were cut."""
+    if key == "git_changed_files":
+        document["run"]["environment"]["git_changed_files_truncated"] = True
 
 
 def _least_bound(answer: Triage) -> int:
@@ -271,6 +284,7 @@ def _least_bound(answer: Triage) -> int:
     assert empty is not None
     for _, key, items, group in list(_lists(empty)):
         empty["trimmed"]["omitted"][key] += len(items)
+        _mark_cut(empty, key)
         if group is not None:
             group["nodeids_omitted"] = len(items)
         items.clear()
