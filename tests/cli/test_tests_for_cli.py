@@ -117,8 +117,9 @@ def test_a_path_by_its_last_components_or_on_disk(project: Path) -> None:
     on_disk = project / "src" / "shop" / "cart.py"
     assert _json(project, f"{on_disk}:3")["path"] == "src/shop/cart.py"
     assert _json(project, "cart.py:3", cwd=on_disk.parent)["path"] == "src/shop/cart.py"
-    nowhere = _json(project, "src/nowhere.py")
-    assert (nowhere["path"], nowhere["tests"]) == ("src/nowhere.py", [])
+    # a file measured but not executed by any test is an empty list, not a refusal
+    unexecuted = _json(project, "src/other/cart.py:5")
+    assert (unexecuted["path"], unexecuted["tests"]) == ("src/other/cart.py", [])
 
 
 def test_a_path_naming_several_files_lists_them(project: Path) -> None:
@@ -162,8 +163,9 @@ def test_without_per_test_coverage_it_says_how_to_record_it(tmp_path: Path) -> N
     [
         ("src/a.py", ("src/a.py", None)),
         ("src/a.py:12", ("src/a.py", 12)),
-        ("src/a.py:0", ("src/a.py:0", None)),
-        ("src/a.py:", ("src/a.py:", None)),
+        ("src/a.py:0", ("src/a.py", 0)),
+        ("src/a.py:007", ("src/a.py", 7)),
+        ("src/a.py:", ("src/a.py", None)),
         (":12", (":12", None)),
         ("C:\\src\\a.py", ("C:\\src\\a.py", None)),
         ("C:\\src\\a.py:7", ("C:\\src\\a.py", 7)),
@@ -174,3 +176,18 @@ def test_path_and_line_are_split_at_the_last_colon(
     location: str, split: tuple[str, int | None]
 ) -> None:
     assert split_location(location) == split
+
+
+def test_line_0_and_an_unmeasured_file_are_refused(project: Path) -> None:
+    for args in (("cart.py:0",), ("--format", "json", "cart.py:0")):
+        refused = _invoke(project, *args[:-1], "tests-for", args[-1])
+        assert refused.exit_code == 1, refused.output
+        assert "line" in refused.output, refused.output
+    text = _invoke(project, "tests-for", "src/shop/nowhere.py")
+    assert text.exit_code == 1, text.output
+    assert "'src/shop/nowhere.py' is not a file" in text.stderr
+    as_json = _invoke(project, "--format", "json", "tests-for", "nowhere.py:3")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout)["kind"] == "not_measured"
+    # an empty line part is the file itself
+    assert _json(project, "src/shop/cart.py:")["path"] == "src/shop/cart.py"

@@ -10,13 +10,15 @@ executed there: a test that a newer run shows no longer executes the file is not
 separated), or by its last components (``cart.py``, ``shop/cart.py``) when they name one
 measured file, or as a path on disk (absolute, or relative to the current folder), which is
 made relative to the project folder holding the database's ``.runstore`` folder. A
-trailing ``:LINE`` (digits) asks for one line.
+trailing ``:LINE`` (digits) asks for one line (``:0`` is refused: lines count from 1); a
+trailing ``:`` alone is ignored.
 
 :func:`tests_for_document` returns exactly the JSON document the command prints (without
 ``schema_version``) and refuses as every query command does (``services.fail``): no per-test
 coverage in the project is exit 1 with how to record it (in JSON the error document also
 carries ``"kind": "no_per_test_coverage"`` and the ``hint``), a ``PATH`` naming several
-measured files exit 1 with the ``candidates``.
+measured files exit 1 with the ``candidates``, a ``PATH`` naming no file the runs read
+measured exit 1 (``"kind": "not_measured"``), line 0 exit 1 with the service's reason.
 """
 
 from __future__ import annotations
@@ -62,12 +64,15 @@ MAX_SHOWN_RANGES = 20
 def split_location(location: str) -> tuple[str, int | None]:
     """``"src/a.py:12"`` -> ``("src/a.py", 12)``; ``"src/a.py"`` -> ``("src/a.py", None)``.
 
-    Only a non-empty run of ASCII digits after the last ``:`` is a line (``C:\\x.py`` stays a
-    path); line 0 is not a line either.
+    A non-empty run of ASCII digits after the last ``:`` is always a line, ``0`` too (which
+    ``tests_for`` refuses: lines count from 1); anything else after it stays part of the
+    path (``C:\\x.py``). An empty line part (``src/a.py:``) is taken as the file ``src/a.py``.
     """
     head, sep, tail = location.rpartition(":")
-    if sep and head and tail.isascii() and tail.isdigit() and int(tail) > 0:
+    if sep and head and tail.isascii() and tail.isdigit():
         return head, int(tail)
+    if sep and head and not tail:
+        return head, None
     return location, None
 
 
@@ -164,6 +169,12 @@ def tests_for_document(
             if named:
                 answer = services.get(services.reader.tests_for(
                     name, named[0], line=line, runs=runs, limit=limit))
+            else:
+                services.fail(
+                    f"{path!r} is not a file the newest {_plural(len(answer.runs), 'run')}"
+                    f" with per-test coverage measured",
+                    {"kind": "not_measured"},
+                )
     return _document(answer, location)
 
 
