@@ -370,3 +370,33 @@ def test_the_size_estimate_counts_the_printed_characters(value: Any) -> None:
     from runstore.cli._triage import _length
 
     assert _length(value) == len(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def test_tables_and_changed_files_show_control_characters_visibly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ANSI colour in a failure message never reaches the terminal through ``show``'s or
+    ``triage``'s tables, and a file name with a line break stays one line of triage's list."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / ".gitignore").write_text(".runstore/\n", encoding="utf-8")
+    test = folder / "test_colour.py"
+    test.write_text("def test_red():\n    pass\n", encoding="utf-8")
+    _git(folder, "init", "-q")
+    _git(folder, "add", ".")
+    _git(folder, "commit", "-q", "-m", "the project")
+    for expected in (0, 1):  # a green run, then the failure and a new file since
+        if expected:
+            test.write_text('def test_red():\n    assert 0, "\\x1b[31mRED\\x1b[0m boom"\n',
+                            encoding="utf-8")
+            (folder / "two\nlines.txt").write_text("", encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+             "-p", "no:cacheprovider"],
+            cwd=folder, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == expected, done.stdout + done.stderr
+    for command in ("show", "triage"):
+        text = run(folder, command, monkeypatch=monkeypatch).stdout
+        assert "\x1b" not in text
+        assert "AssertionError: RED boom" in text
+    assert "\n    two\\nlines.txt\n" in text

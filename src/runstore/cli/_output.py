@@ -37,6 +37,7 @@ __all__ = [
     "plain_table",
     "say",
     "status_on_terminal",
+    "visible",
 ]
 
 T = TypeVar("T")
@@ -90,6 +91,15 @@ def say(text: str) -> None:
     """Print one line of plain text on standard output, never wrapped (a long path stays
     whole for grep and friends) and never read as markup."""
     click.echo(text)
+
+
+def visible(text: str) -> str:
+    """``text`` safe for one line of a terminal: ANSI escape sequences removed as
+    ``click.echo`` removes them when output is piped (``click.unstyle``), then every other
+    control character (line breaks and tabs too) written as ``repr`` writes it
+    (``\\n``, ``\\x1b``)."""
+    return "".join(repr(c)[1:-1] if not c.isprintable() and c != " " else c
+                   for c in click.unstyle(text))
 
 
 def emit_json(document: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ from runstore.cli._output import (
     plain_table,
     say,
     status_on_terminal,
+    visible,
 )
 from runstore.cli._params import MAX_ID, RUN_SESSION_ID, TEXT
 from runstore.cli._settings import format_option, settings
@@ -471,7 +472,7 @@ def _table(*columns: str) -> Table:
 def _row(table: Table, *cells: object) -> None:
     from rich.text import Text
 
-    table.add_row(*(Text("" if c is None else str(c)) for c in cells))
+    table.add_row(*(Text("" if c is None else visible(str(c))) for c in cells))
 
 
 def _print(*renderables: object) -> None:

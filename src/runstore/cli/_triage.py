@@ -41,7 +41,7 @@ import attrs
 import click
 
 from runstore._git import changed_since
-from runstore.cli._output import SCHEMA_VERSION, emit_json
+from runstore.cli._output import SCHEMA_VERSION, emit_json, visible
 from runstore.cli._params import MAX_ID
 from runstore.cli._settings import format_option
 from runstore.cli._test_runs import (
@@ -413,7 +413,8 @@ def _print_text(full: Triage, document: dict[str, Any]) -> None:
         _print("", f"root causes ({_plural(len(full.groups), 'failure signature')}):")
         for group, shown in zip(answer.groups, document["groups"], strict=False):
             at = _where(group.location)["location"]
-            _print(f"  {shown['count']} x {_error_line(group.exception_type, group.message)}"
+            error = visible(_error_line(group.exception_type, group.message))
+            _print(f"  {shown['count']} x {error}"
                    + (f"  at {at}" if at else "") + ("  (new)" if group.is_new else ""))
             for nodeid in group.nodeids:
                 _print(f"      {nodeid}")
@@ -459,7 +460,7 @@ def _print_since(since: SinceGreen | None, omitted: dict[str, int]) -> None:
         return
     _print(f"  files changed: {len(since.changed_files) + omitted['changed_files']}")
     for path in since.changed_files:
-        _print(f"    {path}")
+        _print(f"    {visible(path)}")
     _more(omitted["changed_files"], "    ")
 
 
