@@ -234,6 +234,17 @@ def test_slowest_coverage_and_diff(db: Path) -> None:
     }
 
 
+def test_diff_refuses_runs_of_two_projects(db: Path) -> None:
+    """Run 3 is ``blog``'s: comparing it with ``shop``'s run 2 would say nothing changed."""
+    mixed = run(db, "diff", "2", "3")
+    assert mixed.exit_code == 1
+    assert "run 2 belongs to project 'shop', run 3 to 'blog'" in mixed.stderr
+    assert mixed.stdout == ""
+    named = run(db, "diff", "2", "3", "--project", "shop")
+    assert named.exit_code == 1
+    assert "run 3 belongs to project 'blog', not 'shop'" in named.stderr
+
+
 def test_prune_dry_run_changes_nothing(db: Path) -> None:
     rehearsed = as_json(run(db, "prune", "--keep-runs", "1", "--dry-run", "--format", "json"))
     assert rehearsed["dry_run"] is True

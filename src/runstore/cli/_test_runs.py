@@ -1321,9 +1321,13 @@ def diff(run_a: int | str, run_b: int | str, project: str | None) -> None:
 def _compared(
     services: Services, run_a: int | str, run_b: int | str, project: str | None
 ) -> tuple[RunSummary, RunSummary, dict[str, Any]]:
-    """The two runs and the ``diff`` document comparing them."""
+    """The two runs and the ``diff`` document comparing them; runs of two projects are
+    refused (their node ids would share nothing, so every list would be empty)."""
     a = _run(services, project, run_a)
     b = _run(services, project, run_b)
+    if a.project != b.project:
+        services.fail(f"run {a.id} belongs to project {a.project!r}, run {b.id} to "
+                      f"{b.project!r}")
     compared = services.get(services.reader.compare(a.id, b.id))
     return a, b, {
         "run_a": int(compared.run_a), "run_b": int(compared.run_b),
@@ -1338,7 +1342,7 @@ def diff_document(
 ) -> dict[str, Any]:
     """The ``diff`` JSON document (schema ``diff.json``, without ``schema_version``) from
     ``run_a`` to ``run_b`` (each as :func:`failures_document`'s ``run``); refusals as
-    :func:`failures_document`."""
+    :func:`failures_document`, and two runs of different projects are refused too."""
     return _compared(services, run_a, run_b, project)[2]
 
 
