@@ -33,13 +33,13 @@ from runstore.cli._output import emit_json
 from runstore.cli._settings import format_option
 from runstore.cli._test_runs import (
     Services,
-    _names_file,
     _plural,
     _print,
     _project,
     _row,
     _services,
     _table,
+    measured_file,
     project_option,
 )
 from runstore.services._test_runs_rules import encode_lines
@@ -157,24 +157,16 @@ def tests_for_document(
         )
     answer = services.get(found)
     if not answer.tests:
-        measured = _measured_paths(services, answer)
-        if stored not in measured:
-            named = sorted(p for p in measured if _names_file(p, stored))
-            if len(named) > 1:
-                services.fail(
-                    f"{path!r} names {_plural(len(named), 'measured file')}: "
-                    + ", ".join(named[:10]) + ("" if len(named) <= 10 else ", ..."),
-                    {"candidates": named},
-                )
-            if named:
-                answer = services.get(services.reader.tests_for(
-                    name, named[0], line=line, runs=runs, limit=limit))
-            else:
-                services.fail(
-                    f"{path!r} is not a file the newest {_plural(len(answer.runs), 'run')}"
-                    f" with per-test coverage measured",
-                    {"kind": "not_measured"},
-                )
+        chosen = measured_file(services, _measured_paths(services, answer), stored, path)
+        if chosen is None:
+            services.fail(
+                f"{path!r} is not a file the newest {_plural(len(answer.runs), 'run')}"
+                f" with per-test coverage measured",
+                {"kind": "not_measured"},
+            )
+        if chosen != stored:
+            answer = services.get(services.reader.tests_for(
+                name, chosen, line=line, runs=runs, limit=limit))
     return _document(answer, location)
 
 
