@@ -400,3 +400,24 @@ def test_tables_and_changed_files_show_control_characters_visibly(
         assert "\x1b" not in text
         assert "AssertionError: RED boom" in text
     assert "\n    two\\nlines.txt\n" in text
+
+
+def test_a_syntax_error_is_located_in_the_test_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test module that does not parse fails in the standard library's ``ast.parse``:
+    triage names the module's own line, never a frame outside the project."""
+    folder = tmp_path / "project"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "tests" / "test_broken.py").write_text("x = 1\ndef test_bad(:\n    pass\n",
+                                                     encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
+         "-p", "no:cacheprovider"],
+        cwd=folder, env=_env(), capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    document = as_json(run(folder, "triage", "--format", "json", monkeypatch=monkeypatch))
+    [failure] = document["failures"]
+    assert (failure["exception_type"], failure["location"]) == (
+        "SyntaxError", "tests/test_broken.py:2")
+    assert document["groups"][0]["location"] == "tests/test_broken.py:2"

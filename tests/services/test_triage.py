@@ -190,10 +190,8 @@ def check_rules(reader: DataReader, answer: Triage) -> None:
             assert failure.classification in (Classification.NEW_FAILURE,
                                                Classification.PERSISTENT_FAILURE,
                                                Classification.FLAKY)
-        frames = record_.frames
-        own = [f for f in frames if f.is_project]
-        deepest = own or list(frames)
-        assert failure.location == (deepest[-1] if deepest else None)
+        own = [f for f in record_.frames if f.is_project]  # never a frame outside it
+        assert failure.location == (own[-1] if own else None)
     rank = {None: 0, Classification.NEW_FAILURE: 1, Classification.PERSISTENT_FAILURE: 2,
             Classification.FLAKY: 3}
     keys = [(rank[f.classification], f.nodeid) for f in answer.failures]

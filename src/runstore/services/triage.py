@@ -9,7 +9,9 @@ adds are these rules, all pure:
 - **Failures** (:class:`TriageFailure`): each failing item and collection error of the run
   with its verdict and ``because`` (``DataReader.classify_unstable``, which judges only
   the items whose verdict can be other than stable), its first error and where it
-  was raised (the deepest frame in the project's own code, else the deepest frame), its
+  was raised (the deepest frame in the project's own code; without one, the file and line
+  the error itself names, as a ``SyntaxError`` of a test module does, when that file is
+  the failing module; else None, never a frame outside the project), its
   failure signature, ``is_new`` and its failing streak (``DataReader.failures``). Ordered
   by what an agent should look at first: collection errors, then ``new_failure``, then
   ``persistent_failure``, then ``flaky``, each by node id.
@@ -43,6 +45,7 @@ newest first, from the newest run of the project back to the green one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import NoReturn, TypeVar
 
@@ -96,8 +99,9 @@ class TriageFailure:
     """One failing item (or collection error) of the triaged run.
 
     ``message`` is the first error's stored message (bounded, ``MAX_MESSAGE_CHARS``);
-    ``location`` the deepest frame of the first error in the project's own code, else its
-    deepest frame, None without frames; ``signature`` the failure signature (hex, ``""``
+    ``location`` the deepest frame of the first error in the project's own code, else the
+    last ``File "PATH", line N`` of the error text when PATH is the failing module (path
+    stored relative, as frames are), else None; ``signature`` the failure signature (hex, ``""``
     when no error was stored); ``is_new``, ``streak`` (runs in a row, >= 1) and
     ``failing_since`` as ``FailureRecord`` has them. ``classification``, ``window``
     (newest first) and ``because`` are the item's verdict from ``DataReader.classify``
@@ -217,11 +221,26 @@ def is_green(run: RunSummary) -> bool:
     )
 
 
-def _location(frames: Sequence[StackFrame]) -> StackFrame | None:
-    """The deepest project frame, else the deepest frame (frames are outermost first)."""
-    own = [f for f in frames if f.is_project]
-    deepest = own or list(frames)
-    return deepest[-1] if deepest else None
+_NAMED_PLACE = re.compile(r'File "([^"\n]+)", line (\d+)')
+"""Where an error names its own place in its report text: Python's traceback writes a
+``SyntaxError``'s ``filename`` and ``lineno`` so (pytest prefixes the line with ``E``)."""
+
+
+def _location(record: FailureRecord) -> StackFrame | None:
+    """The deepest project frame (frames are outermost first); without one, the place the
+    error's text names when it is the failing module (``module`` relative to the rootdir,
+    the text's path absolute or relative); else None."""
+    own = [f for f in record.frames if f.is_project]
+    if own:
+        return own[-1]
+    module = record.nodeid.partition("::")[0]
+    named = _NAMED_PLACE.findall(record.text)
+    if not named or not module:
+        return None
+    path, line = named[-1]
+    if path.replace("\\", "/") == module or path.replace("\\", "/").endswith("/" + module):
+        return StackFrame(module, int(line), "", True)
+    return None
 
 
 _RANK = {
@@ -240,7 +259,7 @@ def _failure(record: FailureRecord, verdict: TestClassification | None) -> Triag
         phase=record.phase,
         exception_type=record.exception_type,
         message=record.message,
-        location=_location(record.frames),
+        location=_location(record),
         signature=record.signature,
         is_new=record.is_new,
         streak=record.streak,
