@@ -26,6 +26,10 @@ Options:
   executed which lines (``runstore tests-for``) in a session measured with pytest-cov
   (``--cov``) or ``coverage run``, by turning on a coverage context per test: pytest-cov's
   own ``--cov-context=test``, which this sets when it was not given.
+- ``--runstore-repeat N``: run each selected test N times in one process (recorded or
+  not); every execution but the last is reported ``rerun`` and stored as an earlier
+  attempt of source ``repeat``. A test whose executions flipped fails the session. A
+  usage error with pytest-rerunfailures' ``--reruns`` (see ``runstore.recorder._repeat``).
 """
 
 from __future__ import annotations
@@ -101,6 +105,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="record per-test coverage: turn on pytest-cov's --cov-context=test (ini: "
         "runstore_cov_context = true).",
     )
+    group.addoption(
+        "--runstore-repeat",
+        action="store",
+        default=None,
+        dest="runstore_repeat",
+        metavar="N",
+        help="run each selected test N times in one process; a test whose executions "
+        "flipped fails the session.",
+    )
     parser.addini("runstore", "record every run into the runstore database", type="bool",
                   default=False)
     parser.addini("runstore_cov_context", "record per-test coverage (a coverage context "
@@ -113,7 +126,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Install the recorder when recording is enabled; do nothing otherwise."""
+    """Install the repeats and the recorder when enabled; do nothing otherwise."""
+    if config.getoption("runstore_repeat", None) is not None:
+        from runstore.recorder._repeat import install_repeats
+
+        install_repeats(config)
     if not (config.getoption("runstore", False) or config.getini("runstore")):
         return
     from runstore.recorder import install

@@ -32,6 +32,7 @@ from runstore.services.test_runs import MAX_FRAMES
 __all__ = [
     "EXC_ATTR",
     "MARKERS_ATTR",
+    "REPEAT_ATTR",
     "Annotator",
     "MarkersSink",
     "describe_exception",
@@ -40,6 +41,11 @@ __all__ = [
 
 MARKERS_ATTR = "runstore_markers"
 EXC_ATTR = "runstore_exc"
+REPEAT_ATTR = "runstore_repeat"
+"""Set by runstore's own repeats (``runstore.recorder._repeat``): on each report of an
+earlier execution ``{"outcome": <pytest's outcome>, "execution": k}`` (its ``outcome`` is
+then ``rerun``), on the last execution's teardown report ``{"execution": k, "planned": p,
+"new": bool}``."""
 
 _MAX_CHAIN = 16
 """Most exceptions of one cause chain described (the innermost ones are kept)."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR
+from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR, REPEAT_ATTR
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.test_runs import (
     FAILING_OUTCOMES,
@@ -137,8 +137,19 @@ def _skip_reason(longrepr: Any) -> str | None:
 
 
 def _phase_outcome(report: Any) -> tuple[Outcome, str | None, bool] | None:
-    """(phase outcome, reason, is_rerun) of a report, or None for an outcome we do not know."""
-    outcome = report.outcome
+    """(phase outcome, reason, is_rerun) of a report, or None for an outcome we do not know.
+
+    A report of an earlier execution of runstore's own repeats (outcome ``rerun`` with
+    ``REPEAT_ATTR``) has the outcome pytest reported before it was renamed, and is a rerun.
+    """
+    marks = getattr(report, REPEAT_ATTR, None)
+    if isinstance(marks, dict) and isinstance(marks.get("outcome"), str):
+        judged = _reported_outcome(report, marks["outcome"])
+        return None if judged is None else (judged[0], judged[1], True)
+    return _reported_outcome(report, report.outcome)
+
+
+def _reported_outcome(report: Any, outcome: str) -> tuple[Outcome, str | None, bool] | None:
     wasxfail = getattr(report, "wasxfail", None)
     if outcome == "passed":
         if wasxfail is not None:

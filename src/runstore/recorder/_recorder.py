@@ -75,6 +75,7 @@ from runstore.recorder._convert import (
 )
 from runstore.recorder._coverage import session_coverage, session_test_coverage
 from runstore.recorder._environment import GitProbe, environment, host_name
+from runstore.recorder._repeat import REPEATER
 from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
@@ -520,7 +521,9 @@ class Recorder:
     def _status(self, exitstatus: int) -> RunStatus:
         if self._interrupted or exitstatus == pytest.ExitCode.INTERNAL_ERROR:
             return RunStatus.INTERRUPTED
-        if self._failing or exitstatus not in _CLEAN_EXITS:
+        repeater = self._config.stash.get(REPEATER, None)
+        flipped = repeater is not None and bool(repeater.flipped)  # the session fails
+        if self._failing or flipped or exitstatus not in _CLEAN_EXITS:
             return RunStatus.FAILED
         return RunStatus.PASSED
 
