@@ -62,10 +62,16 @@ __all__ = [
     "load_quarantine",
     "quarantine_path",
     "remove_entry",
+    "text_problem",
+    "today",
 ]
 
 QUARANTINE_FILE = ".runstore-quarantine.toml"
 """The quarantine file's name at the project root (see the module docstring)."""
+
+today: Callable[[], date] = date.today
+"""The local date entries are judged on (``date.today`` as imported, so a test that fakes
+``datetime`` cannot move it; a test of the quarantine replaces this name itself)."""
 
 _TABLE = "quarantine"
 _ENTRY_KEYS = ("nodeid", "pattern", "owner", "reason", "expires", "added")
@@ -281,7 +287,7 @@ def _entry(
         value = table[key]
         if not isinstance(value, str):
             return bad(key, f"must be a string, got {_toml_type(value)}")
-        problem = _text_problem(value)
+        problem = text_problem(value)
         if problem is not None:
             return bad(key, problem)
         texts[key] = value
@@ -319,7 +325,7 @@ def _toml_type(value: object) -> str:
     return type(value).__name__
 
 
-def _text_problem(value: str) -> str | None:
+def text_problem(value: str) -> str | None:
     """Why ``value`` cannot be an entry's text (blank, a control character or a lone
     surrogate, which no node id holds and no reader wants), else None."""
     if not value.strip():
@@ -366,7 +372,7 @@ def add_entry(path: str, entry: QuarantineEntry) -> Result[Quarantine, Quarantin
     """
     for key in ("owner", "reason", "nodeid" if entry.nodeid is not None else "pattern"):
         value = getattr(entry, key)
-        problem = "missing" if value is None else _text_problem(value)
+        problem = "missing" if value is None else text_problem(value)
         if problem is not None:
             return Failure(QuarantineFileError(path, "invalid", problem, key=key))
     if entry.nodeid is not None and entry.pattern is not None:

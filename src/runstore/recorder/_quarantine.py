@@ -1,0 +1,140 @@
+"""The quarantine in a recorded pytest session: failures of quarantined tests do not fail it.
+
+The recorder (in the process that sees every report: a plain pytest process, or the
+``pytest-xdist`` controller, so the decision is taken once, over every worker's reports)
+reads the project's quarantine file (:mod:`runstore.quarantine`) at its rootdir when the
+session starts, hands every finished item to :meth:`QuarantineGate.item` and asks
+:meth:`QuarantineGate.decide` at session finish. The rules:
+
+- A quarantined item still runs and is recorded exactly as without the quarantine; the run
+  stores which items an entry applied to (``DataStore.mark_quarantined``).
+- The exit status becomes OK only when it is "tests failed" and every failing test is
+  quarantined: each failing item (``failed``/``error``) and each repeated test whose
+  executions flipped (``--runstore-repeat``). Collection errors, an interrupted session, an
+  internal error, a session stopped early (``-x``, ``--maxfail``: the tests after the stop
+  did not run), a usage error or any other exit status are never masked.
+- An entry applies up to and including its ``expires`` day, the local date when the session
+  started (:data:`runstore.quarantine.today`). An expired entry naming a test of the
+  session no longer applies, and the summary names it with its owner and end date.
+- A quarantine file that cannot be read quarantines nothing; the summary says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date
+
+import attrs
+from returns.result import Failure
+
+from runstore import quarantine as _quarantine
+from runstore.quarantine import (
+    Quarantine,
+    QuarantineEntry,
+    QuarantineFileError,
+    load_quarantine,
+    quarantine_path,
+)
+from runstore.services.test_runs import FAILING_OUTCOMES, QuarantinedItem, TestResult
+
+__all__ = ["QuarantineGate"]
+
+_SHOWN = 5
+"""Most node ids a summary line names before ``+N more``."""
+
+
+def _fails(result: TestResult) -> bool:
+    """Whether ``result`` or one of its earlier attempts failed."""
+    return result.outcome in FAILING_OUTCOMES or any(
+        a.outcome in FAILING_OUTCOMES for a in result.attempts)
+
+
+def _named(nodeids: Iterable[str]) -> str:
+    shown = sorted(nodeids)
+    more = f" +{len(shown) - _SHOWN} more" if len(shown) > _SHOWN else ""
+    return ", ".join(shown[:_SHOWN]) + more
+
+
+def _entry_text(entry: QuarantineEntry) -> str:
+    return f"{entry.key} (owner {entry.owner}, until {entry.expires.isoformat()})"
+
+
+@attrs.define
+class QuarantineGate:
+    """What the quarantine decides in one session: the entry each item matched, the
+    failing tests, the expired entries met, and whether the exit status was masked."""
+
+    quarantine: Quarantine | None
+    problem: QuarantineFileError | None = None
+    day: date = attrs.field(factory=lambda: _quarantine.today())
+    applied: dict[str, QuarantineEntry] = attrs.Factory(dict)
+    failing: set[str] = attrs.Factory(set)
+    expired: dict[str, tuple[QuarantineEntry, set[str]]] = attrs.Factory(dict)
+    masked: bool = False
+    unmasked: set[str] = attrs.Factory(set)
+
+    @classmethod
+    def at(cls, root: str) -> QuarantineGate:
+        """The gate of the project at ``root`` (its quarantine file, see
+        :func:`runstore.quarantine.quarantine_path`)."""
+        found = quarantine_path(root).bind(load_quarantine)
+        if isinstance(found, Failure):
+            return cls(None, found.failure())
+        return cls(found.unwrap())
+
+    def item(self, result: TestResult) -> None:
+        """Take one finished item: which entry applies to it, whether it failed."""
+        if self.quarantine is None or not self.quarantine.entries:
+            if _fails(result):
+                self.failing.add(result.nodeid)
+            return
+        nodeid = result.nodeid
+        match = self.quarantine.match(nodeid, self.day)
+        if match.active is not None:
+            self.applied[nodeid] = match.active
+        for entry in match.expired:
+            self.expired.setdefault(entry.key, (entry, set()))[1].add(nodeid)
+        if _fails(result):
+            self.failing.add(nodeid)
+
+    def decide(self, exitstatus: int, flipped: Iterable[str], *, collection_errors: bool,
+               interrupted: bool) -> int:
+        """The session's exit status: OK for "tests failed" when every failing test (and
+        every flipped one) is quarantined, with no collection error and no interruption;
+        else ``exitstatus`` unchanged."""
+        import pytest
+
+        failing = self.failing | set(flipped)
+        self.unmasked = {n for n in failing if n not in self.applied}
+        quarantined = failing - self.unmasked
+        self.masked = (exitstatus == pytest.ExitCode.TESTS_FAILED and bool(quarantined)
+                       and not self.unmasked and not collection_errors and not interrupted)
+        return int(pytest.ExitCode.OK) if self.masked else exitstatus
+
+    def marks(self) -> list[QuarantinedItem]:
+        """The items an entry applied to, for ``DataStore.mark_quarantined``."""
+        return [QuarantinedItem(n, e.key) for n, e in sorted(self.applied.items())]
+
+    def lines(self) -> list[str]:
+        """The summary lines of the quarantine (none when it changed and met nothing)."""
+        lines: list[str] = []
+        if self.problem is not None:
+            lines.append(f"runstore: quarantine not applied: {self.problem}")
+        quarantined = sorted(n for n in self.failing if n in self.applied)
+        if quarantined:
+            entries: dict[str, QuarantineEntry] = {}
+            for nodeid in quarantined:
+                entries.setdefault(self.applied[nodeid].key, self.applied[nodeid])
+            shown = "; ".join(_entry_text(e) for e in entries.values())
+            verdict = ("the session passes (exit status 0)" if self.masked else
+                       "the session still fails: " + (
+                           f"{_named(self.unmasked)} not quarantined" if self.unmasked
+                           else "a collection error or interruption is never masked"))
+            word = "failure" if len(quarantined) == 1 else "failures"
+            lines.append(f"runstore: {len(quarantined)} quarantined {word} "
+                         f"({_named(quarantined)}) by {shown}: {verdict}")
+        for entry, nodeids in self.expired.values():
+            lines.append(f"runstore: quarantine entry {entry.key} (owner {entry.owner}) "
+                         f"expired after {entry.expires.isoformat()}: it no longer applies "
+                         f"to {_named(nodeids)}")
+        return lines
