@@ -32,6 +32,7 @@ from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
+from runstore.services._signature_rules import SignatureListing, SignatureRow, seen_order
 from runstore.services._search_rules import (
     FailureRow,
     SearchQuery,
@@ -58,8 +59,10 @@ from runstore.services._test_runs_rules import (
     RunListing,
     WindowEntry,
     counts_of,
+    earlier_passes,
     history_entry,
     rerun_failures,
+    run_share,
     streak_at,
     subtest_counts,
     tally_signatures,
@@ -68,15 +71,18 @@ from runstore.services._test_runs_rules import (
 )
 from runstore.services.clock import Clock
 from runstore.services.test_runs import (
-    DEFAULT_HISTORY_WINDOW,
     FAILING_OUTCOMES,
+    HISTORY_DEPTH,
     DataReader,
     DataStore,
     DataStoreError,
     Environment,
     FileCoverage,
+    FixCheck,
+    FixCheckResult,
     HistoryEntry,
     Outcome,
+    QuarantinedItem,
     RunId,
     RunStatus,
     RunSummary,
@@ -139,6 +145,10 @@ class _History:
     streak: int | None = None
     streak_since: int | None = None
     streak_message: str | None = None
+    run_executed: int | None = None
+    run_failing: int | None = None
+    fingerprint: str | None = None
+    earlier_passes: int = 0
 
     def entry(self) -> WindowEntry:
         """This row as the rules see it."""
@@ -152,6 +162,10 @@ class _History:
             self.streak,
             self.streak_since,
             self.streak_message,
+            run_executed=self.run_executed,
+            run_failing=self.run_failing,
+            fingerprint=self.fingerprint,
+            earlier_passes=self.earlier_passes,
         )
 
 
@@ -165,6 +179,12 @@ class _Signature:
     last_seen_run_id: int | None
     first_seen_at_ms: int
     last_seen_at_ms: int
+    runs: int = 0
+    """Passed and failed runs that recorded it."""
+    tests: frozenset[str] = frozenset()
+    """The node ids it affected (the live layer's ``failure_signature_tests`` rows)."""
+    seq: int = 0
+    """Its place in the listing (the live layer's ``seen_seq``)."""
 
 
 class TestRunsMemoryState:
@@ -190,6 +210,10 @@ class TestRunsMemoryState:
         # (project, node id) of every test per-test coverage named, kept as the live layer
         # keeps its ``tests`` rows: until pruning finds nothing referring to one.
         self.coverage_tests: TxDict[tuple[str, str], None] = db.mirror()
+        # The quarantined items of each run (mark_quarantined), by node id.
+        self.quarantined: TxDict[int, tuple[QuarantinedItem, ...]] = db.mirror()
+        # Every fix check by its id (ascending: the order they were stored).
+        self.fix_checks: TxDict[int, FixCheck] = db.mirror()
 
     def table_of(self, tables: TxDict[int, TxDict[str, _Item]], run_id: int) -> TxDict[str, _Item]:
         """The items (or collection errors) of a run in ``tables`` (created empty on first
@@ -363,6 +387,7 @@ class InMemoryDataStore(_Facts, DataStoreBase):
             return
         seq = state.counters.get("history", 0) + 1
         state.counters["history"] = seq
+        executed, failed = run_share(counts_of(c.outcome for c in cases.values()))
         for case in cases.values():
             if case.outcome not in EXECUTED_OUTCOMES:
                 continue
@@ -383,8 +408,12 @@ class InMemoryDataStore(_Facts, DataStoreBase):
                 streak=None if streak is None else streak.length,
                 streak_since=None if streak is None else streak.since,
                 streak_message=None if streak is None else streak.message,
+                run_executed=executed,
+                run_failing=failed,
+                fingerprint=case.fingerprint,
+                earlier_passes=earlier_passes(a.outcome for a in case.attempts),
             )
-            state.history[key] = (entry, *state.history.get(key, ()))[:DEFAULT_HISTORY_WINDOW]
+            state.history[key] = (entry, *state.history.get(key, ()))[:HISTORY_DEPTH]
 
     def _record_signatures(self, run: RunFacts, finished_ms: int) -> None:
         state = self._state
@@ -392,9 +421,15 @@ class InMemoryDataStore(_Facts, DataStoreBase):
         tally = tally_signatures(
             (h.signature, h.exception_type, h.message, h.signature_frame) for h in heads
         )
+        if not tally:
+            return
+        places = seen_order(tally, state.counters.get("signature", 0))
+        state.counters["signature"] = max(places.values())
+        hit = self._signature_hits(run.id)
         for signature, seen in tally.items():
             key = (run.project, signature)
             old = state.signatures.get(key)
+            tests = frozenset(n for s, n in hit if s == signature)
             if old is None:
                 state.signatures[key] = _Signature(
                     exception_type=seen.exception_type,
@@ -405,16 +440,39 @@ class InMemoryDataStore(_Facts, DataStoreBase):
                     last_seen_run_id=run.id,
                     first_seen_at_ms=finished_ms,
                     last_seen_at_ms=finished_ms,
+                    runs=1,
+                    tests=tests,
+                    seq=places[signature],
                 )
             else:
                 first = old.first_seen_run_id
+                earlier = first is not None and run.id < first
                 state.signatures[key] = attrs.evolve(
                     old,
                     count=old.count + seen.occurrences,
-                    first_seen_run_id=None if first is None else min(first, run.id),
+                    first_seen_run_id=run.id if earlier else first,
+                    first_seen_at_ms=finished_ms if earlier else old.first_seen_at_ms,
                     last_seen_run_id=run.id,
                     last_seen_at_ms=finished_ms,
+                    runs=old.runs + 1,
+                    tests=old.tests | tests,
+                    seq=places[signature],
                 )
+
+    def _signature_hits(self, run_id: int) -> list[tuple[str, str]]:
+        """``(signature, node id)`` of the first error of every failing item and collection
+        error of a run (what :meth:`TestRunsMemoryState.heads` yields, with node ids)."""
+        state = self._state
+        cases = state.cases.get(run_id)
+        hits = [
+            (case.errors[0].signature, case.nodeid)
+            for case in (cases.values() if cases else ())
+            if case.outcome in FAILING_OUTCOMES and case.errors
+        ]
+        collection = state.collection.get(run_id)
+        if collection:
+            hits.extend((item.error.signature, item.nodeid) for item in collection.values())
+        return hits
 
     def _stale(self, project: str, cutoff_ms: int) -> Iterable[int]:
         return [
@@ -463,6 +521,11 @@ class InMemoryDataStore(_Facts, DataStoreBase):
             for table in (state.cases, state.collection, state.modules, state.coverage):
                 table.pop(run_id, None)
             state.test_coverage.pop(run_id, None)
+            state.quarantined.pop(run_id, None)
+        for check_id, check in list(state.fix_checks.items()):
+            if check.result.run_id in doomed:  # the evidence outlives its run
+                state.fix_checks[check_id] = attrs.evolve(
+                    check, result=attrs.evolve(check.result, run_id=None))
         if doomed:
             for key, entries in list(state.history.items()):
                 if any(e.run_id in doomed for e in entries):
@@ -546,6 +609,27 @@ class InMemoryDataStore(_Facts, DataStoreBase):
             state.coverage_tests[(run.project, nodeid)] = None
         self._touch(run.id, now_ms)
 
+    # -- quarantine and fix checks ---------------------------------------------------------
+
+    def _recorded_nodeids(self, run: RunFacts, nodeids: Sequence[str]) -> frozenset[str]:
+        cases = self._state.cases.get(run.id)
+        return frozenset(n for n in nodeids if cases is not None and n in cases)
+
+    def _store_quarantined(
+        self, run: RunFacts, items: tuple[QuarantinedItem, ...], now_ms: int
+    ) -> None:
+        if items:
+            self._state.quarantined[run.id] = items
+        else:
+            self._state.quarantined.pop(run.id, None)
+        self._touch(run.id, now_ms)
+
+    def _store_fix_check(self, result: FixCheckResult, now_ms: int) -> None:
+        state = self._state
+        check_id = state.counters.get("fix_check", 0) + 1
+        state.counters["fix_check"] = check_id
+        state.fix_checks[check_id] = FixCheck(result, now_ms)
+
     def compact(self) -> Result[None, DataStoreError]:
         """Nothing to compact in memory; always ``Success(None)`` (see ``SqliteDataStore``)."""
         return Success(None)
@@ -598,6 +682,7 @@ class InMemoryDataReader(_Facts, DataReaderBase):
             case.duration_ms,
             case.phases,
             len(case.attempts),
+            case.fingerprint,
         )
 
     def _detail(self, run_id: int, nodeid: str) -> TestDetail | None:
@@ -618,6 +703,7 @@ class InMemoryDataReader(_Facts, DataReaderBase):
             ),
             [(t.description, t.outcome, t.duration_ms, t.error) for t in case.subtests],
             [(a.phases, a.outcome, a.duration_ms, a.errors) for a in case.attempts],
+            [a.source for a in case.attempts],
         )
 
     def _tests(self, run_id: int, outcomes: frozenset[Outcome] | None) -> Iterable[TestRecord]:
@@ -656,6 +742,8 @@ class InMemoryDataReader(_Facts, DataReaderBase):
                 case.outcome,
                 rerun_failures(a.outcome for a in case.attempts),
                 list(state.entries(run.project, case.nodeid)),
+                fingerprint=case.fingerprint,
+                earlier_passes=earlier_passes(a.outcome for a in case.attempts),
             )
             for case in state.cases_by_node(run.id)
         ]
@@ -678,6 +766,10 @@ class InMemoryDataReader(_Facts, DataReaderBase):
                 e.git_commit,
                 e.git_dirty,
                 e.rerun_failures,
+                e.run_executed,
+                e.run_failing,
+                e.fingerprint,
+                e.earlier_passes,
             )
             for e in self._state.history.get((project, nodeid), ())
         )
@@ -819,6 +911,41 @@ class InMemoryDataReader(_Facts, DataReaderBase):
     def _projects_known(self) -> set[str]:
         state = self._state
         return {r.project for r in state.runs.values()} | {p for p, _ in state.history}
+
+    # -- failure signatures across runs ------------------------------------------------------
+
+    def _signatures(self, listing: SignatureListing) -> Sequence[SignatureRow]:
+        before = listing.before
+        rows = sorted(
+            (
+                SignatureRow(
+                    signature, sig.exception_type, sig.message, sig.frame,
+                    sig.first_seen_run_id, sig.first_seen_at_ms, sig.last_seen_run_id,
+                    sig.last_seen_at_ms, sig.runs, len(sig.tests), sig.count, sig.seq,
+                )
+                for (project, signature), sig in self._state.signatures.items()
+                if project == listing.project and (before is None or sig.seq < before)
+            ),
+            key=lambda row: row.seq,
+            reverse=True,
+        )
+        return rows[: listing.limit + 1]
+
+    # -- quarantine and fix checks ---------------------------------------------------------
+
+    def _quarantined(self, run_id: int) -> Sequence[QuarantinedItem]:
+        return self._state.quarantined.get(run_id, ())
+
+    def _known_nodeids(self, project: str, nodeids: Sequence[str]) -> frozenset[str]:
+        return frozenset(nodeids).intersection(self._nodeids(project))
+
+    def _fix_checks(self, project: str, nodeid: str | None, limit: int) -> Sequence[FixCheck]:
+        checks = self._state.fix_checks
+        found = [checks[k] for k in sorted(checks, reverse=True)
+                 if checks[k].result.project == project
+                 and (nodeid is None or checks[k].result.nodeid == nodeid)]
+        return found[:limit]
+
 
 def in_memory_test_runs() -> Layer:
     """The in-memory test-run services: ``DataStore`` and ``DataReader`` sharing one

@@ -23,6 +23,13 @@ from typing import Protocol, TypeVar
 from returns.result import Failure, Result, Success
 
 from runstore.services._primitives import and_then
+from runstore.services._quarantine_rules import (
+    check_fix_check,
+    check_fix_checks,
+    decide_fix_check,
+    decide_quarantined,
+    prepare_quarantined,
+)
 from runstore.services._search_rules import (
     FAILURE_CURSOR,
     TEST_CURSOR,
@@ -33,6 +40,12 @@ from runstore.services._search_rules import (
     failure_hit,
     hits_page,
     test_hit,
+)
+from runstore.services._signature_rules import (
+    SignatureListing,
+    SignatureRow,
+    check_signature_listing,
+    signature_page,
 )
 from runstore.services._test_runs_rules import (
     HISTORY_STATUSES,
@@ -53,6 +66,8 @@ from runstore.services._test_runs_rules import (
     check_abort,
     check_batch,
     check_finish,
+    check_flaky_policy,
+    check_known,
     check_lookup,
     check_run_listing,
     check_search,
@@ -79,6 +94,7 @@ from runstore.services._test_runs_rules import (
     prepare_test_coverage,
     rank_matches,
     run_page,
+    run_share,
     valid_limit,
     valid_outcomes,
     valid_policy,
@@ -90,6 +106,8 @@ from runstore.services.errors import Busy, InvalidInput, NotFound, StorageFailur
 from runstore.services.pagination import Page
 from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
+    DEFAULT_FIX_CHECKS,
+    DEFAULT_FLAKY_POLICY,
     DEFAULT_TESTS_FOR_RUNS,
     Classification,
     CollectionError,
@@ -98,11 +116,16 @@ from runstore.services.test_runs import (
     DataReaderError,
     DataStoreError,
     FailureRecord,
+    FailureSignature,
     FileCoverage,
+    FixCheck,
+    FixCheckResult,
+    FlakyPolicy,
     FlakyTest,
     HistoryEntry,
     Outcome,
     PruneRunsResult,
+    QuarantinedItem,
     RunComparison,
     RunId,
     RunRetentionPolicy,
@@ -215,8 +238,8 @@ class DataStoreBase(_TestRuns):
     @abstractmethod
     def _record_history(self, run: RunFacts, finished_ms: int) -> None:
         """Add the history entries of the finished ``run`` (one per executed item, failing
-        ones with the streak :func:`streak_at` gives), each test's window trimmed to
-        ``DEFAULT_HISTORY_WINDOW``."""
+        ones with the streak :func:`streak_at` gives, and the run's executed and failing
+        item counts), each test's history trimmed to ``HISTORY_DEPTH``."""
 
     @abstractmethod
     def _record_signatures(self, run: RunFacts, finished_ms: int) -> None:
@@ -425,6 +448,67 @@ class DataStoreBase(_TestRuns):
         )
 
 
+    # -- quarantine and fix checks -----------------------------------------------------------
+
+    @abstractmethod
+    def _recorded_nodeids(self, run: RunFacts, nodeids: Sequence[str]) -> frozenset[str]:
+        """Those of ``nodeids`` the stored ``run`` has an item of."""
+
+    @abstractmethod
+    def _store_quarantined(
+        self, run: RunFacts, items: tuple[QuarantinedItem, ...], now_ms: int
+    ) -> None:
+        """Replace the quarantined items of the running ``run`` with ``items`` (each an item
+        of the run)."""
+
+    @abstractmethod
+    def _store_fix_check(self, result: FixCheckResult, now_ms: int) -> None:
+        """Append one checked fix check, stamped ``now_ms``."""
+
+    def mark_quarantined(
+        self, run_id: RunId, items: Sequence[QuarantinedItem]
+    ) -> Result[int, DataStoreError]:
+        """See ``DataStore.mark_quarantined``: checked by :func:`prepare_quarantined`, then
+        the running run and its items decided on (:func:`decide_quarantined`) and stored,
+        in one unit."""
+
+        def unit(
+            run_id: int, prepared: tuple[QuarantinedItem, ...]
+        ) -> Result[int, DataStoreError]:
+            running = decide_running(run_id, self._run(run_id))
+            if isinstance(running, Failure):
+                return Failure(running.failure())
+            run = running.unwrap()
+            recorded = self._recorded_nodeids(run, [i.nodeid for i in prepared])
+            decided = decide_quarantined(prepared, recorded)
+            if isinstance(decided, Failure):
+                return Failure(decided.failure())
+            self._store_quarantined(run, decided.unwrap(), self._clock.now_ms())
+            return Success(len(prepared))
+
+        return and_then(
+            check_batch(run_id, items, prepare_quarantined),
+            lambda args: self._db.transact("mark_quarantined", lambda: unit(*args)),
+        )
+
+    def record_fix_check(self, result: FixCheckResult) -> Result[FixCheck, DataStoreError]:
+        """See ``DataStore.record_fix_check``: :func:`check_fix_check`, then its run decided
+        on (:func:`decide_fix_check`) and the check stored, in one unit."""
+
+        def unit(checked: FixCheckResult) -> Result[FixCheck, DataStoreError]:
+            run = None if checked.run_id is None else self._run(checked.run_id)
+            decided = decide_fix_check(checked, run)
+            if isinstance(decided, Failure):
+                return Failure(decided.failure())
+            now_ms = self._clock.now_ms()
+            self._store_fix_check(decided.unwrap(), now_ms)
+            return Success(FixCheck(decided.unwrap(), now_ms))
+
+        return and_then(
+            check_fix_check(result),
+            lambda checked: self._db.transact("record_fix_check", lambda: unit(checked)),
+        )
+
 class DataReaderBase(_TestRuns):
     """:class:`DataReader` on a backend's hooks (see the module docstring); every method
     checks its arguments, then reads in one read unit (one snapshot)."""
@@ -613,45 +697,62 @@ class DataReaderBase(_TestRuns):
 
         return self._on_run("failures", run_id, _NOTHING, failures)
 
-    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """See ``DataReader.classify``: each item now (with the run's commit and its failed
-        rerun attempts) against the history entries of runs with a lower id
-        (:func:`classify_run`)."""
+    def classify(
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """See ``DataReader.classify``: each item now (with the run's commit, its failed
+        rerun attempts and the run's executed and failing counts) against the history
+        entries of runs with a lower id (:func:`classify_run` under ``policy``, checked
+        first)."""
         return self._on_run(
             "classify",
             run_id,
-            _NOTHING,
-            lambda run, _: Success(classify_run(run, self._now_items(run))),
+            check_flaky_policy(policy),
+            lambda run, chosen: Success(
+                classify_run(run, self._now_items(run), chosen, self._share(run))
+            ),
         )
+
+    def _share(self, run: RunFacts) -> tuple[int, int]:
+        """The run's executed and failing item counts now (:func:`run_share`)."""
+        return run_share(self._summary(run.id).counts)
 
     def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
         """The items ``classify_unstable`` judges: at least every item that fails now, had
         failed attempts now, or has a failing or rerun-failed history entry (every item, by
-        default; a backend may read fewer)."""
+        default; a backend may read fewer). No policy makes any other item unstable: every
+        flaky rule rests on a failing entry or a failed attempt."""
         return self._now_items(run)
 
     def classify_unstable(
-        self, run_id: RunId
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
     ) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """See ``DataReader.classify_unstable``: :func:`classify_run` over the unsettled
-        items (:meth:`_unsettled_items`), the stable verdicts left out."""
+        """See ``DataReader.classify_unstable``: :func:`classify_run` under ``policy`` over
+        the unsettled items (:meth:`_unsettled_items`), the stable verdicts left out."""
         return self._on_run(
             "classify_unstable",
             run_id,
-            _NOTHING,
-            lambda run, _: Success(tuple(
-                c for c in classify_run(run, self._unsettled_items(run))
+            check_flaky_policy(policy),
+            lambda run, chosen: Success(tuple(
+                c for c in classify_run(
+                    run, self._unsettled_items(run), chosen, self._share(run)
+                )
                 if c.classification is not Classification.STABLE
             )),
         )
 
-    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
+    def flaky_tests(
+        self, project: str, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[FlakyTest, ...], DataReaderError]:
         """See ``DataReader.flaky_tests``: the newest window of each test's history, judged
-        by :func:`flaky_entry`."""
+        by :func:`flaky_entry` under ``policy`` (checked after the project)."""
+        checked = valid_project(project).bind(
+            lambda name: check_flaky_policy(policy).map(lambda chosen: (name, chosen))
+        )
         return self._read(
             "flaky_tests",
-            valid_project(project),
-            lambda name: Success(flaky_of(self._histories(name))),
+            checked,
+            lambda args: Success(flaky_of(self._histories(args[0]), args[1])),
         )
 
     def history(
@@ -828,6 +929,65 @@ class DataReaderBase(_TestRuns):
 
         checked = check_search_request(text, limit, cursor, TEST_CURSOR, project=project)
         return self._read("search_tests", checked, read)
+
+    # -- failure signatures across runs (runstore.services._signature_rules) ---------------
+
+    @abstractmethod
+    def _signatures(self, listing: SignatureListing) -> Sequence[SignatureRow]:
+        """The first ``listing.limit + 1`` signatures of ``listing.project`` placed before
+        ``listing.before`` (all when None), newest place (``seen_seq``) first."""
+
+    def failure_signatures(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[FailureSignature], DataReaderError]:
+        """See ``DataReader.failure_signatures``: check, read ``limit + 1`` rows in one read,
+        make the page (:func:`signature_page`)."""
+        return self._read(
+            "failure_signatures",
+            check_signature_listing(project, limit, cursor),
+            lambda listing: Success(signature_page(self._signatures(listing), listing.limit)),
+        )
+
+
+    # -- quarantine and fix checks -----------------------------------------------------------
+
+    @abstractmethod
+    def _quarantined(self, run_id: int) -> Sequence[QuarantinedItem]:
+        """The quarantined items of the stored run ``run_id``, by node id."""
+
+    @abstractmethod
+    def _fix_checks(self, project: str, nodeid: str | None, limit: int) -> Sequence[FixCheck]:
+        """The newest ``limit`` fix checks of ``project`` (of ``nodeid`` when given), newest
+        first."""
+
+    @abstractmethod
+    def _known_nodeids(self, project: str, nodeids: Sequence[str]) -> frozenset[str]:
+        """Those of ``nodeids`` with a record in ``project`` (as ``_nodeids`` lists them)."""
+
+    def known_tests(
+        self, project: str, nodeids: Iterable[str]
+    ) -> Result[frozenset[str], DataReaderError]:
+        """See ``DataReader.known_tests``: :func:`check_known`, then one read."""
+        return self._read(
+            "known_tests", check_known(project, nodeids),
+            lambda args: Success(self._known_nodeids(*args)),
+        )
+
+    def quarantined(self, run_id: RunId) -> Result[tuple[QuarantinedItem, ...], DataReaderError]:
+        """See ``DataReader.quarantined``: one read of the stored run's rows."""
+        return self._on_run(
+            "quarantined", run_id, _NOTHING,
+            lambda run, _: Success(tuple(self._quarantined(run.id))),
+        )
+
+    def fix_checks(
+        self, project: str, nodeid: str | None = None, *, limit: int = DEFAULT_FIX_CHECKS
+    ) -> Result[tuple[FixCheck, ...], DataReaderError]:
+        """See ``DataReader.fix_checks``: :func:`check_fix_checks`, then one read."""
+        return self._read(
+            "fix_checks", check_fix_checks(project, nodeid, limit),
+            lambda args: Success(tuple(self._fix_checks(*args))),
+        )
 
 _NOTHING: Result[None, InvalidInput] = Success(None)
 """The checked arguments of a method that takes none but a run id."""

@@ -41,6 +41,7 @@ from runstore.layers._sqlite_errors import from_apsw
 from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
 from runstore.services._search_rules import FailureRow, SearchQuery, TestRow
+from runstore.services._signature_rules import SignatureListing, SignatureRow, seen_order
 from runstore.services._test_runs_rules import (
     OUTCOME_ORDER,
     SUBTEST_WORDS,
@@ -68,17 +69,21 @@ from runstore.services._test_runs_rules import (
 )
 from runstore.services.clock import Clock
 from runstore.services.test_runs import (
-    DEFAULT_HISTORY_WINDOW,
+    HISTORY_DEPTH,
+    AttemptSource,
     ChangedFile,
     DataReader,
     DataStore,
     DataStoreError,
     Environment,
     FileCoverage,
+    FixCheck,
+    FixCheckResult,
     HistoryEntry,
     Outcome,
     Phase,
     PhaseResult,
+    QuarantinedItem,
     RunId,
     RunStatus,
     RunSummary,
@@ -97,6 +102,11 @@ _PHASE = {p.value: p for p in Phase}
 _STATUS = {s.value: s for s in RunStatus}
 _EXECUTED_SQL = "('passed', 'failed', 'xpassed', 'error')"
 _FAILING_SQL = "('failed', 'error')"
+_EARLIER_PASSES_SQL = (
+    "CASE WHEN c.attempts > 0 THEN (SELECT count(*) FROM test_attempts a"
+    " WHERE a.case_id = c.id AND a.outcome IN ('passed', 'xpassed')) ELSE 0 END"
+)
+"""The passing earlier attempts of the item ``c`` (``HistoryEntry.earlier_passes``)."""
 
 _RUN_COLUMNS = (
     "id, project, invocation_id, status, started_at_ms, finished_at_ms, python_version,"
@@ -112,7 +122,8 @@ _SUBTEST_COLUMNS = {
 }
 _HISTORY_COLUMNS = (
     "h.seq, h.run_id, h.outcome, h.git_commit, h.git_dirty, h.rerun_failures, h.message,"
-    " h.streak, h.streak_since, h.streak_message"
+    " h.streak, h.streak_since, h.streak_message, h.run_executed, h.run_failing,"
+    " h.fingerprint, h.earlier_passes"
 )
 """The columns of a history row that make its ``WindowEntry`` (:func:`_entry`), seq first."""
 
@@ -128,6 +139,24 @@ _HEADS_OF_RUN = (
     " WHERE ce.run_id = ?1"
 )
 """The first error of every failing item and collection error of run ``?1``."""
+_ADD_SIGNATURE_TESTS = (
+    "INSERT INTO failure_signature_tests (project, signature, nodeid)"
+    " SELECT DISTINCT ?2, h.signature, h.nodeid FROM ("
+    "  SELECT e.signature AS signature, t.nodeid AS nodeid"
+    "  FROM test_cases c CROSS JOIN test_errors e ON e.case_id = c.id AND e.attempt = 0"
+    "   AND e.ordinal = 0 AND e.depth = 0 AND e.subtest IS NULL"
+    "  CROSS JOIN tests t ON t.id = c.test_id"
+    f"  WHERE c.run_id = ?1 AND c.outcome IN {_FAILING_SQL}"
+    "  UNION ALL"
+    "  SELECT e.signature, ce.nodeid"
+    "  FROM collection_errors ce CROSS JOIN test_errors e ON e.collection_error_id = ce.id"
+    "   AND e.depth = 0"
+    "  WHERE ce.run_id = ?1) h"
+    " WHERE true ON CONFLICT (project, signature, nodeid) DO NOTHING RETURNING signature"
+)
+"""Add the (signature, node id) pairs of run ``?1`` (project ``?2``) that
+``failure_signature_tests`` lacks, returning the signature of each one added."""
+_MAX_SEQ = 2**63 - 1
 _UNSETTLED_SQL = (
     f" AND (c.outcome IN {_FAILING_SQL} OR c.attempts > 0 OR EXISTS (SELECT 1"
     " FROM test_history u WHERE u.test_id = c.test_id AND (u.run_id IS NULL OR u.run_id < ?1)"
@@ -181,6 +210,10 @@ def _entry(row: Sequence[Any]) -> WindowEntry:
         streak=row[6],
         streak_since=row[7],
         streak_message=row[8],
+        run_executed=row[9],
+        run_failing=row[10],
+        fingerprint=row[11],
+        earlier_passes=row[12],
     )
 
 
@@ -591,6 +624,7 @@ class SqliteDataStore(_Facts, DataStoreBase):
                     json.dumps(markers, ensure_ascii=False) if markers else None,
                     *columns,
                     len(case.attempts),
+                    case.fingerprint,
                 )
             )
             tally[outcome] += 1
@@ -614,6 +648,7 @@ class SqliteDataStore(_Facts, DataStoreBase):
                         attempt.outcome.value,
                         attempt.duration_ms,
                         *_phase_columns(attempt.phases),
+                        attempt.source.value,
                     )
                 )
             for position, subtest in enumerate(case.subtests):
@@ -648,8 +683,8 @@ class SqliteDataStore(_Facts, DataStoreBase):
                 "INSERT INTO test_cases (id, run_id, test_id, module_id, outcome, duration_ms,"
                 " name, parametrize_id, line, markers, setup_outcome, setup_ms, setup_reason,"
                 " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
-                " teardown_reason, attempts)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " teardown_reason, attempts, fingerprint)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 case_rows,
             )
         if outputs:
@@ -662,8 +697,8 @@ class SqliteDataStore(_Facts, DataStoreBase):
             db.executemany(
                 "INSERT INTO test_attempts (case_id, ordinal, outcome, duration_ms,"
                 " setup_outcome, setup_ms, setup_reason, call_outcome, call_ms, call_reason,"
-                " teardown_outcome, teardown_ms, teardown_reason)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " teardown_outcome, teardown_ms, teardown_reason, source)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 attempts,
             )
         if subtests:
@@ -749,14 +784,17 @@ class SqliteDataStore(_Facts, DataStoreBase):
         )
         db.execute(
             "INSERT INTO test_history (test_id, seq, run_id, outcome, duration_ms,"
-            " recorded_at_ms, message, git_commit, git_dirty, rerun_failures)"
+            " recorded_at_ms, message, git_commit, git_dirty, rerun_failures,"
+            " run_executed, run_failing, fingerprint, earlier_passes)"
             " SELECT c.test_id, ?1, ?2, c.outcome, c.duration_ms, ?3,"
             f" CASE WHEN c.outcome IN {_FAILING_SQL} THEN (SELECT e.message FROM test_errors e"
             "  WHERE e.case_id = c.id AND e.attempt = 0 AND e.ordinal = 0 AND e.depth = 0"
             "  AND e.subtest IS NULL) END,"
             " r.git_commit, r.git_dirty,"
             " CASE WHEN c.attempts > 0 THEN (SELECT count(*) FROM test_attempts a"
-            f"  WHERE a.case_id = c.id AND a.outcome IN {_FAILING_SQL}) ELSE 0 END"
+            f"  WHERE a.case_id = c.id AND a.outcome IN {_FAILING_SQL}) ELSE 0 END,"
+            " r.n_passed + r.n_failed + r.n_xpassed + r.n_error, r.n_failed + r.n_error,"
+            f" c.fingerprint, {_EARLIER_PASSES_SQL}"
             " FROM test_runs r CROSS JOIN test_cases c ON c.run_id = r.id"
             f" WHERE r.id = ?2 AND c.outcome IN {_EXECUTED_SQL}",
             (seq, run_id, finished_ms),
@@ -771,7 +809,7 @@ class SqliteDataStore(_Facts, DataStoreBase):
             "  FROM test_history h"
             "  WHERE h.test_id IN (SELECT test_id FROM test_history WHERE run_id = ?))"
             " WHERE newest > ?)",
-            (run_id, DEFAULT_HISTORY_WINDOW),
+            (run_id, HISTORY_DEPTH),
         )
 
     def _record_streaks(self, run_id: int, seq: int) -> None:
@@ -803,22 +841,51 @@ class SqliteDataStore(_Facts, DataStoreBase):
             )
 
     def _record_signatures(self, run: RunFacts, finished_ms: int) -> None:
-        tally = tally_signatures(self._db.execute(_HEADS_OF_RUN, (run.id,)))
-        if tally:
-            self._db.executemany(
-                "INSERT INTO failure_signatures (project, signature, exception_type, message,"
-                " frame, count, first_seen_run_id, last_seen_run_id, first_seen_at_ms,"
-                " last_seen_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT (project, signature) DO UPDATE"
-                " SET count = failure_signatures.count + excluded.count,"
-                " first_seen_run_id = min(failure_signatures.first_seen_run_id,"
-                "  excluded.first_seen_run_id),"
-                " last_seen_run_id = excluded.last_seen_run_id,"
-                " last_seen_at_ms = excluded.last_seen_at_ms",
-                [
-                    (run.project, signature, *seen, run.id, run.id, finished_ms, finished_ms)
-                    for signature, seen in tally.items()
-                ],
+        """Upsert the run's signatures (one more run each, a fresh place: ``seen_order``),
+        then its (signature, node id) pairs, adding the new ones to ``n_tests``."""
+        db = self._db
+        tally = tally_signatures(db.execute(_HEADS_OF_RUN, (run.id,)))
+        if not tally:
+            return
+        last = db.scalar(
+            "UPDATE test_run_sequences SET value = value + ? WHERE name = 'signature'"
+            " RETURNING value",
+            (len(tally),),
+        )
+        places = seen_order(tally, int(last) - len(tally))
+        db.executemany(
+            "INSERT INTO failure_signatures (project, signature, exception_type, message,"
+            " frame, count, first_seen_run_id, last_seen_run_id, first_seen_at_ms,"
+            " last_seen_at_ms, n_runs, n_tests, seen_seq)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 0, ?)"
+            " ON CONFLICT (project, signature) DO UPDATE"
+            " SET count = failure_signatures.count + excluded.count,"
+            # A NULL first run (pruned) stays NULL: it was lower than any run recording now
+            # (PostgreSQL's LEAST would skip the NULL). Its time goes with the run.
+            " first_seen_at_ms = CASE WHEN excluded.first_seen_run_id"
+            "  < failure_signatures.first_seen_run_id THEN excluded.first_seen_at_ms"
+            "  ELSE failure_signatures.first_seen_at_ms END,"
+            " first_seen_run_id = CASE WHEN excluded.first_seen_run_id"
+            "  < failure_signatures.first_seen_run_id THEN excluded.first_seen_run_id"
+            "  ELSE failure_signatures.first_seen_run_id END,"
+            " last_seen_run_id = excluded.last_seen_run_id,"
+            " last_seen_at_ms = excluded.last_seen_at_ms,"
+            " n_runs = failure_signatures.n_runs + 1,"
+            " seen_seq = excluded.seen_seq",
+            [
+                (run.project, signature, *seen, run.id, run.id, finished_ms, finished_ms,
+                 places[signature])
+                for signature, seen in tally.items()
+            ],
+        )
+        added = Counter(
+            row[0] for row in db.execute(_ADD_SIGNATURE_TESTS, (run.id, run.project))
+        )
+        if added:
+            db.executemany(
+                "UPDATE failure_signatures SET n_tests = n_tests + ?"
+                " WHERE project = ? AND signature = ?",
+                [(n, run.project, signature) for signature, n in sorted(added.items())],
             )
 
     def _stale(self, project: str, cutoff_ms: int) -> Iterable[int]:
@@ -967,6 +1034,39 @@ class SqliteDataStore(_Facts, DataStoreBase):
             )
         db.execute("UPDATE test_runs SET last_write_at_ms = ? WHERE id = ?", (now_ms, run.id))
 
+    # -- quarantine and fix checks ---------------------------------------------------------
+
+    def _recorded_nodeids(self, run: RunFacts, nodeids: Sequence[str]) -> frozenset[str]:
+        return frozenset(
+            nodeid for (nodeid,) in self._db.execute(
+                "SELECT t.nodeid FROM test_cases c JOIN tests t ON t.id = c.test_id"
+                " WHERE c.run_id = ? AND t.nodeid IN (SELECT value FROM json_each(?))",
+                (run.id, json.dumps(list(nodeids))),
+            )
+        )
+
+    def _store_quarantined(
+        self, run: RunFacts, items: tuple[QuarantinedItem, ...], now_ms: int
+    ) -> None:
+        db = self._db
+        db.execute("DELETE FROM test_quarantined WHERE run_id = ?", (run.id,))
+        if items:
+            db.executemany(
+                "INSERT INTO test_quarantined (run_id, test_id, entry)"
+                " SELECT c.run_id, c.test_id, ? FROM test_cases c"
+                " JOIN tests t ON t.id = c.test_id WHERE c.run_id = ? AND t.nodeid = ?",
+                [(item.entry, run.id, item.nodeid) for item in items],
+            )
+        db.execute("UPDATE test_runs SET last_write_at_ms = ? WHERE id = ?", (now_ms, run.id))
+
+    def _store_fix_check(self, result: FixCheckResult, now_ms: int) -> None:
+        self._db.execute(
+            "INSERT INTO fix_checks (id, project, nodeid, run_id, executions, passed, failed,"
+            " released, checked_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self._next_id("fix_checks"), result.project, result.nodeid, result.run_id,
+             result.executions, result.passed, result.failed, int(result.released), now_ms),
+        )
+
     def compact(self, *, full: bool = False) -> Result[None, DataStoreError]:
         """Give pages freed by pruning back to the file system, outside any transaction.
 
@@ -1033,7 +1133,7 @@ class SqliteDataReader(_Facts, DataReaderBase):
             "SELECT t.nodeid, f.path, c.name, c.parametrize_id, c.line, c.markers, c.outcome,"
             " c.duration_ms, c.setup_outcome, c.setup_ms, c.setup_reason, c.call_outcome,"
             " c.call_ms, c.call_reason, c.teardown_outcome, c.teardown_ms, c.teardown_reason,"
-            " c.attempts"
+            " c.attempts, c.fingerprint"
             " FROM test_cases c JOIN tests t ON t.id = c.test_id"
             " JOIN test_modules m ON m.id = c.module_id JOIN files f ON f.id = m.file_id"
             " WHERE c.run_id = ?" + where,
@@ -1055,6 +1155,7 @@ class SqliteDataReader(_Facts, DataReaderBase):
                     row[7],
                     phases,
                     row[17],
+                    row[18],
                 )
             )
         return records
@@ -1159,15 +1260,17 @@ class SqliteDataReader(_Facts, DataReaderBase):
                 (case_id,),
             )
         ]
+        attempt_rows = db.execute(
+            "SELECT ordinal, outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
+            " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
+            " teardown_reason, source FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
+            (case_id,),
+        )
         attempts = [
             (_phases_of(r[3:12]), _OUTCOME[r[1]], r[2], attempt_errors.get(r[0], ()))
-            for r in db.execute(
-                "SELECT ordinal, outcome, duration_ms, setup_outcome, setup_ms, setup_reason,"
-                " call_outcome, call_ms, call_reason, teardown_outcome, teardown_ms,"
-                " teardown_reason FROM test_attempts WHERE case_id = ? ORDER BY ordinal",
-                (case_id,),
-            )
+            for r in attempt_rows
         ]
+        sources = [AttemptSource(r[12]) for r in attempt_rows]
         texts = (
             ("", False, "", False, "", False)
             if output is None
@@ -1180,7 +1283,7 @@ class SqliteDataReader(_Facts, DataReaderBase):
                 bool(output[5]),
             )
         )
-        return test_detail(record, item_errors, texts, subtests, attempts)
+        return test_detail(record, item_errors, texts, subtests, attempts, sources)
 
     def _failing(self, run: RunFacts) -> Sequence[FailingItem]:
         db = self._db
@@ -1245,23 +1348,27 @@ class SqliteDataReader(_Facts, DataReaderBase):
         rows = self._db.execute(
             "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
             " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
-            f"  AND a.outcome IN {_FAILING_SQL}) ELSE 0 END, {_HISTORY_COLUMNS}"
+            f"  AND a.outcome IN {_FAILING_SQL}) ELSE 0 END, c.fingerprint, {_HISTORY_COLUMNS},"
+            f" {_EARLIER_PASSES_SQL}"
             " FROM test_cases c JOIN tests t ON t.id = c.test_id"
             " LEFT JOIN test_history h ON h.test_id = c.test_id"
             "  AND (h.run_id IS NULL OR h.run_id < ?1)"
             " WHERE c.run_id = ?1" + only,
             (run.id,),
         )
-        grouped: dict[str, tuple[str, int, list[tuple[int, WindowEntry]]]] = {}
+        grouped: dict[str, tuple[str, int, str | None, list[tuple[int, WindowEntry]]]] = {}
+        passes: dict[str, int] = {}  # the item's passing earlier attempts, the last column
         for row in rows:
             item = grouped.get(row[0])
             if item is None:
-                item = grouped[row[0]] = (row[1], row[2], [])
-            if row[3] is not None:
-                item[2].append((row[3], _entry(row[4:])))
+                item = grouped[row[0]] = (row[1], row[2], row[3], [])
+                passes[row[0]] = row[-1]
+            if row[4] is not None:
+                item[3].append((row[4], _entry(row[5:])))
         return [
-            ItemNow(nodeid, _OUTCOME[outcome], reruns, _newest_first(entries))
-            for nodeid, (outcome, reruns, entries) in grouped.items()
+            ItemNow(nodeid, _OUTCOME[outcome], reruns, _newest_first(entries), fingerprint,
+                    passes[nodeid])
+            for nodeid, (outcome, reruns, fingerprint, entries) in grouped.items()
         ]
 
     def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
@@ -1284,7 +1391,8 @@ class SqliteDataReader(_Facts, DataReaderBase):
     def _history(self, project: str, nodeid: str) -> tuple[HistoryEntry, ...]:
         rows = self._db.execute(
             "SELECT h.run_id, h.outcome, h.duration_ms, h.recorded_at_ms, h.message,"
-            " h.git_commit, h.git_dirty, h.rerun_failures"
+            " h.git_commit, h.git_dirty, h.rerun_failures, h.run_executed, h.run_failing,"
+            " h.fingerprint, h.earlier_passes"
             " FROM tests t JOIN test_history h ON h.test_id = t.id"
             " WHERE t.project = ? AND t.nodeid = ? ORDER BY h.seq DESC",
             (project, nodeid),
@@ -1299,6 +1407,10 @@ class SqliteDataReader(_Facts, DataReaderBase):
                 r[5],
                 None if r[6] is None else bool(r[6]),
                 r[7],
+                r[8],
+                r[9],
+                r[10],
+                r[11],
             )
             for r in rows
         )
@@ -1413,6 +1525,61 @@ class SqliteDataReader(_Facts, DataReaderBase):
         self, query: SearchQuery, project: str | None, start: tuple[int, ...] | None, count: int
     ) -> Sequence[TestRow]:
         return search_tests(self._db, query, project, start, count)
+
+    # -- failure signatures across runs ------------------------------------------------------
+
+    def _signatures(self, listing: SignatureListing) -> Sequence[SignatureRow]:
+        before = _MAX_SEQ if listing.before is None else listing.before
+        return [
+            SignatureRow(*row)
+            for row in self._db.execute(
+                "SELECT signature, exception_type, message, frame, first_seen_run_id,"
+                " first_seen_at_ms, last_seen_run_id, last_seen_at_ms, n_runs, n_tests, count,"
+                " seen_seq FROM failure_signatures WHERE project = ? AND seen_seq < ?"
+                " ORDER BY seen_seq DESC LIMIT ?",
+                (listing.project, before, listing.limit + 1),
+            )
+        ]
+
+    # -- quarantine and fix checks ---------------------------------------------------------
+
+    def _quarantined(self, run_id: int) -> Sequence[QuarantinedItem]:
+        return [
+            QuarantinedItem(nodeid, entry)
+            for nodeid, entry in self._db.execute(
+                "SELECT t.nodeid, q.entry FROM test_quarantined q JOIN tests t"
+                " ON t.id = q.test_id WHERE q.run_id = ? ORDER BY t.nodeid",
+                (run_id,),
+            )
+        ]
+
+    def _known_nodeids(self, project: str, nodeids: Sequence[str]) -> frozenset[str]:
+        if not nodeids:
+            return frozenset()
+        # json.dumps escapes a lone surrogate; such a node id is never stored, so not found.
+        rows = self._db.execute(
+            "SELECT nodeid FROM tests WHERE project = ?"
+            " AND nodeid IN (SELECT value FROM json_each(?))",
+            (project, json.dumps(list(nodeids))),
+        )
+        return frozenset(r[0] for r in rows)
+
+    def _fix_checks(self, project: str, nodeid: str | None, limit: int) -> Sequence[FixCheck]:
+        return [
+            FixCheck(
+                FixCheckResult(row[0], row[1], None if row[2] is None else RunId(row[2]),
+                               row[3], row[4], row[5], bool(row[6])),
+                row[7],
+            )
+            for row in self._db.execute(
+                "SELECT project, nodeid, run_id, executions, passed, failed, released,"
+                " checked_at_ms FROM fix_checks WHERE project = ?"
+                + ("" if nodeid is None else " AND nodeid = ?")
+                + " ORDER BY id DESC LIMIT ?",
+                (project, limit) if nodeid is None else (project, nodeid, limit),
+            )
+        ]
+
 
 def sqlite_test_runs() -> Layer:
     """The live test-run services: ``DataStore`` and ``DataReader`` on the container's

@@ -57,7 +57,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from operator import attrgetter
-from typing import Any, NamedTuple, NoReturn, TypeVar
+from typing import Any, NamedTuple, NoReturn, TypeGuard, TypeVar
 
 import attrs
 from returns.result import Failure, Result, Success
@@ -73,14 +73,18 @@ from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import CursorCodec, Page, check_limit, page_of
 from runstore.services.test_runs import (
     CHANGED_FILE_STATUS_CODES,
-    DEFAULT_HISTORY_WINDOW,
+    DEFAULT_FLAKY_POLICY,
     FAILING_OUTCOMES,
+    FLAKY_RULES,
+    HISTORY_DEPTH,
     MAX_CAPTURE_CHARS,
     MAX_CHANGED_FILES,
+    MAX_FINGERPRINT_CHARS,
     MAX_FRAMES,
     MAX_MESSAGE_CHARS,
     MAX_SESSION_ID_CHARS,
     MAX_TEXT_CHARS,
+    AttemptSource,
     ChangedFile,
     Classification,
     CollectionError,
@@ -93,6 +97,7 @@ from runstore.services.test_runs import (
     EvidenceRule,
     FailureRecord,
     FileCoverage,
+    FlakyPolicy,
     FlakyTest,
     HistoryEntry,
     Outcome,
@@ -119,6 +124,7 @@ from runstore.services.test_runs import (
 __all__ = [
     "DAY_MS",
     "EXECUTED_OUTCOMES",
+    "FLAKY_RULE_BODIES",
     "HISTORY_STATUSES",
     "MAX_AGE_DAYS",
     "MAX_CAUSES",
@@ -141,6 +147,7 @@ __all__ = [
     "PreparedTestCoverage",
     "PrunePlan",
     "PruneRun",
+    "RuleCheck",
     "RunFacts",
     "RunListing",
     "SignatureTally",
@@ -150,6 +157,8 @@ __all__ = [
     "check_abort",
     "check_batch",
     "check_finish",
+    "check_flaky_policy",
+    "check_known",
     "check_lookup",
     "check_run_listing",
     "check_search",
@@ -183,6 +192,7 @@ __all__ = [
     "flips_of",
     "history_entry",
     "invalid",
+    "is_outage",
     "judge",
     "new_signatures",
     "no_run",
@@ -197,8 +207,10 @@ __all__ = [
     "previous_window",
     "rank_matches",
     "rerun_failures",
+    "rule_checks",
     "run_is_partial",
     "run_page",
+    "run_share",
     "session_id_problem",
     "skip_reason_of",
     "sort_failures",
@@ -217,6 +229,7 @@ __all__ = [
     "valid_project",
     "valid_run_id",
     "valid_status",
+    "window_entry",
 ]
 
 T = TypeVar("T")
@@ -442,6 +455,7 @@ class PreparedAttempt:
     outcome: Outcome
     duration_ms: float
     errors: tuple[PreparedError, ...]
+    source: AttemptSource = AttemptSource.RERUN
 
 
 @attrs.frozen
@@ -481,6 +495,7 @@ class PreparedCase:
     log_truncated: bool
     attempts: tuple[PreparedAttempt, ...]
     subtests: tuple[PreparedSubtest, ...]
+    fingerprint: str | None = None
 
     def owned_errors(self) -> Iterator[tuple[int, int | None, int, PreparedError]]:
         """Every error of the item as ``(attempt, subtest, ordinal, error)``: attempt 0 is
@@ -688,6 +703,7 @@ def _attempt(value: object, field: str) -> PreparedAttempt:
         outcome=derive_outcome(phases),
         duration_ms=_total(phases),
         errors=_errors(value.errors, f"{field}.errors"),
+        source=_enum(AttemptSource, value.source, f"{field}.source"),
     )
 
 
@@ -756,7 +772,28 @@ def _case(value: object, field: str) -> PreparedCase:
         if attempts_in
         else (),
         subtests=subtests,
+        fingerprint=_fingerprint(value.fingerprint, f"{field}.fingerprint"),
     )
+
+
+def is_fingerprint(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a code fingerprint ``TestResult.fingerprint`` accepts: 1 to
+    ``MAX_FINGERPRINT_CHARS`` lowercase hex digits."""
+    return (
+        type(value) is str
+        and 0 < len(value) <= MAX_FINGERPRINT_CHARS
+        and value.isascii()
+        and all(c in _HEX_DIGITS for c in value)
+    )
+
+
+_HEX_DIGITS = frozenset("0123456789abcdef")
+
+
+def _fingerprint(value: object, field: str) -> str | None:
+    if value is None or is_fingerprint(value):
+        return value
+    invalid(field, f"must be 1 to {MAX_FINGERPRINT_CHARS} lowercase hex digits or None")
 
 
 def _subtest_error(subtests: Sequence[PreparedSubtest]) -> tuple[PreparedError, ...]:
@@ -864,6 +901,9 @@ def _plain_case(value: object) -> PreparedCase | None:
         return None
     if value.attempts != () or value.subtests != ():
         return None
+    fingerprint = value.fingerprint
+    if fingerprint is not None and not is_fingerprint(fingerprint):
+        return None
     errors_in = value.errors
     errors: tuple[PreparedError, ...] = ()
     if errors_in != ():
@@ -943,6 +983,7 @@ def _plain_case(value: object) -> PreparedCase | None:
         False,
         (),
         (),
+        fingerprint,
     )
 
 
@@ -1410,8 +1451,10 @@ def test_detail(
     output: tuple[str, bool, str, bool, str, bool],
     subtests: Sequence[tuple[str, Outcome, float, PreparedError | None]],
     attempts: Sequence[tuple[tuple[PhaseResult, ...], Outcome, float, Sequence[PreparedError]]],
+    sources: Sequence[AttemptSource],
 ) -> TestDetail:
-    """Assemble a ``TestDetail`` from an item's stored parts (both layers use this)."""
+    """Assemble a ``TestDetail`` from an item's stored parts (both layers use this);
+    ``sources`` are the attempts' sources in their order (``rerun`` where missing)."""
     return TestDetail(
         test=record,
         errors=tuple(error_info(e) for e in errors),
@@ -1433,8 +1476,9 @@ def test_detail(
                 duration_ms=ms,
                 attempts=0,
                 skip_reason=skip_reason_of(phases),
+                source=sources[number] if number < len(sources) else AttemptSource.RERUN,
             )
-            for phases, outcome, ms, _ in attempts
+            for number, (phases, outcome, ms, _) in enumerate(attempts)
         ),
         attempt_errors=tuple(tuple(error_info(e) for e in errors) for _, _, _, errors in attempts),
     )
@@ -1506,6 +1550,15 @@ class WindowEntry:
     streak: int | None = None
     streak_since: int | None = None
     streak_message: str | None = None
+    run_executed: int | None = None
+    run_failing: int | None = None
+    """The run's executed and failing item counts when it finished (None: unknown), which
+    tell an outage run (:func:`is_outage`)."""
+    fingerprint: str | None = None
+    """The item's code fingerprint in that run (None: unknown), for ``same_code``."""
+    earlier_passes: int = 0
+    """Passing attempts before the final one in that run (runstore's repeats), for
+    ``flipped_in_run``."""
 
 
 @attrs.frozen
@@ -1531,6 +1584,12 @@ class Streak:
 def rerun_failures(attempts: Iterable[Outcome]) -> int:
     """Failing attempts among an item's earlier attempts (``HistoryEntry.rerun_failures``)."""
     return sum(1 for o in attempts if o in FAILING_OUTCOMES)
+
+
+def earlier_passes(attempts: Iterable[Outcome]) -> int:
+    """Passing (passed, xpassed) attempts among an item's earlier attempts
+    (``HistoryEntry.earlier_passes``)."""
+    return sum(1 for o in attempts if o in PASSING_OUTCOMES)
 
 
 def streak_of(now: WindowEntry, previous: Sequence[WindowEntry]) -> Streak:
@@ -1609,55 +1668,240 @@ def _same_commit(window: Sequence[WindowEntry]) -> tuple[str, tuple[WindowEntry,
     return None
 
 
-def _flaky(
-    rule: EvidenceRule, entries: Sequence[WindowEntry], summary: str, label: str = ""
-) -> tuple[Classification, Evidence]:
-    """A flaky verdict resting on ``entries``; the summary ends naming their runs."""
-    return Classification.FLAKY, Evidence(
-        rule, _ids(entries), f"{summary} ({label}{_runs_text(entries)})"
+# -- the flaky policy -------------------------------------------------------------------------
+
+
+def check_flaky_policy(policy: object) -> Result[FlakyPolicy, InvalidInput]:
+    """``policy`` when it is a ``FlakyPolicy`` within its ranges (see ``FlakyPolicy``), else
+    ``InvalidInput`` naming the first bad field (``policy.window``, ``policy.min_runs``,
+    ``policy.flip_rate``, ``policy.evidence``, ``policy.outage_share``,
+    ``policy.outage_min_tests``) and what it allows."""
+    if not isinstance(policy, FlakyPolicy):
+        return Failure(
+            InvalidInput("policy", f"must be a FlakyPolicy, got {_type_name(policy)}")
+        )
+    window = check_int(policy.window, "policy.window", minimum=1, maximum=HISTORY_DEPTH)
+    if isinstance(window, Failure):
+        return Failure(window.failure())
+    least = check_int(policy.min_runs, "policy.min_runs", minimum=1, maximum=policy.window)
+    if isinstance(least, Failure):
+        return Failure(least.failure())
+    for name in ("flip_rate", "outage_share"):
+        value = getattr(policy, name)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0.0 <= value <= 1.0
+        ):
+            return Failure(
+                InvalidInput(
+                    f"policy.{name}", f"must be a number in 0.0..1.0, got {describe(value)}"
+                )
+            )
+    tests = check_int(
+        policy.outage_min_tests, "policy.outage_min_tests", minimum=1, maximum=MAX_SAFE_INT
+    )
+    if isinstance(tests, Failure):
+        return Failure(tests.failure())
+    evidence = policy.evidence
+    allowed = ", ".join(FLAKY_RULES)
+    if not isinstance(evidence, frozenset) or any(
+        not isinstance(rule, EvidenceRule) or rule not in FLAKY_RULES for rule in evidence
+    ):
+        return Failure(
+            InvalidInput(
+                "policy.evidence",
+                f"must be a frozenset of flaky rules ({allowed}), got {describe(evidence)}",
+            )
+        )
+    return Success(policy)
+
+
+def is_outage(entry: WindowEntry, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY) -> bool:
+    """Whether ``entry``'s run was an outage under ``policy``: at least
+    ``outage_min_tests`` executed items, more than ``outage_share`` of them failing. Unknown
+    counts (None) are not an outage."""
+    executed, failing = entry.run_executed, entry.run_failing
+    if executed is None or failing is None or executed < policy.outage_min_tests:
+        return False
+    return failing / executed > policy.outage_share
+
+
+def run_share(counts: Mapping[str, int]) -> tuple[int, int]:
+    """A run's executed and failing item counts from its ``RunSummary.counts``."""
+    executed = sum(counts.get(o.value, 0) for o in EXECUTED_OUTCOMES)
+    return executed, sum(counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+
+
+@attrs.frozen
+class RuleCheck:
+    """One flaky rule tried on a window: whether it ``matched``, the runs it rests on when it
+    did (ascending ids) and one line: its evidence when it matched, why not otherwise."""
+
+    rule: EvidenceRule
+    matched: bool
+    run_ids: tuple[RunId, ...]
+    summary: str
+
+
+class _Hit(NamedTuple):
+    """What a matching rule rests on: entries, one line, and the word before their runs."""
+
+    entries: Sequence[WindowEntry]
+    summary: str
+    label: str = ""
+
+
+_RuleBody = Callable[[Sequence[WindowEntry], FlakyPolicy], "_Hit | str"]
+
+
+def _passed_on_rerun(evidence: Sequence[WindowEntry], policy: FlakyPolicy) -> _Hit | str:
+    rerun = [e for e in evidence if e.outcome in PASSING_OUTCOMES and e.rerun_failures > 0]
+    if not rerun:
+        return "no entry passed after failed rerun attempts"
+    attempts = sum(e.rerun_failures for e in rerun)
+    return _Hit(rerun, f"passed on a rerun after {_plural(attempts, 'failed attempt')}")
+
+
+def _flipped_in_run(evidence: Sequence[WindowEntry], policy: FlakyPolicy) -> _Hit | str:
+    """A failing entry whose run also passed the test in an earlier attempt (runstore's
+    repeats, ``earlier_passes``): its outcome changed inside one run, on one code."""
+    flipped = [e for e in evidence if e.outcome in FAILING_OUTCOMES and e.earlier_passes > 0]
+    if not flipped:
+        return "no failing entry passed in an earlier attempt of its run"
+    passes = sum(e.earlier_passes for e in flipped)
+    return _Hit(flipped, f"failed after passing {_plural(passes, 'earlier attempt')} "
+                         "in the same run")
+
+
+def _same_code(evidence: Sequence[WindowEntry], policy: FlakyPolicy) -> _Hit | str:
+    """A failing and a passing entry with one non-null code fingerprint (the test ran the
+    same code and its outcome changed: no git needed, a dirty tree is fine); the group of
+    the newest such entry when several qualify."""
+    groups: dict[str, list[WindowEntry]] = {}
+    for entry in evidence:
+        if entry.fingerprint is not None:
+            groups.setdefault(entry.fingerprint, []).append(entry)
+    for entry in evidence:
+        if entry.fingerprint is None:
+            continue
+        group = groups[entry.fingerprint]
+        failing = sum(1 for e in group if e.outcome in FAILING_OUTCOMES)
+        if 0 < failing < len(group):
+            return _Hit(group, f"passed and failed on code fingerprint {entry.fingerprint[:12]}")
+    if not groups:
+        return "no entry has a code fingerprint"
+    return "no failing and passing entry share a code fingerprint"
+
+
+def _same_commit_rule(evidence: Sequence[WindowEntry], policy: FlakyPolicy) -> _Hit | str:
+    same = _same_commit(evidence)
+    if same is None:
+        return "no clean commit has both a failing and a passing entry"
+    commit, entries = same
+    return _Hit(entries, f"passed and failed on commit {commit[:12]} with a clean tree")
+
+
+def _oscillation(evidence: Sequence[WindowEntry], policy: FlakyPolicy) -> _Hit | str:
+    streaks = _failing_streaks(evidence)
+    if streaks < 2:
+        return f"{_plural(streaks, 'failing streak')} in the window, 2 needed"
+    flips = flips_of([e.outcome for e in evidence])
+    rate = flips / (len(evidence) - 1)
+    if rate < policy.flip_rate:
+        return (
+            f"flip rate {rate:.2f} ({flips} of {len(evidence) - 1}) is below "
+            f"flip_rate {policy.flip_rate:g}"
+        )
+    failing = [e for e in evidence if e.outcome in FAILING_OUTCOMES]
+    return _Hit(
+        failing,
+        f"{streaks} separate failing streaks in the last {_plural(len(evidence), 'run')}",
+        "failed in ",
     )
 
 
-def judge(window: Sequence[WindowEntry]) -> tuple[Classification, Evidence]:
-    """Decide the verdict and its evidence for a window of executed entries, newest first,
-    ``window[0]`` being the item now (the rules and table of ``Classification``).
+FLAKY_RULE_BODIES: dict[EvidenceRule, tuple[bool, _RuleBody]] = {
+    EvidenceRule.PASSED_ON_RERUN: (False, _passed_on_rerun),
+    EvidenceRule.FLIPPED_IN_RUN: (False, _flipped_in_run),
+    EvidenceRule.SAME_CODE: (True, _same_code),
+    EvidenceRule.SAME_COMMIT: (True, _same_commit_rule),
+    EvidenceRule.OSCILLATION: (True, _oscillation),
+}
+"""Each flaky rule of ``FLAKY_RULES``: whether it compares runs (``FlakyPolicy.min_runs``
+applies) and its body over the evidence entries (the window without outage entries): a
+``_Hit`` when it matches, else why not."""
 
-    Flaky evidence anywhere in the window wins, by precedence ``passed_on_rerun``,
-    ``same_commit``, ``oscillation``; otherwise the verdict follows the item now.
+
+def rule_checks(
+    window: Sequence[WindowEntry], policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+) -> Iterator[RuleCheck]:
+    """Try each flaky rule on ``window`` (newest first) in ``FLAKY_RULES`` order under
+    ``policy``, lazily: a rule left out of ``policy.evidence`` and a history rule with fewer
+    than ``min_runs`` evidence entries do not match, saying so; outage entries are never
+    evidence (:func:`is_outage`)."""
+    evidence = [e for e in window if not is_outage(e, policy)]
+    outages = len(window) - len(evidence)
+    for rule in FLAKY_RULES:
+        history, body = FLAKY_RULE_BODIES[rule]
+        if rule not in policy.evidence:
+            yield RuleCheck(rule, False, (), "not in the policy's evidence")
+            continue
+        if history and len(evidence) < policy.min_runs:
+            left = f" ({_plural(outages, 'outage run')} left out)" if outages else ""
+            yield RuleCheck(
+                rule,
+                False,
+                (),
+                f"{_plural(len(evidence), 'evidence run')}{left}, "
+                f"fewer than min_runs {policy.min_runs}",
+            )
+            continue
+        hit = body(evidence, policy)
+        if isinstance(hit, str):
+            yield RuleCheck(rule, False, (), hit)
+            continue
+        yield RuleCheck(
+            rule, True, _ids(hit.entries), f"{hit.summary} ({hit.label}{_runs_text(hit.entries)})"
+        )
+
+
+_SHARED_FIELDS = tuple(
+    name for name in attrs.fields_dict(WindowEntry) if name in attrs.fields_dict(HistoryEntry)
+)
+
+
+def window_entry(entry: HistoryEntry) -> WindowEntry:
+    """The ``WindowEntry`` of a ``HistoryEntry`` (``DataReader.history``): every field the
+    two records share (run, outcome, commit, dirty flag, rerun failures, message, the run's
+    counts, ...); the stored streak, which ``history`` does not return, stays None."""
+    return WindowEntry(**{name: getattr(entry, name) for name in _SHARED_FIELDS})
+
+
+def judge(
+    window: Sequence[WindowEntry], policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+) -> tuple[Classification, Evidence]:
+    """Decide the verdict and its evidence for a window of executed entries, newest first,
+    ``window[0]`` being the item now (the rules and table of ``Classification``), under
+    ``policy`` (``FlakyPolicy``; the caller cuts the window to ``policy.window``).
+
+    Flaky evidence anywhere in the window wins, by the precedence of ``FLAKY_RULES``
+    (:func:`rule_checks`); otherwise the verdict follows the item now.
     """
+    for check in rule_checks(window, policy):
+        if check.matched:
+            return Classification.FLAKY, Evidence(check.rule, check.run_ids, check.summary)
     now = window[0]
     size = len(window)
-    rerun = [e for e in window if e.outcome in PASSING_OUTCOMES and e.rerun_failures > 0]
-    if rerun:
-        attempts = sum(e.rerun_failures for e in rerun)
-        return _flaky(
-            EvidenceRule.PASSED_ON_RERUN,
-            rerun,
-            f"passed on a rerun after {_plural(attempts, 'failed attempt')}",
-        )
-    same = _same_commit(window)
-    if same is not None:
-        commit, entries = same
-        return _flaky(
-            EvidenceRule.SAME_COMMIT,
-            entries,
-            f"passed and failed on commit {commit[:12]} with a clean tree",
-        )
     streaks = _failing_streaks(window)
-    if streaks >= 2:
-        failing = [e for e in window if e.outcome in FAILING_OUTCOMES]
-        return _flaky(
-            EvidenceRule.OSCILLATION,
-            failing,
-            f"{streaks} separate failing streaks in the last {_plural(size, 'run')}",
-            "failed in ",
-        )
     if now.outcome in FAILING_OUTCOMES:
-        if streaks == 1 and (size == 1 or window[1].outcome not in FAILING_OUTCOMES):
-            earlier = size - 1
+        if size == 1 or window[1].outcome not in FAILING_OUTCOMES:
+            earlier = len(list(
+                itertools.takewhile(lambda e: e.outcome not in FAILING_OUTCOMES, window[1:])
+            ))
             summary = (
                 "first recorded run of this test"
-                if earlier == 0
+                if size == 1
                 else f"first failure after {_plural(earlier, 'passing run')}"
             )
             return Classification.NEW_FAILURE, Evidence(
@@ -1687,10 +1931,12 @@ def judge(window: Sequence[WindowEntry]) -> tuple[Classification, Evidence]:
     return Classification.STABLE, Evidence(EvidenceRule.NO_FAILURE, (), summary)
 
 
-def classify(run_id: int, item: CaseHistory) -> TestClassification:
+def classify(
+    run_id: int, item: CaseHistory, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+) -> TestClassification:
     """Classify one item of run ``run_id`` (see ``Classification``): an item that did not
     execute is ``stable`` because ``not_executed``; otherwise :func:`judge` decides over
-    its window."""
+    its window under ``policy`` (``item.previous`` already cut by :func:`previous_window`)."""
     now = item.now
     if now.outcome not in EXECUTED_OUTCOMES:
         return TestClassification(
@@ -1705,31 +1951,38 @@ def classify(run_id: int, item: CaseHistory) -> TestClassification:
             ),
         )
     window = (now, *item.previous)
-    verdict, because = judge(window)
+    verdict, because = judge(window, policy)
     return TestClassification(
         item.nodeid, now.outcome, verdict, tuple(e.outcome for e in window), because
     )
 
 
-def previous_window(entries: Iterable[WindowEntry], run_id: int) -> tuple[WindowEntry, ...]:
+def previous_window(
+    entries: Iterable[WindowEntry], run_id: int, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+) -> tuple[WindowEntry, ...]:
     """The previous entries of run ``run_id`` from history entries newest first: those of
-    runs with a lower id or of pruned runs (None), at most ``DEFAULT_HISTORY_WINDOW - 1``."""
+    runs with a lower id or of pruned runs (None), at most ``policy.window - 1``."""
+    wanted = policy.window - 1
     chosen: list[WindowEntry] = []
+    if wanted < 1:
+        return ()
     for entry in entries:
         if entry.run_id is None or entry.run_id < run_id:
             chosen.append(entry)
-            if len(chosen) == DEFAULT_HISTORY_WINDOW - 1:
+            if len(chosen) == wanted:
                 break
     return tuple(chosen)
 
 
-def flaky_entry(nodeid: str, entries: Sequence[WindowEntry]) -> FlakyTest | None:
+def flaky_entry(
+    nodeid: str, entries: Sequence[WindowEntry], policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+) -> FlakyTest | None:
     """A ``FlakyTest`` when the newest window of history entries (newest first, at most
-    ``DEFAULT_HISTORY_WINDOW``) has flaky evidence (:func:`judge`), else None."""
-    window = tuple(entries[:DEFAULT_HISTORY_WINDOW])
+    ``policy.window``) has flaky evidence under ``policy`` (:func:`judge`), else None."""
+    window = tuple(entries[: policy.window])
     if not window:
         return None
-    verdict, because = judge(window)
+    verdict, because = judge(window, policy)
     if verdict != Classification.FLAKY:
         return None
     outcomes = tuple(e.outcome for e in window)
@@ -1943,6 +2196,7 @@ def test_record(
     duration_ms: float,
     phases: tuple[PhaseResult, ...],
     attempts: int,
+    fingerprint: str | None = None,
 ) -> TestRecord:
     """The ``TestRecord`` of one stored item (``attempts``: how many earlier attempts it
     has); its skip reason is :func:`skip_reason_of` its phases."""
@@ -1959,6 +2213,7 @@ def test_record(
         phases=phases,
         attempts=attempts,
         skip_reason=skip_reason_of(phases),
+        fingerprint=fingerprint,
     )
 
 
@@ -2137,11 +2392,20 @@ class ItemNow(NamedTuple):
     outcome: Outcome
     rerun_failures: int
     history: Sequence[WindowEntry]
+    fingerprint: str | None = None
+    earlier_passes: int = 0
 
 
-def classify_run(run: RunFacts, items: Iterable[ItemNow]) -> tuple[TestClassification, ...]:
-    """``classify`` of a run: each item now (with the run's commit and dirty flag) against the
-    previous window of its history (:func:`classify`), sorted by node id."""
+def classify_run(
+    run: RunFacts,
+    items: Iterable[ItemNow],
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
+    share: tuple[int, int] | None = None,
+) -> tuple[TestClassification, ...]:
+    """``classify`` of a run under ``policy``: each item now (with the run's commit and dirty
+    flag, and ``share``, its executed and failing item counts now, :func:`run_share`) against
+    the previous window of its history (:func:`classify`), sorted by node id."""
+    executed, failing = (None, None) if share is None else share
     return tuple(
         classify(
             run.id,
@@ -2153,18 +2417,26 @@ def classify_run(run: RunFacts, items: Iterable[ItemNow]) -> tuple[TestClassific
                     git_commit=run.git_commit,
                     git_dirty=run.git_dirty,
                     rerun_failures=item.rerun_failures,
+                    run_executed=executed,
+                    run_failing=failing,
+                    fingerprint=item.fingerprint,
+                    earlier_passes=item.earlier_passes,
                 ),
-                previous_window(item.history, run.id),
+                previous_window(item.history, run.id, policy),
             ),
+            policy,
         )
         for item in sorted(items, key=lambda i: i.nodeid)
     )
 
 
-def flaky_of(histories: Iterable[tuple[str, Sequence[WindowEntry]]]) -> tuple[FlakyTest, ...]:
-    """``flaky_tests`` from each test's history entries newest first (:func:`flaky_entry`),
-    most flips first (:func:`sort_flaky`)."""
-    found = (flaky_entry(nodeid, entries) for nodeid, entries in histories)
+def flaky_of(
+    histories: Iterable[tuple[str, Sequence[WindowEntry]]],
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
+) -> tuple[FlakyTest, ...]:
+    """``flaky_tests`` from each test's history entries newest first (:func:`flaky_entry`
+    under ``policy``), most flips first (:func:`sort_flaky`)."""
+    found = (flaky_entry(nodeid, entries, policy) for nodeid, entries in histories)
     return sort_flaky(f for f in found if f is not None)
 
 
@@ -2195,6 +2467,10 @@ def history_entry(
     git_commit: str | None,
     git_dirty: bool | None,
     rerun_failures: int,
+    run_executed: int | None = None,
+    run_failing: int | None = None,
+    fingerprint: str | None = None,
+    earlier_passes: int = 0,
 ) -> HistoryEntry:
     """The ``HistoryEntry`` of one stored history row (``run_id`` None once pruned)."""
     return HistoryEntry(
@@ -2206,6 +2482,10 @@ def history_entry(
         git_commit=git_commit,
         git_dirty=git_dirty,
         rerun_failures=rerun_failures,
+        run_executed=run_executed,
+        run_failing=run_failing,
+        fingerprint=fingerprint,
+        earlier_passes=earlier_passes,
     )
 
 
@@ -2406,6 +2686,34 @@ def _changed_files(value: Environment) -> dict[str, Any]:
         "git_changed_files": tuple(kept),
         "git_changed_files_truncated": flag or len(items) > MAX_CHANGED_FILES,
     }
+
+
+def check_known(
+    project: object, nodeids: object
+) -> Result[tuple[str, tuple[str, ...]], InvalidInput]:
+    """Check the arguments of ``known_tests``: the project (:func:`valid_project`), then the
+    node ids (any iterable but a ``str``, of ``str`` only); those to look up deduplicated in
+    their order, without the ones no write could store (NUL, a lone surrogate)."""
+    name = valid_project(project)
+    if isinstance(name, Failure):
+        return Failure(name.failure())
+    if isinstance(nodeids, str | bytes) or not isinstance(nodeids, Iterable):
+        return Failure(InvalidInput("nodeids", f"must be node ids, got {_type_name(nodeids)}"))
+    given = list(nodeids)
+    for index, nodeid in enumerate(given):
+        if not isinstance(nodeid, str):
+            return Failure(InvalidInput(f"nodeids[{index}]",
+                                        f"must be a str, got {_type_name(nodeid)}"))
+    storable = (n for n in given if "\x00" not in n and (n.isascii() or _encodes(n)))
+    return Success((name.unwrap(), tuple(dict.fromkeys(storable))))
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def session_id_problem(value: object, field: str = "start.session_id") -> InvalidInput | None:

@@ -53,16 +53,22 @@ from runstore.services.search import FailureHit, TestHit
 __all__ = [
     "CHANGED_FILE_STATUS_CODES",
     "CLASSIFICATION_TABLE",
+    "DEFAULT_FIX_CHECKS",
+    "DEFAULT_FLAKY_POLICY",
     "DEFAULT_HISTORY_WINDOW",
     "DEFAULT_TESTS_FOR_RUNS",
     "FAILING_OUTCOMES",
+    "FLAKY_RULES",
+    "HISTORY_DEPTH",
     "MAX_CAPTURE_CHARS",
     "MAX_CHANGED_FILES",
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
+    "MAX_FINGERPRINT_CHARS",
     "MAX_SESSION_ID_CHARS",
     "MAX_TESTS_FOR_RUNS",
     "MAX_TEXT_CHARS",
+    "AttemptSource",
     "ChangedFile",
     "Classification",
     "CollectionError",
@@ -78,13 +84,18 @@ __all__ = [
     "Evidence",
     "EvidenceRule",
     "FailureRecord",
+    "FailureSignature",
     "FileCoverage",
+    "FixCheck",
+    "FixCheckResult",
+    "FlakyPolicy",
     "FlakyTest",
     "HistoryEntry",
     "Outcome",
     "Phase",
     "PhaseResult",
     "PruneRunsResult",
+    "QuarantinedItem",
     "RunComparison",
     "RunId",
     "RunRetentionPolicy",
@@ -107,7 +118,12 @@ RunId = NewType("RunId", int)
 """Identifies one run (one project in one invocation)."""
 
 DEFAULT_HISTORY_WINDOW = 10
-"""History keeps the newest 10 executed outcomes per (project, node id) (seed 000)."""
+"""The default window: a verdict judges the newest 10 executed outcomes per (project, node id)
+(seed 000); ``FlakyPolicy.window`` changes it, up to ``HISTORY_DEPTH``."""
+
+HISTORY_DEPTH = 50
+"""History keeps the newest 50 executed outcomes per (project, node id), so a configured
+window (``FlakyPolicy.window``) may reach back that far."""
 
 MAX_MESSAGE_CHARS = 16_384
 """Longest stored exception message (characters); longer ones are cut and marked truncated."""
@@ -125,6 +141,9 @@ MAX_CHANGED_FILES = 1_000
 """Most changed paths stored per run (``Environment.git_changed_files``); a longer list keeps
 its first ``MAX_CHANGED_FILES`` and is marked truncated, so a huge dirty tree (a vendored
 folder, a build output nobody ignored) costs a run at most about 100 kB."""
+
+MAX_FINGERPRINT_CHARS = 128
+"""Longest code fingerprint (``TestResult.fingerprint``), in hex digits: a 512-bit digest."""
 
 MAX_SESSION_ID_CHARS = 256
 """Longest agent session id a run may name (``RunStart.session_id``), in characters: the
@@ -155,6 +174,16 @@ class Outcome(StrEnum):
 FAILING_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ERROR})
 
 
+class AttemptSource(StrEnum):
+    """Where an earlier attempt of an item came from: ``rerun`` when another plugin ran the
+    item again (pytest-rerunfailures reruns a failing item; attempts stored before sources
+    were kept are reruns too), ``repeat`` when runstore ran it again itself
+    (``--runstore-repeat``, early flake detection), whatever the earlier outcome."""
+
+    RERUN = "rerun"
+    REPEAT = "repeat"
+
+
 class Phase(StrEnum):
     """The phase a result or an error belongs to; ``collect`` is for collection errors."""
 
@@ -180,6 +209,9 @@ class Classification(StrEnum):
 
     1. ``flaky`` because ``passed_on_rerun``: an entry passed (or xpassed) after failed
        rerun attempts inside its run (Develocity's and Trunk's pass-on-retry rule);
+    1a. ``flaky`` because ``flipped_in_run``: a failing entry whose run also passed it in an
+       earlier attempt (runstore's repeats: ``--runstore-repeat``, early flake detection;
+       Datadog's rule that a new test with a failing and a passing attempt is flaky);
     2. ``flaky`` because ``same_commit``: the window holds a failing and a passing entry of
        runs on one git commit, each with a clean tree (``git_dirty`` False; BuildPulse's
        same-tree rule). Runs without a commit, or with a dirty or unknown tree, never count;
@@ -210,6 +242,7 @@ class Classification(StrEnum):
     ``P P F P F`` (older evidence still in the window)     flaky               oscillation
     ``P`` after a failed rerun attempt in the same run     flaky               passed_on_rerun
     ``P P``, the older ``P`` after a failed rerun attempt  flaky               passed_on_rerun
+    ``F`` after a passing repeat in the same run           flaky               flipped_in_run
     ``F`` and ``P`` on one commit with a clean tree        flaky               same_commit
     ``F P`` on one commit with a dirty or unknown tree     new_failure         first_failure
     ``P P P``                                              stable              no_failure
@@ -238,14 +271,23 @@ CLASSIFICATION_TABLE = """\
 | `P P F P F` | flaky | oscillation (evidence anywhere in the window counts) |
 | `P` after a failed rerun attempt in the same run | flaky | passed_on_rerun |
 | `P P`, the older `P` after a failed rerun attempt | flaky | passed_on_rerun |
+| `F` after a passing repeat in the same run | flaky | flipped_in_run |
+| `F` and `P` with one code fingerprint (no git needed, dirty tree fine) | flaky | same_code |
 | `F` and `P` on one commit with a clean tree | flaky | same_commit |
 | `F P` on one commit with a dirty or unknown tree | new_failure | first_failure |
+| `F P F`, the older `F` in a run where most tests failed | new_failure | first_failure (an outage run is never flaky evidence) |
+| `P F P F` with `window = 3` configured | recovered | fixed (the window is `P F P`) |
+| `F P P P F` with `flip_rate = 0.6` configured | new_failure | first_failure (2 flips in 4 is below the rate) |
 | `P P P` | stable | no_failure |
 | skipped or xfailed in this run | stable | not_executed |
 
-Precedence: passed_on_rerun, then same_commit, then oscillation, then the verdicts that are
-not flaky. The window is the newest 10 executed outcomes (`DEFAULT_HISTORY_WINDOW`), the
-run's own first, then runs with a lower id.
+Precedence: passed_on_rerun, then flipped_in_run, then same_code, then same_commit, then
+oscillation, then the verdicts that are not flaky. The window is the newest 10 executed
+outcomes (`DEFAULT_HISTORY_WINDOW`; `FlakyPolicy.window` changes it), the run's own first,
+then runs with a lower id. An outage run (at least 10 executed tests, more than half of
+them failing, by default) stays in the window but is never flaky evidence. Each run of a row ran changed code (a code
+fingerprint of its own, as after an edit) unless the row says one code fingerprint: the
+same flip on unchanged code is same_code.
 """
 """The rules of ``Classification`` as a markdown table (window newest first)."""
 
@@ -254,7 +296,8 @@ class EvidenceRule(StrEnum):
     """Which rule decided a verdict (the "because" of a ``Classification``).
 
     Flaky rules, in order of precedence: ``passed_on_rerun`` (failed, then passed on a rerun
-    inside one run: Develocity's and Trunk's pass-on-retry rule), ``same_commit`` (passed and
+    inside one run: Develocity's and Trunk's pass-on-retry rule), ``flipped_in_run`` (passed,
+    then failed in runstore's repeats inside one run), ``same_commit`` (passed and
     failed on one git commit with a clean tree: BuildPulse's rule), ``oscillation`` (two or
     more separate failing streaks in the window, ``F..P..F``: Allure's history rule).
     Non-flaky rules: ``first_failure`` (``new_failure``), ``failing_streak``
@@ -263,6 +306,8 @@ class EvidenceRule(StrEnum):
     """
 
     PASSED_ON_RERUN = "passed_on_rerun"
+    FLIPPED_IN_RUN = "flipped_in_run"
+    SAME_CODE = "same_code"
     SAME_COMMIT = "same_commit"
     OSCILLATION = "oscillation"
     FIRST_FAILURE = "first_failure"
@@ -280,6 +325,54 @@ class Evidence:
     rule: EvidenceRule
     run_ids: tuple[RunId, ...] = ()
     summary: str = ""
+
+
+FLAKY_RULES: tuple[EvidenceRule, ...] = (
+    EvidenceRule.PASSED_ON_RERUN,
+    EvidenceRule.FLIPPED_IN_RUN,
+    EvidenceRule.SAME_CODE,
+    EvidenceRule.SAME_COMMIT,
+    EvidenceRule.OSCILLATION,
+)
+"""The flaky rules in their order of precedence (the first that matches wins)."""
+
+
+@attrs.frozen
+class FlakyPolicy:
+    """The thresholds of the flaky verdict (``Classification``); the defaults give the verdicts
+    of the table exactly. ``[tool.runstore.flaky]`` in ``pyproject.toml`` sets them for the
+    plugin and the command line (``runstore._config``).
+
+    - ``window``: executed entries judged, the item now first (``1..HISTORY_DEPTH``).
+    - ``min_runs``: the least evidence entries (the window without outage entries) before a
+      rule that compares runs (``same_code``, ``same_commit``, ``oscillation``) may fire
+      (``1..window``; Trunk asks for 10 runs per test before it calls one flaky). The rules
+      inside one run (``passed_on_rerun``, ``flipped_in_run``) need no history.
+    - ``flip_rate``: ``oscillation`` also needs ``flips / (entries - 1) >= flip_rate`` over
+      the evidence entries (``0.0..1.0``; 0 adds nothing to the two failing streaks).
+    - ``evidence``: the enabled flaky rules (a subset of ``FLAKY_RULES``); a rule left out
+      never fires, and the verdict falls to the rules that are not flaky.
+    - ``outage_share`` / ``outage_min_tests``: a run with at least ``outage_min_tests``
+      executed items of which more than ``outage_share`` (a fraction, ``0.0..1.0``) failed
+      is an outage: its entries stay in the window but never count as flaky evidence. This
+      is Trunk's Infrastructure Failure Protection, which excludes an upload whose share of
+      failing tests exceeds a threshold
+      (https://docs.trunk.io/flaky-tests/detection/infrastructure-failure-protection); the
+      defaults (more than half failing, of at least 10) leave small runs alone.
+
+    Readers check a policy (``InvalidInput`` naming ``policy.<field>``) before anything else.
+    """
+
+    window: int = DEFAULT_HISTORY_WINDOW
+    min_runs: int = 1
+    flip_rate: float = 0.0
+    evidence: frozenset[EvidenceRule] = frozenset(FLAKY_RULES)
+    outage_share: float = 0.5
+    outage_min_tests: int = 10
+
+
+DEFAULT_FLAKY_POLICY = FlakyPolicy()
+"""The policy that gives the verdicts of ``CLASSIFICATION_TABLE``."""
 
 
 # -- inputs -----------------------------------------------------------------------------------
@@ -453,6 +546,10 @@ class TestResult:
     rerun attempts
     of this item (oldest first, each itself a ``TestResult`` without attempts). Captured
     output is bounded by ``MAX_CAPTURE_CHARS`` per stream with a truncated flag.
+    ``fingerprint`` is the code fingerprint of the item (1 to ``MAX_FINGERPRINT_CHARS``
+    lowercase hex digits; None when unknown): two executions with one fingerprint ran the
+    same code (the recorder's is defined in ``runstore.recorder._fingerprint``); an attempt's
+    own fingerprint is not stored.
     """
 
     __test__ = False  # not a pytest test class
@@ -470,6 +567,10 @@ class TestResult:
     log: str = ""
     attempts: tuple[TestResult, ...] = ()
     subtests: tuple[SubtestResult, ...] = ()
+    fingerprint: str | None = None
+    source: AttemptSource = AttemptSource.RERUN
+    """Of an attempt (in another result's ``attempts``): where it came from. Not stored for
+    the item itself."""
 
     @property
     def outcome(self) -> Outcome:
@@ -580,6 +681,8 @@ class TestRecord:
 
     ``attempts`` counts the *earlier* rerun attempts stored with the item, not counting the
     final one: 0 for an item that ran once, 1 for one that passed on its first rerun.
+    ``fingerprint`` is the item's code fingerprint (``TestResult.fingerprint``; None when
+    unknown).
     """
 
     __test__ = False
@@ -596,6 +699,9 @@ class TestRecord:
     phases: tuple[PhaseResult, ...]
     attempts: int
     skip_reason: str | None = None
+    fingerprint: str | None = None
+    source: AttemptSource | None = None
+    """Where an attempt record (``TestDetail.attempts``) came from; None on an item's own."""
 
 
 @attrs.frozen
@@ -705,8 +811,9 @@ class HistoryEntry:
     ``message`` is the first error message when the outcome is failing (None when passing
     or when the failure had no error); ``git_commit`` / ``git_dirty`` are the run's
     (``Environment``); ``rerun_failures`` counts the failing attempts before the final one
-    in that run (pytest-rerunfailures' reruns). All survive pruning of the run; entries
-    recorded before these fields existed have None and 0.
+    in that run (pytest-rerunfailures' reruns); ``fingerprint`` is the item's code
+    fingerprint in that run (``TestResult.fingerprint``). All survive pruning of the run;
+    entries recorded before these fields existed have None and 0.
     """
 
     run_id: RunId | None
@@ -717,6 +824,15 @@ class HistoryEntry:
     git_commit: str | None = None
     git_dirty: bool | None = None
     rerun_failures: int = 0
+    run_executed: int | None = None
+    """Executed items of the entry's run when it finished (None when unknown: an entry
+    written before this was kept whose run was already pruned)."""
+    run_failing: int | None = None
+    """Failing items among them (``FlakyPolicy`` calls a run of many failures an outage)."""
+    fingerprint: str | None = None
+    earlier_passes: int = 0
+    """Passing (passed, xpassed) attempts before the final one in that run: runstore's
+    repeats (``AttemptSource.REPEAT``); 0 for entries recorded before it was kept."""
 
 
 @attrs.frozen
@@ -822,6 +938,79 @@ class TestsFor:
     has_more: bool
 
 
+@attrs.frozen
+class FailureSignature:
+    """One failure signature of a project across its runs (``DataReader.failure_signatures``).
+
+    ``signature`` is the hash ``FailureRecord.signature`` carries; ``exception_type``,
+    ``message`` (normalized: numbers, quoted strings, hex addresses and paths masked) and
+    ``frame`` (``path:function`` of the failing frame, ``""`` without frames) are what it
+    was made from. ``first_seen_*`` / ``last_seen_*``: the run that first (lowest id) and
+    last (latest to finish) recorded it and when those runs finished (epoch ms); a run id is
+    None once that run was pruned. ``runs``: the passed or failed runs that recorded it;
+    ``tests``: the distinct node ids (items and collection errors) it affected in them;
+    ``occurrences``: failing items and collection errors with it, summed over those runs.
+    Interrupted and aborted runs record no signatures, and pruning changes none of these
+    numbers (signatures outlive runs).
+    """
+
+    signature: str
+    exception_type: str
+    message: str
+    frame: str
+    first_seen_run_id: RunId | None
+    first_seen_at_ms: int
+    last_seen_run_id: RunId | None
+    last_seen_at_ms: int
+    runs: int
+    tests: int
+    occurrences: int
+
+
+# -- quarantine and fix checks (runstore.quarantine) ------------------------------------------
+
+
+@attrs.frozen
+class QuarantinedItem:
+    """An item of a run that a quarantine entry applied to in that run: its ``nodeid`` and
+    the entry's node id or pattern (``entry``, as ``runstore.quarantine`` names it). Both are
+    identifiers: not empty, no NUL, no lone surrogate."""
+
+    nodeid: str
+    entry: str
+
+
+@attrs.frozen
+class FixCheckResult:
+    """What a fix check found (``runstore quarantine check``): the test of ``project`` it
+    ran, the run that recorded it (None: none was recorded), how many ``executions`` the
+    run had of it (>= 1), how many ``passed`` and ``failed`` (each >= 0, together at most
+    ``executions``: skipped ones are neither), and whether the test was ``released`` from
+    quarantine, which only a check whose every execution passed may do."""
+
+    project: str
+    nodeid: str
+    run_id: RunId | None
+    executions: int
+    passed: int
+    failed: int
+    released: bool
+
+
+@attrs.frozen
+class FixCheck:
+    """A stored fix check: the ``FixCheckResult`` and when it was stored (``checked_at_ms``,
+    the store's clock, epoch ms). ``run_id`` becomes None when that run is pruned; the
+    evidence stays."""
+
+    result: FixCheckResult
+    checked_at_ms: int
+
+
+DEFAULT_FIX_CHECKS = 20
+"""``fix_checks`` answers the newest 20 checks unless asked for another ``limit``."""
+
+
 DataStoreError: TypeAlias = NotFound | IllegalTransition | InvalidInput | Busy | StorageFailure
 """Every failure a ``DataStore`` method returns."""
 
@@ -908,9 +1097,10 @@ class DataStore(Protocol):
         """Move a ``running`` run to a final status and return its summary.
 
         ``passed``/``failed`` runs update the history window of every executed item (then
-        trimmed to the newest ``DEFAULT_HISTORY_WINDOW`` per test in one statement; each
+        trimmed to the newest ``HISTORY_DEPTH`` per test in one statement; each
         entry keeps the first error message, the run's commit and dirty flag, the failed
-        rerun attempts and, when failing, its streak) and the failure signatures;
+        rerun attempts, the run's executed and failing item counts and, when failing, its
+        streak) and the failure signatures;
         ``interrupted``/``aborted`` runs update neither. Every final status freezes which
         failure signatures are new in the run (``FailureRecord.is_new``).
         Failures: ``NotFound``; ``IllegalTransition(from, to)`` when the run is not
@@ -1003,6 +1193,35 @@ class DataStore(Protocol):
         ...
 
 
+    # -- quarantine and fix checks --------------------------------------------------------
+
+    def mark_quarantined(
+        self, run_id: RunId, items: Sequence[QuarantinedItem]
+    ) -> Result[int, DataStoreError]:
+        """Store which items of a running run a quarantine entry applied to (replacing what
+        the run had); return how many were stored.
+
+        Each ``nodeid`` must be an item already recorded in the run. Failures:
+        ``NotFound("run", id)``; ``NotFound("test", nodeid)`` for a node id the run has no
+        item of; ``IllegalTransition("run", id, status, "running")`` when the run has
+        ended; ``InvalidInput`` (naming the field, e.g. ``items[2].entry``) for a value that
+        is not a ``QuarantinedItem``, an empty node id or entry, one holding NUL or a lone
+        surrogate, a node id given twice (nothing is written); ``Busy``; ``StorageFailure``.
+        """
+        ...
+
+    def record_fix_check(self, result: FixCheckResult) -> Result[FixCheck, DataStoreError]:
+        """Store the evidence of one fix check, stamped with the store's clock, and return it.
+
+        Failures: ``NotFound("run", id)`` for a ``run_id`` no run has; ``InvalidInput``
+        (naming the field) for a value that is not a ``FixCheckResult``, an empty project or
+        node id (or one holding NUL or a lone surrogate), a run of another project,
+        ``executions`` below 1, ``passed`` or ``failed`` below 0 or adding up to more than
+        ``executions``, ``released`` with an execution that did not pass, counts above
+        ``2**53 - 1``; ``Busy``; ``StorageFailure``.
+        """
+        ...
+
 @runtime_checkable
 class DataReader(Protocol):
     """Answers questions about stored test runs. Reads never change anything."""
@@ -1062,20 +1281,26 @@ class DataReader(Protocol):
         signature ``""``."""
         ...
 
-    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """Classify every item of a run against its history window, with the evidence of
-        each verdict (see ``Classification``), sorted by node id; ``NotFound`` when the run
-        is missing."""
+    def classify(
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        """Classify every item of a run against its history window under ``policy``, with
+        the evidence of each verdict (see ``Classification`` and ``FlakyPolicy``), sorted by
+        node id. Failures: ``InvalidInput`` naming ``policy.<field>`` for a policy out of
+        its ranges (checked first); ``NotFound`` when the run is missing."""
         ...
 
-    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
-        """Tests of ``project`` with flaky evidence in their newest history window, most
-        flips first, then by node id.
+    def flaky_tests(
+        self, project: str, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[FlakyTest, ...], DataReaderError]:
+        """Tests of ``project`` with flaky evidence in their newest history window
+        (``policy.window`` entries), most flips first, then by node id.
 
-        The window is judged as ``Classification`` judges the newest entry: listed are the
-        tests it calls ``flaky`` (passed on a rerun in some run of the window, passed and
-        failed on one clean commit, or two separate failing streaks). A clean break
-        (``F F P``) or a clean fix (``P F F``, ``P F P``) is not listed."""
+        The window is judged as ``Classification`` judges the newest entry under ``policy``:
+        listed are the tests it calls ``flaky`` (passed on a rerun in some run of the window,
+        passed and failed on one clean commit, or two separate failing streaks, ...). A clean
+        break (``F F P``) or a clean fix (``P F F``, ``P F P``) is not listed. Failures:
+        ``InvalidInput`` for a bad project or a policy out of its ranges."""
         ...
 
     def history(
@@ -1185,16 +1410,58 @@ class DataReader(Protocol):
         ...
 
     def classify_unstable(
-        self, run_id: RunId
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
     ) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        """The items of a run whose verdict is not ``stable`` (``new_failure``,
-        ``persistent_failure``, ``flaky``, ``recovered``): exactly the records ``classify``
-        returns for them, in its order (by node id).
+        """The items of a run whose verdict under ``policy`` is not ``stable``
+        (``new_failure``, ``persistent_failure``, ``flaky``, ``recovered``): exactly the
+        records ``classify(run_id, policy=policy)`` returns for them, in its order (by node
+        id).
 
         Only items that fail now, had failed rerun attempts now, or have a failing or
         rerun-failed entry in their history can be anything but stable, so a layer may judge
         those alone: the cost follows the unsettled items, not the size of the run (triage
         asks this of runs of thousands of items). Failures as ``classify``: ``NotFound``
         when the run is missing; ``InvalidInput`` for a run id of the wrong type; ``Busy``;
+        ``StorageFailure``."""
+        ...
+
+    def failure_signatures(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[FailureSignature], DataReaderError]:
+        """The failure signatures of ``project``, newest last seen first (the order in which
+        finished runs recorded them; a run records its signatures in order of first
+        appearance among its failing items), per the pagination contract of
+        ``runstore.services.pagination``; an empty page for a project without any.
+
+        Failures: ``InvalidInput`` for a project that is not a lookup name, a bad limit or a
+        foreign cursor; ``Busy``; ``StorageFailure``."""
+        ...
+
+
+    def quarantined(self, run_id: RunId) -> Result[tuple[QuarantinedItem, ...], DataReaderError]:
+        """The items of a run a quarantine entry applied to (``mark_quarantined``), by node
+        id. Failures: ``NotFound("run", id)``; ``InvalidInput`` for a run id of the wrong
+        type; ``Busy``; ``StorageFailure``."""
+        ...
+
+    def fix_checks(
+        self, project: str, nodeid: str | None = None, *, limit: int = DEFAULT_FIX_CHECKS
+    ) -> Result[tuple[FixCheck, ...], DataReaderError]:
+        """The newest ``limit`` fix checks of ``project`` (of test ``nodeid`` only, when
+        given), newest first (in the order they were stored). A project or test without
+        any answers ``()``. Failures: ``InvalidInput`` for a project or node id that is not
+        ``str`` or holds a lone surrogate, a bad ``limit`` (the pagination rule); ``Busy``;
+        ``StorageFailure``."""
+        ...
+
+    def known_tests(
+        self, project: str, nodeids: Iterable[str]
+    ) -> Result[frozenset[str], DataReaderError]:
+        """Those of ``nodeids`` that ``project`` has a record of (a stored item, a history
+        entry or per-test coverage: the node ids ``find_tests`` searches), in one read;
+        early flake detection calls the others new. A node id no write could store (a lone
+        surrogate, NUL) is simply not known; an unknown project knows none. Failures:
+        ``InvalidInput`` for a project that is not a valid name, or ``nodeids`` that is a
+        ``str`` or holds something that is not one (field ``nodeids[i]``); ``Busy``;
         ``StorageFailure``."""
         ...

@@ -56,10 +56,12 @@ from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
+    HISTORY_DEPTH,
     MAX_CAPTURE_CHARS,
     MAX_FRAMES,
     MAX_MESSAGE_CHARS,
     MAX_TEXT_CHARS,
+    AttemptSource,
     Classification,
     CollectionError,
     DataReader,
@@ -87,16 +89,23 @@ from runstore.services.test_runs import (
     derive_outcome,
 )
 from runstore.testing._shared import LayerFactory
+from runstore.testing._test_runs_attempts import AttemptsContract
 from runstore.testing._test_runs_coverage import (
     COVERED_PATHS,
     TestCoverageContract,
     lines_per_test,
 )
+from runstore.testing._test_runs_quarantine import QuarantineContract
 from runstore.testing._test_runs_links import (
     RunLinksReaderContract,
     RunLinksStoreContract,
     changed_file_lists,
     session_ids,
+)
+from runstore.testing._test_runs_policy import FlakyPolicyContract
+from runstore.testing._test_runs_signatures import (
+    SignaturesReaderContract,
+    SignaturesStoreContract,
 )
 
 __all__ = [
@@ -347,7 +356,8 @@ def item_results(
         earlier: tuple[TestResult, ...] = ()
         if attempts and draw(one_in_six) == 0:
             earlier = tuple(
-                attrs.evolve(a, nodeid=nid, module_path=module, name=name)
+                attrs.evolve(a, nodeid=nid, module_path=module, name=name,
+                             source=draw(st.sampled_from(list(AttemptSource))))
                 for a in draw(earlier_items)
             )
         subtests = tuple(draw(subtest_lists)) if draw(one_in_six) == 0 else ()
@@ -469,7 +479,8 @@ def selections() -> st.SearchStrategy[Selection]:
 
 # -- comparing results across layers --------------------------------------------------------------
 
-_RUN_ID_FIELDS = frozenset({"id", "run_id", "run_a", "run_b", "source_run_id", "last_run_id"})
+_RUN_ID_FIELDS = frozenset({"id", "run_id", "run_a", "run_b", "source_run_id", "last_run_id",
+                            "first_seen_run_id", "last_seen_run_id"})
 _RUN_KEYED_ENTITIES = frozenset({"run", "coverage", "test_run", "runs"})
 
 
@@ -864,6 +875,9 @@ class TestRunsMachine(RuleBasedStateMachine):
                            m.list_runs(project, status=status, limit=MAX_PAGE_SIZE))
             self._same(f"flaky_tests({project!r})", r.flaky_tests(project),
                        m.flaky_tests(project))
+            self._same(f"failure_signatures({project!r})",
+                       r.failure_signatures(project, limit=MAX_PAGE_SIZE),
+                       m.failure_signatures(project, limit=MAX_PAGE_SIZE))
             self._same(f"coverage_trend({project!r})", r.coverage_trend(project),
                        m.coverage_trend(project, limit=50))
             self._same(f"coverage_trend({project!r}, limit=2)",
@@ -958,9 +972,9 @@ class TestRunsMachine(RuleBasedStateMachine):
                 entries = self.reader.history(project, nodeid)
                 if isinstance(entries, Success):
                     n = len(entries.unwrap())
-                    assert n <= DEFAULT_HISTORY_WINDOW, (
+                    assert n <= HISTORY_DEPTH, (
                         f"history({project!r}, {nodeid!r}) has {n} entries, more than the "
-                        f"window of {DEFAULT_HISTORY_WINDOW}"
+                        f"depth of {HISTORY_DEPTH}"
                     )
 
 
@@ -1247,7 +1261,7 @@ _BAD_ITEMS: dict[str, Callable[[TestResult], TestResult]] = {
 }
 
 
-class TestRunsStoreContract(RunLinksStoreContract, _Contract):
+class TestRunsStoreContract(SignaturesStoreContract, RunLinksStoreContract, _Contract):
     """What every ``DataStore`` layer must do; subclass and define ``make_layer``.
 
     Includes the state machine (:meth:`test_state_machine_agrees_with_the_model`), run with
@@ -1741,15 +1755,15 @@ class TestRunsStoreContract(RunLinksStoreContract, _Contract):
         self, store: DataStore, reader: DataReader
     ) -> None:
         runs = []
-        for i in range(DEFAULT_HISTORY_WINDOW + 3):
+        for i in range(HISTORY_DEPTH + 2):
             outcome = Outcome.FAILED if i % 3 == 0 else Outcome.PASSED
             runs.append(self.whole_run(store, [make_item("t.py::a", outcome, duration_ms=i),
                                                make_item("t.py::s", Outcome.SKIPPED)],
                                        at_ms=T0_MS + i * HOUR_MS))
         entries = _ok(reader.history("alpha", "t.py::a"))
-        assert [e.run_id for e in entries] == runs[::-1][:DEFAULT_HISTORY_WINDOW]
+        assert [e.run_id for e in entries] == runs[::-1][:HISTORY_DEPTH]
         assert [e.duration_ms for e in entries] == [
-            float(i) for i in range(len(runs) - 1, len(runs) - 1 - DEFAULT_HISTORY_WINDOW, -1)
+            float(i) for i in range(len(runs) - 1, len(runs) - 1 - HISTORY_DEPTH, -1)
         ]
         assert [e.outcome for e in entries[:4]] == [Outcome.FAILED, Outcome.PASSED,
                                                     Outcome.PASSED, Outcome.FAILED]
@@ -1885,7 +1899,15 @@ class TestRunsStoreContract(RunLinksStoreContract, _Contract):
         assert (moved.run_id, moved.source_run_id, moved.files) == (sibling, sibling, files)
 
 
-class TestRunsReaderContract(TestCoverageContract, RunLinksReaderContract, _Contract):
+class TestRunsReaderContract(
+    AttemptsContract,
+    QuarantineContract,
+    FlakyPolicyContract,
+    SignaturesReaderContract,
+    TestCoverageContract,
+    RunLinksReaderContract,
+    _Contract,
+):
     """What every ``DataReader`` layer must answer; subclass and define ``make_layer``.
 
     The reader is exercised through the ``DataStore`` of the same layer.
