@@ -8,17 +8,32 @@ holding ``.runstore/runstore.db`` wins. It does not go above the top of a git re
 (the nearest folder holding ``.git``, a directory or, in worktrees and submodules, a file),
 since a database above that belongs to another project. With nothing found the default is
 ``.runstore/runstore.db`` in the current folder (where ``runstore db migrate`` creates it).
+
+The project's settings (``[tool.runstore]`` of ``pyproject.toml``, ``runstore._config``)
+are found the same way: the nearest ``pyproject.toml``, not above the top of a git
+repository (:func:`configured`).
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import attrs
 
 from runstore.layers import DEFAULT_DB_PATH, find_project_database, shown_database
 
-__all__ = ["DatabaseChoice", "choose_database", "find_project_database"]
+if TYPE_CHECKING:
+    from runstore._config import RunstoreConfig
+    from runstore.services.test_runs import FlakyPolicy
+
+__all__ = [
+    "DatabaseChoice",
+    "choose_database",
+    "configured",
+    "configured_policy",
+    "find_project_database",
+]
 
 
 @attrs.frozen
@@ -58,3 +73,23 @@ def choose_database(explicit: str | None, source: str) -> DatabaseChoice:
     if found is not None:
         return DatabaseChoice(found, "found")
     return DatabaseChoice(DEFAULT_DB_PATH, "default")
+
+
+def configured() -> RunstoreConfig:
+    """The settings of the nearest ``pyproject.toml`` walking up from the current folder
+    (not above the top of a git repository, as the database is found; ``runstore._config``);
+    a file runstore refuses is a usage error (exit 2) naming the file, key and reason."""
+    import click
+    from returns.result import Failure
+
+    from runstore._config import find_config, read_config
+
+    found = read_config(find_config(os.getcwd()))
+    if isinstance(found, Failure):
+        raise click.UsageError(str(found.failure()))
+    return found.unwrap()
+
+
+def configured_policy() -> FlakyPolicy:
+    """The flaky policy of :func:`configured` (the defaults without a file)."""
+    return configured().flaky

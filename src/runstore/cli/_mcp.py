@@ -350,7 +350,7 @@ def triage_value(
 
     summary = _run(services, project, run)
     return services.get(triage_run(services.reader, run_id=summary.id, slowest=slowest,
-                                   changed_files=changed_since))
+                                   changed_files=changed_since, policy=services.policy))
 
 
 def triage_render(services: Any, value: Any, *, max_tokens: int | None = None,
@@ -710,10 +710,12 @@ class ToolAnswers:
             made = SearchServices(self._reader_of(container), container.get(SESSION_REPOSITORY),
                                   shown_database(path))
         else:
+            from runstore.cli._discover import configured_policy
             from runstore.cli._test_runs import Services
 
             made = Services(store=container.get(DATA_STORE), reader=self._reader_of(container),
-                            output_format="json", db_path=shown_database(path))
+                            output_format="json", db_path=shown_database(path),
+                            policy=configured_policy())
         self._services[kind] = made
         return made
 

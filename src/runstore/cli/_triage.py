@@ -310,7 +310,8 @@ def _answer(
     summary = _run(services, project, run)
     answer = services.get(triage_run(services.reader, run_id=summary.id, slowest=slowest,
                                      changed_files=functools.partial(changed_since,
-                                                                     cwd=repository)))
+                                                                     cwd=repository),
+                                     policy=services.policy))
     return answer, bounded_document(services, answer, max_tokens)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "Access",
     "database_path_problem",
     "find_project_database",
+    "find_upward",
     "live",
     "make_database_folder",
     "open_database",
@@ -69,9 +70,18 @@ def find_project_database(start: str) -> str | None:
     uses it to find the project's database; the pytest plugin to know whether the CLI
     will find the one it wrote.
     """
+    return find_upward(start, DEFAULT_DB_PATH)
+
+
+def find_upward(start: str, relative: str) -> str | None:
+    """The absolute path of the nearest file ``relative`` (a path below a folder) at or
+    above the folder ``start``, walking up to the file-system root and stopping after the
+    first folder that holds ``.git`` (a directory, or a file in worktrees and submodules);
+    None when no folder on the way holds it. The database and ``pyproject.toml`` are found
+    this way."""
     here = os.path.abspath(start)
     while True:
-        candidate = os.path.join(here, DEFAULT_DB_PATH)
+        candidate = os.path.join(here, relative)
         if os.path.isfile(candidate):
             return candidate
         parent = os.path.dirname(here)

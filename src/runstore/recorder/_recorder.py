@@ -75,6 +75,7 @@ from runstore.recorder._convert import (
 )
 from runstore.recorder._coverage import session_coverage, session_test_coverage
 from runstore.recorder._environment import GitProbe, environment, host_name
+from runstore.recorder._quarantine import QuarantineGate
 from runstore.recorder._repeat import REPEATER
 from runstore.recorder._selection import selection_at_start
 from runstore.recorder._signals import TermHook
@@ -89,12 +90,14 @@ from runstore.services._test_runs_rules import (
 from runstore.services.clock import Clock
 from runstore.services.errors import IllegalTransition, NotFound
 from runstore.services.test_runs import (
+    DEFAULT_FLAKY_POLICY,
     FAILING_OUTCOMES,
     Classification,
     CollectionError,
     DataReader,
     DataStore,
     FileCoverage,
+    FlakyPolicy,
     Phase,
     RunId,
     RunRetentionPolicy,
@@ -186,6 +189,9 @@ class RecorderSettings:
     )
     warning: str | None = None
     session_id: str | None = None
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    """The flaky policy of the summary line's verdicts: ``[tool.runstore.flaky]`` of the
+    ``pyproject.toml`` at pytest's rootdir (``runstore._config``)."""
 
 
 def _session_id(config: pytest.Config) -> str | None:
@@ -301,7 +307,19 @@ def resolve_settings(config: pytest.Config) -> RecorderSettings:
         retention=_retention(config),
         warning=warning,
         session_id=_session_id(config),
+        policy=_policy(rootdir),
     )
+
+
+def _policy(rootdir: str) -> FlakyPolicy:
+    """The flaky policy of ``pyproject.toml`` at ``rootdir`` (the defaults without one);
+    ``pytest.UsageError`` naming the file, key and reason when runstore refuses it."""
+    from runstore._config import CONFIG_FILE, read_config
+
+    found = read_config(os.path.join(rootdir, CONFIG_FILE))
+    if isinstance(found, Failure):
+        raise pytest.UsageError(f"runstore: {found.failure()}")
+    return found.unwrap().flaky
 
 
 def _alive(pid: int) -> bool:
@@ -367,10 +385,20 @@ class Recorder:
         self._test_lines: tuple[TestLines, ...] | None = None  # per-test coverage, at the end
         if settings.warning is not None:
             self._warn(settings.warning)
+        # The quarantine (runstore.recorder._quarantine): None when the file holds no entry.
+        gate = QuarantineGate.at(settings.rootdir)
+        self._gate = gate if gate.problem is not None or (
+            gate.quarantine is not None and gate.quarantine.entries) else None
+        self._collect_failed = False
+        self._quarantine_lines: list[str] = []
 
     def note_markers(self, nodeid: str, names: list[str]) -> None:
         """Take an item's markers from the :class:`~runstore.recorder.Annotator`."""
         self._assembler.note_markers(nodeid, names)
+
+    def note_fingerprint(self, nodeid: str, fingerprint: str | None) -> None:
+        """Take an item's code fingerprint from the :class:`~runstore.recorder.Annotator`."""
+        self._assembler.note_fingerprint(nodeid, fingerprint)
 
     # -- problems ------------------------------------------------------------------------
 
@@ -481,6 +509,10 @@ class Recorder:
                 per_test = store.write_test_coverage(run_id, self._test_lines)
                 if isinstance(per_test, Failure):
                     self._warn(f"writing per-test coverage: {safe_str(per_test.failure())}")
+        if self._gate is not None and self._gate.applied and self._writing:
+            marked = store.mark_quarantined(run_id, self._gate.marks())
+            if isinstance(marked, Failure):
+                self._warn(f"recording the quarantine: {safe_str(marked.failure())}")
         summary: RunSummary | None = self._ok(store.finish_run(run_id, status, _now()),
                                               "finishing the run")
         if summary is not None:
@@ -556,7 +588,7 @@ class Recorder:
         """The verdict words of the line, from the same reader answers as ``runstore show``
         and ``runstore flaky``: ``classify`` for flaky and recovered, ``failures`` for which
         failures are new (``is_new``)."""
-        classified = reader.classify(summary.id)
+        classified = reader.classify(summary.id, policy=self._settings.policy)
         failed = reader.failures(summary.id)
         parts = []
         if isinstance(classified, Failure) or isinstance(failed, Failure):
@@ -658,6 +690,7 @@ class Recorder:
         self._guard("starting the run", self._start)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        self._collect_failed = self._collect_failed or report.failed
         if report.passed or not self._writing or report.nodeid in self._seen_collectors:
             return
         self._seen_collectors.add(report.nodeid)  # xdist workers each report it
@@ -685,13 +718,17 @@ class Recorder:
         self._guard("recording the selection", self._send_selection, len(ids))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not self._writing:
+        gate = self._gate
+        if not self._writing and gate is None:
             return
         try:  # _guard, inlined: this runs for every phase of every test
             result = self._assembler.add(report)
             if result is not None:
                 self._failing = self._failing or is_failing(result)
-                self._writer.add(result)
+                if gate is not None:  # the quarantine judges items the database lost too
+                    gate.item(result)
+                if self._writing:
+                    self._writer.add(result)
         except Exception as exc:
             self._fail(f"recording a test report: {type(exc).__name__}: {safe_str(exc)}")
 
@@ -706,6 +743,9 @@ class Recorder:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        # The run's status comes from ``exitstatus``, as pytest gave it: the quarantine
+        # changes the session's exit status and nothing that is recorded.
+        self._guard("applying the quarantine", self._apply_quarantine, session)
         self._guard("finishing the run", self._end, int(exitstatus))
         if self._line is None and self._problem is not None:
             where = f"run {self._run_id}" if self._run_id is not None else "this run"
@@ -719,8 +759,25 @@ class Recorder:
         yield
         if self._line is not None:
             terminalreporter.write_line(self._line)
+        for line in self._quarantine_lines:
+            terminalreporter.write_line(line)
         if self._pruned is not None and self._config.get_verbosity() > 0:
             terminalreporter.write_line(self._pruned)
+
+    def _apply_quarantine(self, session: pytest.Session) -> None:
+        """Let the quarantine decide the session's exit status (after every other plugin's
+        ``pytest_sessionfinish`` but the recorder's own, so after the repeats' flip rule)."""
+        gate = self._gate
+        if gate is None:
+            return
+        repeater = self._config.stash.get(REPEATER, None)
+        session.exitstatus = gate.decide(
+            int(session.exitstatus), () if repeater is None else repeater.flipped,
+            collection_errors=self._collect_failed,
+            interrupted=(self._interrupted or session.shouldstop is not False
+                         or session.shouldfail is not False),
+        )
+        self._quarantine_lines = gate.lines()
 
     def pytest_unconfigure(self) -> None:
         self._guard("closing the database", self._close)

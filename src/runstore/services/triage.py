@@ -56,11 +56,13 @@ from runstore.services._test_runs_rules import run_is_partial
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, check_limit
 from runstore.services.test_runs import (
+    DEFAULT_FLAKY_POLICY,
     Classification,
     DataReader,
     DataReaderError,
     Evidence,
     FailureRecord,
+    FlakyPolicy,
     Outcome,
     Phase,
     RunId,
@@ -379,10 +381,11 @@ def _compose(
     run_id: RunId | None,
     slowest: int,
     changed_files: ChangedSince | None,
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
 ) -> Triage:
     limit = _value(check_limit(slowest, field="slowest"))
     run = _summary(reader, project, run_id)
-    verdicts = {v.nodeid: v for v in _value(reader.classify_unstable(run.id))}
+    verdicts = {v.nodeid: v for v in _value(reader.classify_unstable(run.id, policy=policy))}
     failures = _ordered([_failure(f, verdicts.get(f.nodeid))
                          for f in _value(reader.failures(run.id))])
     failing = {f.nodeid for f in failures if not f.is_collection_error}
@@ -407,12 +410,14 @@ def triage_run(
     run_id: RunId | None = None,
     slowest: int = DEFAULT_SLOWEST,
     changed_files: ChangedSince | None = None,
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
 ) -> Result[Triage, DataReaderError]:
     """Triage run ``run_id``, or the latest run of ``project`` (see the module docstring).
 
     ``slowest`` is how many of the slowest items to list (1-1000); ``changed_files``, when
     given, is asked once for the files changed since the green run's git commit (the CLI
-    passes :func:`runstore._git.changed_since` in the folder it runs in).
+    passes :func:`runstore._git.changed_since` in the folder it runs in); ``policy`` is the
+    flaky policy of the verdicts (``DataReader.classify_unstable``).
 
     Failures: ``InvalidInput`` when neither ``project`` nor ``run_id`` is given, when
     ``run_id`` belongs to a project other than a given ``project``, for ``slowest`` outside
@@ -421,6 +426,6 @@ def triage_run(
     while triage read it, too); ``Busy`` and ``StorageFailure`` from the reader.
     """
     try:
-        return Success(_compose(reader, project, run_id, slowest, changed_files))
+        return Success(_compose(reader, project, run_id, slowest, changed_files, policy))
     except _Stop as stopped:
         return Failure(stopped.error)
