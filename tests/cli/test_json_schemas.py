@@ -53,6 +53,10 @@ CASES: list[tuple[str, list[str], int]] = [
     ("failures.json", ["failures", "5", "--new"], 0),
     ("flaky.json", ["flaky", "--project", "zoo"], 0),
     ("flaky.json", ["flaky", "--project", "commit"], 0),
+    ("flaky-explain.json", ["flaky", "--project", "zoo", "--explain"], 0),
+    ("flaky-explain.json", ["flaky", "--project", "zoo", "--explain", "--window", "3",
+                            "--evidence", "oscillation", "t::test_oscillating"], 0),
+    ("error.json", ["flaky", "--project", "zoo", "--explain", "--window", "0"], 2),
     ("history.json", ["history", "t::test_streak", "--project", "zoo"], 0),
     ("history.json", ["history", "test_passed_on_rerun", "--project", "zoo"], 0),
     ("slowest.json", ["slowest", "4", "--limit", "3"], 0),
@@ -82,6 +86,13 @@ CASES: list[tuple[str, list[str], int]] = [
     ("search.json", ["search", "stre*", "--in", "tests", "--project", "zoo", "--limit", "1"], 0),
     ("error.json", ["search", "!!"], 2),
     ("error.json", ["no-such-command"], 2),
+    ("quarantine-add.json", ["quarantine", "add", "t::test_new", "--owner", "a", "--reason",
+                             "r", "--days", "3", "--file", "QFILE"], 0),
+    ("quarantine-list.json", ["quarantine", "list", "--project", "zoo", "--file", "QFILE"], 0),
+    ("quarantine-remove.json", ["quarantine", "remove", "t::test_streak", "--file", "QFILE"],
+     0),
+    ("error.json", ["quarantine", "remove", "t::nope", "--file", "QFILE"], 1),
+    ("error.json", ["quarantine", "check", "t::nope", "--file", "QFILE"], 2),
 ]
 
 
@@ -123,6 +134,7 @@ def db(zoo_db: Path, tmp_path: Path) -> Path:
 def _invoke(db: Path, args: list[str]) -> tuple[int, Any]:
     folder = db.parent
     places = {"TRANSCRIPT": folder / "session.jsonl", "OUT": folder / "out.jsonl",
+              "QFILE": folder / "quarantine.toml",
               "SELF": db, "NEW": folder / "copy.db"}
     args = [str(places[a]) if a in places else a for a in args]
     result = CliRunner().invoke(cli, ["--db", str(db), "--format", "json", *args],
@@ -142,6 +154,10 @@ def test_every_schema_is_a_valid_draft_2020_12_schema() -> None:
 def test_json_output_matches_its_schema(db: Path, schema: str, args: list[str], code: int) -> None:
     if args[0] == "sessions" and args[1] != "import":
         assert _invoke(db, ["sessions", "import", "TRANSCRIPT"])[0] == 0
+    if args[0] == "quarantine" and args[1] != "add":
+        for nodeid in ("t::test_streak", "t::test_oscillating"):
+            assert _invoke(db, ["quarantine", "add", nodeid, "--owner", "a", "--reason", "r",
+                                "--days", "3", "--file", "QFILE"])[0] == 0
     exit_code, document = _invoke(db, args)
     assert exit_code == code, document
     assert document["schema_version"] == SCHEMA_VERSION
@@ -188,10 +204,13 @@ def test_the_cases_run_every_command_and_use_every_schema() -> None:
     # runstore mcp prints no document of its own: its tools answer the other commands'
     # documents (tests/mcp checks each against the command's JSON).
     commands = _leaf_commands(cli) - {("mcp",)}
-    covered = {tuple(args[:2]) if args[0] in ("db", "sessions") else (args[0],)
+    covered = {tuple(args[:2]) if args[0] in ("db", "sessions", "quarantine") else (args[0],)
                for _, args, _ in CASES}
     assert commands - covered == set()
-    assert set(SCHEMAS) - {schema for schema, _, _ in CASES} == {"definitions.json"}
+    # quarantine check runs pytest in a project: tests/cli/test_quarantine_cli.py checks
+    # its document against quarantine-check.json.
+    assert set(SCHEMAS) - {schema for schema, _, _ in CASES} == {"definitions.json",
+                                                                  "quarantine-check.json"}
 
 
 def test_the_schemas_are_package_data() -> None:

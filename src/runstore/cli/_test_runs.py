@@ -26,6 +26,7 @@ import attrs
 import click
 from returns.result import Failure
 
+from runstore.cli._discover import configured_policy
 from runstore.cli._guard import opened
 from runstore.cli._output import (
     Refusals,
@@ -44,14 +45,19 @@ from runstore.services._primitives import named_error
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.test_runs import (
+    DEFAULT_FLAKY_POLICY,
     FAILING_OUTCOMES,
+    FLAKY_RULES,
+    AttemptSource,
     Classification,
     CoverageReport,
     DataReader,
     DataStore,
     ErrorInfo,
     Evidence,
+    EvidenceRule,
     FailureRecord,
+    FlakyPolicy,
     FlakyTest,
     HistoryEntry,
     Outcome,
@@ -118,6 +124,9 @@ class Services(Refusals):
     reader: DataReader
     output_format: str
     db_path: str
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    """The flaky policy of every verdict shown: ``[tool.runstore.flaky]`` of the project's
+    ``pyproject.toml`` (``configured_policy``)."""
 
 
 _Services = Services
@@ -128,15 +137,33 @@ def _services(access: Access = "read") -> Iterator[Services]:
     """The test-run services on the command's database (read-only unless ``access`` says);
     a refusal in the block ends the command (exit 1, the reason on standard error)."""
     cfg = settings()
+    policy = configured_policy()
     with opened(access, needs=(DATA_STORE, DATA_READER)) as container:
         services = Services(
             store=container.get(DATA_STORE),
             reader=container.get(DATA_READER),
             output_format=cfg.output_format,
             db_path=shown_database(cfg.db_path),
+            policy=policy,
         )
         with exit_on_refusal(services.output_format):
             yield services
+
+
+def _classified(services: Services, run_id: RunId) -> tuple[TestClassification, ...]:
+    """``classify`` of a run under the command's flaky policy; a refusal ends the command."""
+    return services.get(services.reader.classify(run_id, policy=services.policy))
+
+
+def _flaky_of(services: Services, project: str) -> tuple[FlakyTest, ...]:
+    """``flaky_tests`` of a project under the command's flaky policy."""
+    return services.get(services.reader.flaky_tests(project, policy=services.policy))
+
+
+def _marks(services: Services, run_id: RunId) -> dict[str, str]:
+    """The quarantine entry (node id or pattern) that applied to each quarantined item of a
+    run, by node id (``DataReader.quarantined``); a refusal ends the command."""
+    return {q.nodeid: q.entry for q in services.get(services.reader.quarantined(run_id))}
 
 
 def known_project(refusals: Refusals, reader: DataReader, db_path: str, name: str) -> str:
@@ -618,7 +645,8 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
     With NODEID: {"run": RUN, "test": {"nodeid", "outcome", "duration_ms", "attempts",
        "skip_reason", "classification", "window", "because", "phases", "errors":
        [{"phase", "exception_type", "message", "text", "frames", "causes"}], "subtests",
-       "earlier_attempts": [{"outcome", "duration_ms", "errors"}], "stdout", "stderr",
+       "earlier_attempts": [{"outcome", "duration_ms", "source", "errors"}], "stdout",
+       "stderr",
        "log" (each with a *_truncated flag)}}
     Example:
       runstore show latest --format json
@@ -632,8 +660,9 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
         shown = _shown_run(services, summary)
         tests, verdicts, by_node, collection = shown
         if services.output_format == "json":
-            emit_json(_show_json(summary, *shown))
+            emit_json(_show_json(summary, *shown, marks=_marks(services, summary.id)))
             return
+        marks = {nodeid: " (quarantined)" for nodeid in _marks(services, summary.id)}
         _print(_run_heading(summary))
         listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED
                   or _noteworthy(verdicts.get(t.nodeid))]
@@ -645,7 +674,7 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
             for test in listed:
                 failure = by_node.get(test.nodeid)
                 verdict = verdicts.get(test.nodeid)
-                _row(table, test.outcome.value, test.nodeid,
+                _row(table, test.outcome.value + marks.get(test.nodeid, ""), test.nodeid,
                      verdict.classification.value if verdict else "",
                      _because(verdict.because) if verdict else "",
                      failure.phase.value if failure else "",
@@ -666,7 +695,7 @@ def _shown_run(services: Services, summary: RunSummary) -> _Shown:
     collection errors."""
     tests = services.get(services.reader.tests(summary.id))
     failures = services.get(services.reader.failures(summary.id))
-    verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
+    verdicts = {c.nodeid: c for c in _classified(services, summary.id)}
     by_node = {f.nodeid: f for f in failures if f.phase is not Phase.COLLECT}
     return tests, verdicts, by_node, [f for f in failures if f.phase is Phase.COLLECT]
 
@@ -674,12 +703,13 @@ def _shown_run(services: Services, summary: RunSummary) -> _Shown:
 def _show_json(
     summary: RunSummary, tests: tuple[TestRecord, ...],
     verdicts: dict[str, TestClassification], by_node: dict[str, FailureRecord],
-    collection: list[FailureRecord],
+    collection: list[FailureRecord], *, marks: dict[str, str],
 ) -> dict[str, Any]:
     return {
         "run": _run_document(summary),
         "tests": [{**_test_document(t, by_node.get(t.nodeid)),
-                   **_verdict_or_none(verdicts.get(t.nodeid))} for t in tests],
+                   **_verdict_or_none(verdicts.get(t.nodeid)),
+                   "quarantined": marks.get(t.nodeid)} for t in tests],
         "collection_errors": [
             {"nodeid": f.nodeid, "phase": f.phase.value,
              "exception_type": f.exception_type, "message": f.message}
@@ -694,7 +724,8 @@ def show_document(
     """The ``show`` JSON document of a whole run (schema ``show.json``, without
     ``schema_version``); refusals as :func:`failures_document`."""
     summary = _run(services, project, run)
-    return _show_json(summary, *_shown_run(services, summary))
+    return _show_json(summary, *_shown_run(services, summary),
+                      marks=_marks(services, summary.id))
 
 
 def _noteworthy(verdict: TestClassification | None) -> bool:
@@ -728,18 +759,21 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
     with _services() as services:
         summary, found, verdicts = _failing(services, run, project, only_new)
         if services.output_format == "json":
-            emit_json(_failures_json(summary, found, verdicts))
+            emit_json(_failures_json(summary, found, verdicts, _marks(services, summary.id)))
             return
         _print(_run_heading(summary))
         if not found:
             _print("no new failures" if only_new else "no failures")
             return
+        marks = _marks(services, summary.id)
         for failure in found:
             new = "  (new)" if failure.is_new else ""
             verdict = verdicts.get(failure.nodeid)
             judged = f"  {verdict.classification.value}" if verdict else ""
+            held = (f"  (quarantined by {marks[failure.nodeid]})"
+                    if failure.nodeid in marks else "")
             _print("", f"{failure.outcome.value.upper()} {failure.nodeid}  "
-                       f"[{failure.phase.value}]{judged}{new}")
+                       f"[{failure.phase.value}]{judged}{new}{held}")
             _print(f"  {_error_line(failure.exception_type, failure.message)}")
             _print(f"  {_streak_text(failure)}")
             if verdict is not None:
@@ -763,7 +797,7 @@ def _failing(
     found = services.get(services.reader.failures(summary.id))
     if only_new:
         found = tuple(f for f in found if f.is_new)
-    verdicts = {c.nodeid: c for c in services.get(services.reader.classify(summary.id))}
+    verdicts = {c.nodeid: c for c in _classified(services, summary.id)}
     return summary, found, verdicts
 
 
@@ -771,9 +805,11 @@ def _failures_json(
     summary: RunSummary,
     found: tuple[FailureRecord, ...],
     verdicts: dict[str, TestClassification],
+    marks: dict[str, str],
 ) -> dict[str, Any]:
     return {"run": _run_document(summary), "failures": [
-        {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid))} for f in found]}
+        {**_failure_document(f), **_verdict_or_none(verdicts.get(f.nodeid)),
+         "quarantined": marks.get(f.nodeid)} for f in found]}
 
 
 def failures_document(
@@ -787,7 +823,8 @@ def failures_document(
     ``--new``. An unknown project or run, or a storage failure, raises
     :class:`~runstore.cli._output.Refused` with the command's one-line reason.
     """
-    return _failures_json(*_failing(services, run, project, only_new))
+    summary, found, verdicts = _failing(services, run, project, only_new)
+    return _failures_json(summary, found, verdicts, _marks(services, summary.id))
 
 
 _TAIL_LINES = 5
@@ -820,7 +857,7 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     """Print (or emit as JSON) everything stored about one item of a run."""
     detail = services.get(services.reader.test_detail(summary.id, nodeid))
     test = detail.test
-    verdict = next((c for c in services.get(services.reader.classify(summary.id))
+    verdict = next((c for c in _classified(services, summary.id)
                     if c.nodeid == test.nodeid), None)
     if services.output_format == "json":
         emit_json({"run": _run_document(summary), "test": {
@@ -828,6 +865,7 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
             "duration_ms": test.duration_ms, "attempts": test.attempts,
             "skip_reason": test.skip_reason,
             **_verdict_or_none(verdict),
+            "quarantined": _marks(services, summary.id).get(test.nodeid),
             "phases": [{"phase": p.phase.value, "outcome": p.outcome.value,
                         "duration_ms": p.duration_ms} for p in test.phases],
             "errors": [_error_document(e) for e in detail.errors],
@@ -836,6 +874,7 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
                           "error": None if t.error is None else _error_document(t.error)}
                          for t in detail.subtests],
             "earlier_attempts": [{"outcome": a.outcome.value, "duration_ms": a.duration_ms,
+                                  "source": _source(a).value,
                                   "errors": [_error_document(e) for e in errors]}
                                  for a, errors in _attempts_with_errors(detail)],
             "stdout": detail.stdout, "stdout_truncated": detail.stdout_truncated,
@@ -848,6 +887,9 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
     _print("  phases: " + ", ".join(f"{p.phase.value} {p.outcome.value}" for p in test.phases))
     if verdict is not None:
         _print(f"  verdict: {verdict.classification.value}, because {_because(verdict.because)}")
+    held = _marks(services, summary.id).get(test.nodeid)
+    if held is not None:
+        _print(f"  quarantined in this run by {held}")
     if test.skip_reason:
         _print(f"  reason: {test.skip_reason}")
     for error in detail.errors:
@@ -882,11 +924,17 @@ def _attempts_with_errors(
     return list(zip(detail.attempts, errors[: len(detail.attempts)], strict=True))
 
 
+def _source(attempt: TestRecord) -> AttemptSource:
+    """Where an earlier attempt came from (a record without one is a rerun)."""
+    return attempt.source or AttemptSource.RERUN
+
+
 def _print_attempts(detail: TestDetail) -> None:
-    """One line per earlier rerun attempt (outcome, duration), then a line per error."""
+    """One line per earlier attempt (outcome, duration, source: rerun or repeat), then a
+    line per error."""
     for number, (attempt, errors) in enumerate(_attempts_with_errors(detail), start=1):
-        _print(f"  attempt {number} of {len(detail.attempts) + 1}: {attempt.outcome.value}"
-               f"  {_seconds(attempt.duration_ms)}")
+        _print(f"  attempt {number} of {len(detail.attempts) + 1} ({_source(attempt).value}):"
+               f" {attempt.outcome.value}  {_seconds(attempt.duration_ms)}")
         for error in errors:
             _print(f"    [{error.phase.value}] {_error_line(error.exception_type, error.message)}")
 
@@ -918,28 +966,107 @@ def _print_detail(services: _Services, run_id: RunId, nodeid: str) -> None:
             _print(f"    | {line}")
 
 
+def _evidence_names(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> frozenset[EvidenceRule] | None:
+    """``--evidence RULE,...``: flaky rule names, comma-separated (empty: none)."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    allowed = {r.value for r in FLAKY_RULES}
+    wrong = [n for n in names if n not in allowed]
+    if wrong:
+        raise click.BadParameter(
+            f"{wrong[0]!r} is not a flaky rule ({', '.join(r.value for r in FLAKY_RULES)})"
+        )
+    return frozenset(EvidenceRule(n) for n in names)
+
+
+def _overridden(base: FlakyPolicy, changes: dict[str, Any]) -> FlakyPolicy | None:
+    """``base`` with the options given (None when none was), checked as a reader checks a
+    policy: a value out of its range is a usage error naming the option."""
+    given = {k: v for k, v in changes.items() if v is not None}
+    if not given:
+        return None
+    from runstore.services._test_runs_rules import check_flaky_policy
+
+    checked = check_flaky_policy(attrs.evolve(base, **given))
+    if isinstance(checked, Failure):
+        error = checked.failure()
+        option = "--" + error.field.removeprefix("policy.").replace("_", "-")
+        raise click.BadParameter(error.reason, param_hint=f"'{option}'")
+    return checked.unwrap()
+
+
 @click.command()
+@click.argument("nodeids", nargs=-1, type=TEXT, metavar="[NODEID]...")
 @project_option
+@click.option("--explain", is_flag=True, default=False,
+              help="Show each test's window, entry by entry, and why each flaky rule did or "
+              "did not match (NODEIDs: those tests; default: the flaky ones).")
+@click.option("--window", type=click.INT, default=None, metavar="N",
+              help="Judge the newest N executed runs (1-50; configured: [tool.runstore.flaky]).")
+@click.option("--min-runs", type=click.INT, default=None, metavar="N",
+              help="Evidence runs a rule comparing runs needs before it fires.")
+@click.option("--flip-rate", type=click.FLOAT, default=None, metavar="X",
+              help="Least flips/(runs-1) for oscillation (0.0-1.0).")
+@click.option("--outage-share", type=click.FLOAT, default=None, metavar="X",
+              help="A run with more than this share failing is an outage (0.0-1.0).")
+@click.option("--outage-min-tests", type=click.INT, default=None, metavar="N",
+              help="Least executed tests of a run before it can be an outage.")
+@click.option("--evidence", type=TEXT, default=None, metavar="RULE,...",
+              callback=_evidence_names, help="The flaky rules that count, comma-separated.")
 @format_option
-def flaky(project: str | None) -> None:
+def flaky(
+    nodeids: tuple[str, ...], project: str | None, explain: bool, window: int | None,
+    min_runs: int | None, flip_rate: float | None, outage_share: float | None,
+    outage_min_tests: int | None, evidence: frozenset[EvidenceRule] | None,
+) -> None:
     """List tests with evidence of flakiness in their recent runs, and why.
 
     Flaky means the outcome changed while the code did not, by the first rule that
-    applies: passed_on_rerun (failed, then passed on a rerun in one run), same_commit
-    (passed and failed on one git commit with a clean tree), oscillation (two or more
-    separate failing streaks, F..P..F). A test that broke once and stays broken, or was
-    fixed once, is not listed.
+    applies: passed_on_rerun (failed, then passed on a rerun in one run), flipped_in_run
+    (runstore's own repeats saw it pass and fail), same_code (passed and failed with one
+    code fingerprint), same_commit (passed and failed on one git commit with a clean
+    tree), oscillation (two or more separate failing streaks, F..P..F). A test that broke
+    once and stays broken, or was fixed once, is not listed. Runs where most tests failed
+    (an outage) are never evidence. The thresholds come from [tool.runstore.flaky] in
+    pyproject.toml; the options change them for this answer. With --explain the answer is
+    each test's evidence and, with changed thresholds, a preview: the tests they would
+    newly flag and those they would no longer flag.
 
     \b
     JSON: {"project": NAME, "flaky": [{"nodeid", "flips", "failures", "passes",
            "window": [OUTCOME...] (newest first), "last_run_id",
            "because": {"rule", "run_ids", "summary"}}]}
+    JSON with --explain: schemas/flaky-explain.json.
     Example:
       runstore flaky --format json
+      runstore flaky --explain --window 20 --flip-rate 0.3
     """
+    if nodeids and not explain:
+        raise click.UsageError("NODEID is given with --explain only")
+    changes = {"window": window, "min_runs": min_runs, "flip_rate": flip_rate,
+               "outage_share": outage_share, "outage_min_tests": outage_min_tests,
+               "evidence": evidence}
+    if explain:
+        with _services() as services:
+            preview = _overridden(services.policy, changes)
+            from runstore.cli._flaky_explain import explain_document, render_explain
+
+            document = explain_document(services, project, nodeids, preview)
+            if services.output_format == "json":
+                emit_json(document)
+                return
+            for line in render_explain(document):
+                say(visible(line))
+        return
     with _services() as services:
+        chosen = _overridden(services.policy, changes)
+        if chosen is not None:
+            services = attrs.evolve(services, policy=chosen)
         name = _project(services, project)
-        found = services.get(services.reader.flaky_tests(name))
+        found = _flaky_of(services, name)
         if services.output_format == "json":
             emit_json(_flaky_json(name, found))
             return
@@ -967,7 +1094,7 @@ def flaky_document(services: Services, project: str | None = None) -> dict[str, 
     """The ``flaky`` JSON document (schema ``flaky.json``, without ``schema_version``) of
     ``project`` (None: the default project); refusals as :func:`failures_document`."""
     name = _project(services, project)
-    return _flaky_json(name, services.get(services.reader.flaky_tests(name)))
+    return _flaky_json(name, _flaky_of(services, name))
 
 
 _SYMBOL = {
@@ -1015,7 +1142,7 @@ def history(nodeid: str, project: str | None) -> None:
     \b
     JSON: {"project": NAME, "nodeid": NODEID, "history": [{"run_id", "outcome",
            "duration_ms", "recorded_at_ms", "message", "git_commit", "git_dirty",
-           "rerun_failures"}]}
+           "rerun_failures", "earlier_passes"}]}
     Example:
       runstore history test_checkout.py::test_total
     """
@@ -1047,7 +1174,7 @@ def _history_json(name: str, resolved: str, entries: tuple[HistoryEntry, ...]) -
         {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
          "recorded_at_ms": e.recorded_at_ms, "message": e.message,
          "git_commit": e.git_commit, "git_dirty": e.git_dirty,
-         "rerun_failures": e.rerun_failures}
+         "rerun_failures": e.rerun_failures, "earlier_passes": e.earlier_passes}
         for e in entries
     ]}
 
