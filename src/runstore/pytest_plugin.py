@@ -30,6 +30,12 @@ Options:
   not); every execution but the last is reported ``rerun`` and stored as an earlier
   attempt of source ``repeat``. A test whose executions flipped fails the session. A
   usage error with pytest-rerunfailures' ``--reruns`` (see ``runstore.recorder._repeat``).
+- ``--runstore-efd`` or ini ``runstore_efd = true``: early flake detection. Tests the
+  database has no record of in this project are repeated after their first execution,
+  by Datadog's table of executions per duration, at most ``--runstore-efd-max K`` (ini
+  ``runstore_efd_max``, default 10) executions each and within ``--runstore-efd-budget
+  SECONDS`` (ini ``runstore_efd_budget``) for the session; a new test that flips fails the
+  session. It stands down when more than 30 % of the selected tests are new.
 """
 
 from __future__ import annotations
@@ -114,10 +120,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run each selected test N times in one process; a test whose executions "
         "flipped fails the session.",
     )
+    group.addoption(
+        "--runstore-efd",
+        action="store_true",
+        default=False,
+        dest="runstore_efd",
+        help="early flake detection: repeat the tests new to the database, and fail the "
+        "session when one flips (ini: runstore_efd = true).",
+    )
+    group.addoption(
+        "--runstore-efd-max",
+        action="store",
+        default=None,
+        dest="runstore_efd_max",
+        metavar="K",
+        help="most executions of one new test (default: ini runstore_efd_max, else 10).",
+    )
+    group.addoption(
+        "--runstore-efd-budget",
+        action="store",
+        default=None,
+        dest="runstore_efd_budget",
+        metavar="SECONDS",
+        help="seconds the session may spend repeating new tests (default: ini "
+        "runstore_efd_budget, else 60 plus 5 times the new tests' first executions).",
+    )
     parser.addini("runstore", "record every run into the runstore database", type="bool",
                   default=False)
     parser.addini("runstore_cov_context", "record per-test coverage (a coverage context "
                   "per test)", type="bool", default=False)
+    parser.addini("runstore_efd", "early flake detection: repeat the tests new to the "
+                  "database", type="bool", default=False)
+    parser.addini("runstore_efd_max", "most executions of one new test", default="")
+    parser.addini("runstore_efd_budget", "seconds a session may spend repeating new tests",
+                  default="")
     parser.addini("runstore_project", "project name for recorded runs", default="")
     parser.addini("runstore_keep_runs", "runs kept per project after each recorded run "
                   "(0 keeps every run)", default="")
@@ -127,7 +163,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Install the repeats and the recorder when enabled; do nothing otherwise."""
-    if config.getoption("runstore_repeat", None) is not None:
+    if (config.getoption("runstore_repeat", None) is not None
+            or config.getoption("runstore_efd", False) or config.getini("runstore_efd")):
         from runstore.recorder._repeat import install_repeats
 
         install_repeats(config)

@@ -38,6 +38,7 @@ from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.test_runs import (
     FAILING_OUTCOMES,
     MAX_FRAMES,
+    AttemptSource,
     CollectionError,
     ErrorInfo,
     Outcome,
@@ -498,8 +499,11 @@ class ItemAssembler:
         )
 
     def _finish_attempt(self, pending: _Pending, report: Any) -> TestResult | None:
-        if pending.rerun:  # pytest-rerunfailures will run the item again
-            pending.attempts.append(self._result(pending, None))
+        if pending.rerun:  # pytest-rerunfailures (or runstore's repeats) will run it again
+            attempt = self._result(pending, None)
+            if isinstance(getattr(report, REPEAT_ATTR, None), dict):
+                attempt = attrs.evolve(attempt, source=AttemptSource.REPEAT)
+            pending.attempts.append(attempt)
             pending.phases, pending.errors, pending.subtests = [], [], []
             pending.rerun = False
             return None

@@ -25,7 +25,7 @@ read); early flake detection leaves every other item to pytest-rerunfailures.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -40,14 +40,19 @@ __all__ = [
     "EFD_MAX_EXECUTIONS",
     "EFD_MIN_BUDGET_S",
     "EFD_TABLE",
+    "MAX_EFD_BUDGET_S",
     "MAX_REPEAT",
     "REPEATER",
     "REPEAT_ATTR",
     "Efd",
     "EfdDecision",
+    "EfdSettings",
+    "KnownLookup",
     "Repeater",
     "decide_efd",
+    "efd_enabled",
     "efd_executions",
+    "efd_settings",
     "install_repeats",
     "repeat_count",
 ]
@@ -129,6 +134,22 @@ def decide_efd(
     return EfdDecision(new, len(unique))
 
 
+KnownLookup = Callable[[Sequence[str]], tuple[frozenset[str] | None, str | None]]
+"""Which of these node ids the project's database knows: (known, None), or (None, why it
+could not be read)."""
+
+
+@attrs.frozen
+class EfdSettings:
+    """Early flake detection as configured: the most executions of one new test (``cap``),
+    the session's budget in seconds (None: the default, see :data:`EFD_BUDGET_FACTOR`) and
+    how to ask the database which tests it knows."""
+
+    cap: int
+    budget_s: float | None
+    lookup: KnownLookup
+
+
 @attrs.define
 class Efd:
     """Early flake detection in one process: which tests are new, the cap per test, and
@@ -191,8 +212,7 @@ def repeat_count(config: pytest.Config) -> int | None:
 
 def _global_reruns(config: pytest.Config) -> str | None:
     """Where pytest-rerunfailures' global rerun count comes from, when it is above 0."""
-    if not config.pluginmanager.hasplugin("rerunfailures"):
-        return None
+    # Read by option name: the plugin registers under its entry point's name or its module's.
     for dest, name in (("force_reruns", "--force-reruns"), ("reruns", "--reruns")):
         value = config.getoption(dest, None)
         if value:
@@ -265,10 +285,12 @@ class Repeater:
     ran only once (cut by the budget, or too slow).
     """
 
-    def __init__(self, config: pytest.Config, count: int | None, efd: Efd | None) -> None:
+    def __init__(self, config: pytest.Config, count: int | None,
+                 efd: EfdSettings | None = None) -> None:
         self._config = config
         self._count = count
-        self._efd = efd
+        self._settings = efd if count is None else None  # a repeat count wins
+        self._efd: Efd | None = None
         self._controls = not hasattr(config, "workerinput")
         self._tallies: dict[str, _Tally] = {}
         self.flipped: dict[str, tuple[int, int]] = {}
@@ -279,12 +301,27 @@ class Repeater:
 
     @property
     def efd(self) -> Efd | None:
-        """Early flake detection of this process (None when off)."""
+        """Early flake detection of this process once decided (None when off or before the
+        items are collected)."""
         return self._efd
 
-    def set_efd(self, efd: Efd) -> None:
-        """Take early flake detection's decision (made once the items are collected)."""
-        self._efd = efd
+    def _decide(self, nodeids: Sequence[str]) -> None:
+        settings = self._settings
+        if settings is None or self._efd is not None:
+            return
+        known, problem = settings.lookup(nodeids)
+        workers = getattr(self._config, "workerinput", {}).get("workercount", 1)
+        self._efd = Efd(decide_efd(nodeids, known, problem), settings.cap, settings.budget_s,
+                        max(1, int(workers)))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # Where tests run (a plain process, a pytest-xdist worker): every selected item.
+        self._decide([item.nodeid for item in session.items])
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # The controller collects nothing: the first worker's ids, for the summary line.
+        self._decide(ids)
 
     # -- where tests run -----------------------------------------------------------------
 
@@ -424,9 +461,71 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+MAX_EFD_BUDGET_S = 7 * 24 * 3600.0
+"""Largest ``--runstore-efd-budget`` accepted (a week, in seconds)."""
+
+
+def efd_enabled(config: pytest.Config) -> bool:
+    """Whether early flake detection was asked for (``--runstore-efd`` or ini
+    ``runstore_efd = true``)."""
+    return bool(config.getoption("runstore_efd", False) or config.getini("runstore_efd"))
+
+
+def efd_settings(config: pytest.Config) -> EfdSettings:
+    """The early flake detection options: ``--runstore-efd-max`` / ini ``runstore_efd_max``
+    (most executions of one new test, 1 to 1,000; 0 or unset: :data:`EFD_MAX_EXECUTIONS`),
+    ``--runstore-efd-budget`` / ini ``runstore_efd_budget`` (seconds of repeats in the
+    session, 0 for none; unset: the default of :data:`EFD_BUDGET_FACTOR`). A usage error
+    names the value that is not one. The database and project are the recorder's
+    (``resolve_settings``), read only."""
+    from runstore.recorder._recorder import _count, resolve_settings
+
+    cap = _count(config, "runstore_efd_max", int, "a whole number of executions",
+                 f"the default, {EFD_MAX_EXECUTIONS}", 1_000)
+    budget = _count(config, "runstore_efd_budget", float, "a number of seconds", "no repeats",
+                    MAX_EFD_BUDGET_S)
+    recorded = resolve_settings(config)
+    return EfdSettings(int(cap or EFD_MAX_EXECUTIONS), budget,
+                       _database_lookup(recorded.db_path, recorded.project))
+
+
+def _database_lookup(db_path: str, project: str) -> KnownLookup:
+    """:data:`KnownLookup` over the database at ``db_path`` (opened for reading only, one
+    ``DataReader.known_tests`` call); a missing database file knows no test."""
+
+    def lookup(nodeids: Sequence[str]) -> tuple[frozenset[str] | None, str | None]:
+        import os
+
+        from returns.result import Success
+
+        from runstore.layers import build, live, merge, scrub_database
+        from runstore.layers._layer import Layer
+        from runstore.layers._open import postgres_url
+        from runstore.recorder._recorder import CONNECTION, PinnedClock
+        from runstore.services.clock import Clock
+        from runstore.services.test_runs import DataReader
+
+        if not postgres_url(db_path) and not os.path.isfile(db_path):
+            return frozenset(), None
+        try:
+            layer = merge(live(db_path, CONNECTION, access="read"),
+                          Layer.value(Clock, PinnedClock()))
+            with build(layer) as container:
+                known = container.get(DataReader).known_tests(project, nodeids)
+        except Exception as exc:  # a broken database must not stop the tests
+            return None, scrub_database(f"{type(exc).__name__}: {exc}", db_path)
+        if isinstance(known, Success):
+            return known.unwrap(), None
+        return None, scrub_database(str(known.failure()), db_path)
+
+    return lookup
+
+
 def install_repeats(config: pytest.Config) -> None:
-    """Register the session's :class:`Repeater` (``--runstore-repeat``); a usage error for
-    a bad count (:func:`repeat_count`)."""
-    repeater = Repeater(config, repeat_count(config), None)
+    """Register the session's :class:`Repeater` (``--runstore-repeat``, early flake
+    detection); a usage error for a bad value (:func:`repeat_count`, :func:`efd_settings`)."""
+    count = repeat_count(config)
+    settings = efd_settings(config) if efd_enabled(config) and count is None else None
+    repeater = Repeater(config, count, settings)
     config.stash[REPEATER] = repeater
     config.pluginmanager.register(repeater, "runstore-repeater")
