@@ -11,7 +11,9 @@ git repository: one committed and clean, one with a changed tracked file. The re
 outside any repository, where no commit is known, so the same-commit rule cannot apply.
 
 Plan letters: ``P`` passes, ``F`` fails, ``R`` fails and then passes on its rerun
-(pytest-rerunfailures), ``S`` is skipped, ``X`` xfails, ``-`` the row's window has not begun
+(pytest-rerunfailures), ``T`` passes and then fails on its repeat (the project ``repeated``
+records every run with ``--runstore-repeat 2``), ``S`` is skipped, ``X`` xfails, ``-`` the
+row's window has not begun
 (skipped, so not executed and not in history).
 """
 
@@ -40,10 +42,13 @@ RUNSTORE = Path(sys.executable).parent / "runstore"
 
 PLAIN, CLEAN, DIRTY = "outside-git", "clean-commit", "dirty-tree"
 """The projects: outside any repository, one clean commit, one commit with a changed file."""
+REPEATED = "repeated"
+"""A project outside any repository whose runs repeat every test twice."""
 
 SCENARIOS: dict[str, tuple[tuple[str, str], ...]] = {
     "`P` after a failed rerun attempt in the same run": ((PLAIN, "R"),),
     "`P P`, the older `P` after a failed rerun attempt": ((PLAIN, "RP"),),
+    "`F` after a passing repeat in the same run": ((REPEATED, "T"),),
     "`F` and `P` on one commit with a clean tree": ((CLEAN, "PF"),),
     "`F P` on one commit with a dirty or unknown tree": ((DIRTY, "PF"), (PLAIN, "PF")),
     "skipped or xfailed in this run": ((PLAIN, "PS"), (PLAIN, "PX")),
@@ -103,12 +108,12 @@ class Case:
 
     @property
     def failing_now(self) -> bool:
-        return self.now == "F"
+        return self.now in "FT"
 
     @property
     def streak(self) -> int:
         """Runs in a row that end the plan failing."""
-        return len(self.plan) - len(self.plan.rstrip("F"))
+        return len(self.plan) - len(self.plan.rstrip("FT"))
 
 
 def plans(row: Row) -> tuple[tuple[str, str], ...]:
@@ -150,6 +155,12 @@ def planned(name):
             mark.write_text("first attempt")
             return "F"
         return "P"
+    if token == "T":
+        mark = Path(os.environ["VERDICT_MARKS"]) / f"{name}-{RUN}"
+        if not mark.exists():
+            mark.write_text("first execution")
+            return "P"
+        return "F"
     return token
 '''
 
@@ -235,7 +246,7 @@ def record_project(base: Path, name: str, cases: list[Case]) -> Project:
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
              f"--runstore-db={db}", "-p", "pytest_rerunfailures", "-p", "no:cacheprovider",
-             "-rA"],
+             "-rA", *(["--runstore-repeat=2"] if name == REPEATED else [])],
             cwd=folder, env=_no_git_settings(
                 {**_env(), "VERDICT_RUN": str(run), "VERDICT_MARKS": str(marks)}),
             capture_output=True, text=True, timeout=120, check=False,
