@@ -144,6 +144,8 @@ OTHERS: dict[str, Callable[[Populated], Any]] = {
     "coverage": lambda p: p.reader.coverage(p.run),
     "coverage_trend": lambda p: p.reader.coverage_trend("project-0"),
     "find_tests": lambda p: p.reader.find_tests("project-0", "test_1"),
+    "known_tests": lambda p: p.reader.known_tests(
+        "project-0", [f"tests/test_m{i}.py::test_{i}[0]" for i in range(50)]),
 }
 
 
