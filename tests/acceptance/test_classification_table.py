@@ -9,6 +9,13 @@ asked about the last run. A row whose window is plain letters (```F P P```) is p
 them; the other rows are planned in ``SCENARIOS``. Rows on one git commit run in their own
 git repository: one committed and clean, one with a changed tracked file. The rest run
 outside any repository, where no commit is known, so the same-commit rule cannot apply.
+Every test module imports ``code_version.py`` (ignored by git), rewritten before each run, so
+each run has code of its own (a new code fingerprint) as after an edit; the two projects of
+the one-fingerprint row (outside git, and a dirty tree) keep one ``code_version.py``.
+The outage row's project has ten more tests that fail with it in its first run (an outage by
+the default policy); the configured rows' projects set ``[tool.runstore.flaky]`` in their
+``pyproject.toml``, which the plugin reads at the rootdir and the commands walking up from
+the project's folder (every other project has a ``pyproject.toml`` without it).
 
 Plan letters: ``P`` passes, ``F`` fails, ``R`` fails and then passes on its rerun
 (pytest-rerunfailures), ``T`` passes and then fails on its repeat (the project ``repeated``
@@ -44,14 +51,31 @@ PLAIN, CLEAN, DIRTY = "outside-git", "clean-commit", "dirty-tree"
 """The projects: outside any repository, one clean commit, one commit with a changed file."""
 REPEATED = "repeated"
 """A project outside any repository whose runs repeat every test twice."""
+SAME_PLAIN, SAME_DIRTY = "same-code", "same-code-dirty-tree"
+"""Projects whose code is one between runs: outside any repository, a commit with a change."""
+OUTAGE = "outage"
+"""A project outside any repository whose first run is an outage: ``OUTAGE_FILLERS`` more
+tests fail in it with the row's test, then pass."""
+OUTAGE_FILLERS = 10
+CONFIGURED: dict[str, str] = {
+    "window-3": "window = 3\n",
+    "flip-rate-0.6": "flip_rate = 0.6\n",
+}
+"""Projects outside any repository whose ``pyproject.toml`` sets ``[tool.runstore.flaky]``
+(every other project has a ``pyproject.toml`` without it: the defaults)."""
 
 SCENARIOS: dict[str, tuple[tuple[str, str], ...]] = {
     "`P` after a failed rerun attempt in the same run": ((PLAIN, "R"),),
     "`P P`, the older `P` after a failed rerun attempt": ((PLAIN, "RP"),),
     "`F` after a passing repeat in the same run": ((REPEATED, "T"),),
+    "`F` and `P` with one code fingerprint (no git needed, dirty tree fine)": (
+        (SAME_PLAIN, "PF"), (SAME_DIRTY, "PF")),
     "`F` and `P` on one commit with a clean tree": ((CLEAN, "PF"),),
     "`F P` on one commit with a dirty or unknown tree": ((DIRTY, "PF"), (PLAIN, "PF")),
     "skipped or xfailed in this run": ((PLAIN, "PS"), (PLAIN, "PX")),
+    "`F P F`, the older `F` in a run where most tests failed": ((OUTAGE, "FPF"),),
+    "`P F P F` with `window = 3` configured": (("window-3", "FPFP"),),
+    "`F P P P F` with `flip_rate = 0.6` configured": (("flip-rate-0.6", "FPPPF"),),
 }
 """(project, plan oldest first) for each row whose window is not plain letters."""
 
@@ -136,6 +160,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+import code_version  # noqa: F401  (the project's code: new in each run, or one for all)
 
 PLAN = json.loads(Path(__file__).with_name("plan.json").read_text())
 RUN = int(os.environ["VERDICT_RUN"])
@@ -224,18 +250,30 @@ def record_project(base: Path, name: str, cases: list[Case]) -> Project:
     plan = {c.name: "-" * (runs - len(c.plan)) + c.plan for c in cases}
     (folder / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
     (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    if name == OUTAGE:  # more tests, failing with the row's in its first run only
+        fillers = [f"test_outage_filler_{n}" for n in range(OUTAGE_FILLERS)]
+        plan.update(dict.fromkeys(fillers, "F" + "P" * (runs - 1)))
+        (folder / "plan.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
     source = TEST_MODULE_HEAD.lstrip("\n") + "".join(
         TEST_FUNCTION.format(
-            name=c.name, marker="@pytest.mark.flaky(reruns=1)\n" if "R" in c.plan else ""
+            name=test, marker="@pytest.mark.flaky(reruns=1)\n" if "R" in plan[test] else ""
         )
-        for c in cases
+        for test in plan
+    )
+    flaky = CONFIGURED.get(name)
+    (folder / "pyproject.toml").write_text(
+        "[project]\nname = 'verdicts'\n"
+        + ("" if flaky is None else f"\n[tool.runstore.flaky]\n{flaky}"),
+        encoding="utf-8",
     )
     (folder / "test_verdicts.py").write_text(source, encoding="utf-8")
-    if name in (CLEAN, DIRTY):
+    (folder / ".gitignore").write_text("code_version.py\n", encoding="utf-8")
+    same_code = name in (SAME_PLAIN, SAME_DIRTY)
+    if name in (CLEAN, DIRTY, SAME_DIRTY):
         _git(folder, "init", "-q")
         _git(folder, "add", ".")
         _git(folder, "commit", "-q", "-m", "the project")
-        if name == DIRTY:  # a change to a tracked file
+        if name in (DIRTY, SAME_DIRTY):  # a change to a tracked file
             with (folder / "pytest.ini").open("a", encoding="utf-8") as ini:
                 ini.write("# changed, not committed\n")
     marks = base / f"{name}-marks"
@@ -243,6 +281,8 @@ def record_project(base: Path, name: str, cases: list[Case]) -> Project:
     db = base / f"{name}.db"
     output = ""
     for run in range(runs):
+        version = "one" if same_code else run
+        (folder / "code_version.py").write_text(f"VERSION = {version!r}\n", encoding="utf-8")
         done = subprocess.run(
             [sys.executable, "-m", "pytest", "-p", "runstore.pytest_plugin", "--runstore",
              f"--runstore-db={db}", "-p", "pytest_rerunfailures", "-p", "no:cacheprovider",
@@ -254,10 +294,10 @@ def record_project(base: Path, name: str, cases: list[Case]) -> Project:
         output = done.stdout + done.stderr
         assert done.returncode in (0, 1), output
         assert "runstore: warning" not in output, output
-    if name in (CLEAN, DIRTY):
+    if name in (CLEAN, DIRTY, SAME_DIRTY):
         with build(sqlite(db)) as container:
             page = container.get(DataReader).list_runs(name, limit=runs).unwrap()
-        assert {r.environment.git_dirty for r in page.items} == {name == DIRTY}, (
+        assert {r.environment.git_dirty for r in page.items} == {name != CLEAN}, (
             "git status gave no answer within the recorder's GIT_BUDGET_SECONDS "
             f"({GIT_BUDGET_SECONDS} s), so the tree counts as unknown: "
             f"{[r.environment for r in page.items]}"
@@ -334,7 +374,9 @@ def line_counts(output: str) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("name", [PLAIN, CLEAN, DIRTY])
+@pytest.mark.parametrize(
+    "name", [PLAIN, CLEAN, DIRTY, SAME_PLAIN, SAME_DIRTY, OUTAGE, *CONFIGURED]
+)
 def test_the_plugin_line_counts_the_table_verdicts(projects: dict[str, Project], name: str) -> None:
     project = projects[name]
     cases = project.cases

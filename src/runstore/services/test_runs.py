@@ -62,9 +62,9 @@ __all__ = [
     "HISTORY_DEPTH",
     "MAX_CAPTURE_CHARS",
     "MAX_CHANGED_FILES",
+    "MAX_FINGERPRINT_CHARS",
     "MAX_FRAMES",
     "MAX_MESSAGE_CHARS",
-    "MAX_FINGERPRINT_CHARS",
     "MAX_SESSION_ID_CHARS",
     "MAX_TESTS_FOR_RUNS",
     "MAX_TEXT_CHARS",
@@ -198,10 +198,17 @@ class Classification(StrEnum):
     :meth:`DataReader.classify`, always with its ``Evidence`` (the "because").
 
     The *window* of an item of run ``r`` is its outcome in ``r`` when it executed, then its
-    previous entries: the newest ``DEFAULT_HISTORY_WINDOW - 1`` history entries of runs with
-    a lower id than ``r`` (or whose run was pruned), newest first; ``DEFAULT_HISTORY_WINDOW``
-    executed outcomes at most. So a finished run and a running one are judged alike, and a
-    later run never changes an earlier run's verdict beyond what history trimming removed.
+    previous entries: the newest ``window - 1`` history entries of runs with a lower id than
+    ``r`` (or whose run was pruned), newest first; ``window`` executed outcomes at most
+    (``FlakyPolicy.window``, ``DEFAULT_HISTORY_WINDOW`` by default, at most
+    ``HISTORY_DEPTH``). So a finished run and a running one are judged alike, and a later run
+    never changes an earlier run's verdict beyond what history trimming removed.
+
+    The ``FlakyPolicy`` sets the thresholds: the flaky rules enabled (``evidence``), the
+    evidence runs a rule comparing runs needs (``min_runs``), the flip rate oscillation needs
+    (``flip_rate``), and the outage guard: the entries of a run where most tests failed
+    (``outage_share``, ``outage_min_tests``) stay in the window but are never flaky evidence.
+    A window whose flaky rules do not match is judged by the item now, as below.
 
     *Flaky* means evidence that the outcome changed while the code did not. The rules, in
     this order of precedence (the first that matches wins; evidence anywhere in the window
@@ -245,6 +252,9 @@ class Classification(StrEnum):
     ``F`` after a passing repeat in the same run           flaky               flipped_in_run
     ``F`` and ``P`` on one commit with a clean tree        flaky               same_commit
     ``F P`` on one commit with a dirty or unknown tree     new_failure         first_failure
+    ``F P F``, the older ``F`` in an outage run            new_failure         first_failure
+    ``P F P F`` with ``window = 3``                        recovered           fixed
+    ``F P P P F`` with ``flip_rate = 0.6``                 new_failure         first_failure
     ``P P P``                                              stable              no_failure
     skipped or xfailed in this run                         stable              not_executed
     =====================================================  ==================  ===============
@@ -275,9 +285,9 @@ CLASSIFICATION_TABLE = """\
 | `F` and `P` with one code fingerprint (no git needed, dirty tree fine) | flaky | same_code |
 | `F` and `P` on one commit with a clean tree | flaky | same_commit |
 | `F P` on one commit with a dirty or unknown tree | new_failure | first_failure |
-| `F P F`, the older `F` in a run where most tests failed | new_failure | first_failure (an outage run is never flaky evidence) |
+| `F P F`, the older `F` in a run where most tests failed | new_failure | first_failure (outage) |
 | `P F P F` with `window = 3` configured | recovered | fixed (the window is `P F P`) |
-| `F P P P F` with `flip_rate = 0.6` configured | new_failure | first_failure (2 flips in 4 is below the rate) |
+| `F P P P F` with `flip_rate = 0.6` configured | new_failure | first_failure (2 flips in 4) |
 | `P P P` | stable | no_failure |
 | skipped or xfailed in this run | stable | not_executed |
 
@@ -285,9 +295,9 @@ Precedence: passed_on_rerun, then flipped_in_run, then same_code, then same_comm
 oscillation, then the verdicts that are not flaky. The window is the newest 10 executed
 outcomes (`DEFAULT_HISTORY_WINDOW`; `FlakyPolicy.window` changes it), the run's own first,
 then runs with a lower id. An outage run (at least 10 executed tests, more than half of
-them failing, by default) stays in the window but is never flaky evidence. Each run of a row ran changed code (a code
-fingerprint of its own, as after an edit) unless the row says one code fingerprint: the
-same flip on unchanged code is same_code.
+them failing, by default) stays in the window but is never flaky evidence. Each run of a
+row ran changed code (a code fingerprint of its own, as after an edit) unless the row says
+one code fingerprint: the same flip on unchanged code is same_code.
 """
 """The rules of ``Classification`` as a markdown table (window newest first)."""
 
