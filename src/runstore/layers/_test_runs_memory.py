@@ -32,7 +32,6 @@ from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._test_runs_shared import DataReaderBase, DataStoreBase, _TestRuns
 from runstore.layers._unit_of_work import TxDict
-from runstore.services._signature_rules import SignatureListing, SignatureRow, seen_order
 from runstore.services._search_rules import (
     FailureRow,
     SearchQuery,
@@ -44,6 +43,7 @@ from runstore.services._search_rules import (
     matches,
     memory_key,
 )
+from runstore.services._signature_rules import SignatureListing, SignatureRow, seen_order
 from runstore.services._test_runs_rules import (
     EXECUTED_OUTCOMES,
     FailingItem,
