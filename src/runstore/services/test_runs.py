@@ -799,7 +799,8 @@ class TestClassification:
 class FlakyTest:
     """A test with flaky evidence in its newest history window (see ``Classification``).
 
-    ``window`` is the newest ``DEFAULT_HISTORY_WINDOW`` history entries, newest first;
+    ``window`` is the newest ``FlakyPolicy.window`` history entries (``DEFAULT_HISTORY_WINDOW``
+    by default), newest first;
     ``flips`` counts adjacent changes between failing and passing in it; ``failures`` /
     ``passes`` count its failing / passing entries; ``last_run_id`` is the run of the newest
     entry (None once pruned); ``because`` the flaky rule that applied and its runs.
@@ -1316,8 +1317,8 @@ class DataReader(Protocol):
     def history(
         self, project: str, nodeid: str
     ) -> Result[tuple[HistoryEntry, ...], DataReaderError]:
-        """The history window of one test, newest first; ``NotFound("test", nodeid)`` when
-        the project has never recorded it."""
+        """The stored history of one test (its newest ``HISTORY_DEPTH`` executed outcomes),
+        newest first; ``NotFound("test", nodeid)`` when the project has never recorded it."""
         ...
 
     def find_tests(
