@@ -146,7 +146,7 @@ def test_a_repeat_that_ends_failing_after_a_pass_is_flaky_flipped_in_run(tmp_pat
     """)
     done = run_pytest(folder, "--runstore", "--runstore-repeat", "2")
     assert done.returncode == 1, done.stdout
-    status, detail, verdict, rule = _detail(folder, "test_flip.py::test_flip")
+    _, detail, verdict, rule = _detail(folder, "test_flip.py::test_flip")
     assert (detail.test.outcome, [a.outcome for a in detail.attempts]) == (
         Outcome.FAILED, [Outcome.PASSED])
     assert (verdict, rule) == (Classification.FLAKY, EvidenceRule.FLIPPED_IN_RUN)
@@ -200,7 +200,7 @@ def test_a_repeated_item_is_never_rerun_by_its_flaky_marker(tmp_path: Path) -> N
     """)
     done = run_pytest(folder, *RERUNS, "--runstore", "--runstore-repeat", "2")
     assert done.returncode == 1, done.stdout
-    status, detail, verdict, rule = _detail(folder, "test_flip.py::test_flip")
+    _, detail, _, _ = _detail(folder, "test_flip.py::test_flip")
     assert [a.source for a in detail.attempts] == [AttemptSource.REPEAT]
     assert detail.test.outcome is Outcome.FAILED  # not rerun to a pass
 
@@ -240,7 +240,7 @@ def test_efd_catches_a_new_test_that_fails_one_run_in_three(
     assert "runstore: early flake detection repeated 1 of 1 new test" in lines, lines
     assert ("runstore: 1 new test flipped, so the session fails (flaky): "
             "test_new.py::test_new (3 of 10 failed)") in lines, lines
-    status, detail, verdict, rule = _detail(folder, "test_new.py::test_new")
+    status, detail, verdict, _ = _detail(folder, "test_new.py::test_new")
     assert status is RunStatus.FAILED
     assert detail.test.attempts == 9  # a fast test: 10 executions by the table
     assert {a.source for a in detail.attempts} == {AttemptSource.REPEAT}
