@@ -21,7 +21,9 @@ def test_flip():
 
 
 def _line(output: str) -> str:
-    found = [line for line in SUMMARY.findall(output) if line.startswith("runstore: run")]
+    found: list[str] = [
+        line for line in SUMMARY.findall(output) if line.startswith("runstore: run")
+    ]
     assert found, output
     return found[-1]
 
