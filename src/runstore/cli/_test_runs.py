@@ -739,8 +739,12 @@ def _noteworthy(verdict: TestClassification | None) -> bool:
 @click.argument("run", type=RUN, default="latest")
 @project_option
 @click.option("--new", "only_new", is_flag=True, help="Only failures not seen before.")
+@click.option("--new-signatures", "new_signatures", is_flag=True,
+              help="Quality gate: exit 1 when the run (and the other runs of its invocation) "
+              "has a failure signature no earlier run recorded, listing those signatures; "
+              "exit 0 otherwise (JSON schema new-signatures.json).")
 @format_option
-def failures(run: int | str, project: str | None, only_new: bool) -> None:
+def failures(run: int | str, project: str | None, only_new: bool, new_signatures: bool) -> None:
     """Show the failing items and collection errors of a run with where they failed.
 
     Each failing test has its verdict and its reason, since which run and how many runs
@@ -755,7 +759,13 @@ def failures(run: int | str, project: str | None, only_new: bool) -> None:
            "because"}]} (collection errors have null verdict fields)
     Example:
       runstore failures --new
+      runstore failures --new-signatures || echo "a new root cause"
     """
+    if new_signatures:
+        from runstore.cli._signatures import gate
+
+        gate(run, project)
+        return
     with _services() as services:
         summary, found, verdicts = _failing(services, run, project, only_new)
         if services.output_format == "json":
@@ -814,15 +824,21 @@ def _failures_json(
 
 def failures_document(
     services: Services, run: int | str = "latest", project: str | None = None,
-    only_new: bool = False,
+    only_new: bool = False, new_signatures: bool = False,
 ) -> dict[str, Any]:
     """The ``failures`` JSON document (schema ``failures.json``, without ``schema_version``).
 
     ``run`` is a run id, ``"latest"`` or ``"latest~N"`` (as :data:`RUN` converts it),
     ``project`` the ``--project`` value (None: the default project), ``only_new`` is
-    ``--new``. An unknown project or run, or a storage failure, raises
-    :class:`~runstore.cli._output.Refused` with the command's one-line reason.
+    ``--new``; ``new_signatures`` (``--new-signatures``) answers the gate's document
+    instead (``runstore.cli._signatures.new_signatures_document``). An unknown project or
+    run, or a storage failure, raises :class:`~runstore.cli._output.Refused` with the
+    command's one-line reason.
     """
+    if new_signatures:
+        from runstore.cli._signatures import new_signatures_document
+
+        return new_signatures_document(services, run, project)
     summary, found, verdicts = _failing(services, run, project, only_new)
     return _failures_json(summary, found, verdicts, _marks(services, summary.id))
 
@@ -1046,30 +1062,27 @@ def flaky(
     """
     if nodeids and not explain:
         raise click.UsageError("NODEID is given with --explain only")
-    changes = {"window": window, "min_runs": min_runs, "flip_rate": flip_rate,
-               "outage_share": outage_share, "outage_min_tests": outage_min_tests,
-               "evidence": evidence}
-    if explain:
-        with _services() as services:
-            preview = _overridden(services.policy, changes)
-            from runstore.cli._flaky_explain import explain_document, render_explain
-
-            document = explain_document(services, project, nodeids, preview)
+    with _services() as services:
+        if explain or services.output_format == "json":
+            document = flaky_document(
+                services, project, nodeids, explain, window, min_runs, flip_rate,
+                outage_share, outage_min_tests, evidence,
+            )
             if services.output_format == "json":
                 emit_json(document)
                 return
+            from runstore.cli._flaky_explain import render_explain
+
             for line in render_explain(document):
                 say(visible(line))
-        return
-    with _services() as services:
+            return
+        changes = _changes(window, min_runs, flip_rate, outage_share, outage_min_tests,
+                           evidence)
         chosen = _overridden(services.policy, changes)
         if chosen is not None:
             services = attrs.evolve(services, policy=chosen)
         name = _project(services, project)
         found = _flaky_of(services, name)
-        if services.output_format == "json":
-            emit_json(_flaky_json(name, found))
-            return
         if not found:
             _print(f"no flaky tests in {name}")
             return
@@ -1090,9 +1103,43 @@ def _flaky_json(name: str, found: tuple[FlakyTest, ...]) -> dict[str, Any]:
     ]}
 
 
-def flaky_document(services: Services, project: str | None = None) -> dict[str, Any]:
+def _changes(
+    window: int | None, min_runs: int | None, flip_rate: float | None,
+    outage_share: float | None, outage_min_tests: int | None,
+    evidence: frozenset[EvidenceRule] | None,
+) -> dict[str, Any]:
+    """The ``FlakyPolicy`` fields the threshold options name (None: not given)."""
+    return {"window": window, "min_runs": min_runs, "flip_rate": flip_rate,
+            "outage_share": outage_share, "outage_min_tests": outage_min_tests,
+            "evidence": evidence}
+
+
+def flaky_document(
+    services: Services,
+    project: str | None = None,
+    nodeids: tuple[str, ...] = (),
+    explain: bool = False,
+    window: int | None = None,
+    min_runs: int | None = None,
+    flip_rate: float | None = None,
+    outage_share: float | None = None,
+    outage_min_tests: int | None = None,
+    evidence: frozenset[EvidenceRule] | None = None,
+) -> dict[str, Any]:
     """The ``flaky`` JSON document (schema ``flaky.json``, without ``schema_version``) of
-    ``project`` (None: the default project); refusals as :func:`failures_document`."""
+    ``project`` (None: the default project) under ``services.policy`` changed by the
+    threshold options given; with ``explain`` the ``flaky --explain`` document
+    (``flaky-explain.json``, :func:`runstore.cli._flaky_explain.explain_document`, the
+    change as its preview). A threshold out of range is a usage error (``click``); other
+    refusals as :func:`failures_document`."""
+    changes = _changes(window, min_runs, flip_rate, outage_share, outage_min_tests, evidence)
+    chosen = _overridden(services.policy, changes)
+    if explain:
+        from runstore.cli._flaky_explain import explain_document
+
+        return explain_document(services, project, nodeids, chosen)
+    if chosen is not None:
+        services = attrs.evolve(services, policy=chosen)
     name = _project(services, project)
     return _flaky_json(name, _flaky_of(services, name))
 
