@@ -106,6 +106,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> str:
         (["--format", "json", "show", "latest"], False),
         (["--format", "json", "failures"], False),
         (["--format", "json", "runs"], False),
+        (["--format", "json", "signatures"], False),
         (["failures"], False),  # lines of text, piped: written as they are
         (["show", "latest"], True),  # a table
     ],

@@ -69,8 +69,8 @@ def server(recorded: Recorded, watched: Watched, tmp_path_factory: pytest.TempPa
 
 # -- the tools and their schemas --------------------------------------------------------------
 
-NAMES = ["triage", "failures", "flaky", "history", "diff", "coverage", "tests_for", "search",
-         "sessions_list", "sessions_show", "sessions_context"]
+NAMES = ["triage", "failures", "flaky", "signatures", "history", "diff", "coverage",
+         "tests_for", "search", "sessions_list", "sessions_show", "sessions_context"]
 
 
 def test_the_server_lists_every_tool_with_valid_input_and_output_schemas(server: Server) -> None:
@@ -108,6 +108,9 @@ SAME: list[tuple[str, dict[str, Any], list[str]]] = [
     ("failures", {"run": "latest~1", "new": True}, ["failures", "latest~1", "--new"]),
     ("failures", {"project": PROJECT, "new": False}, ["failures", "--project", PROJECT]),
     ("flaky", {}, ["flaky"]),
+    ("signatures", {}, ["signatures"]),
+    ("signatures", {"limit": 1, "project": PROJECT},
+     ["signatures", "--limit", "1", "--project", PROJECT]),
     ("history", {"nodeid": "test_flaky"}, ["history", "test_flaky"]),
     ("history", {"nodeid": "test_shop.py::test_new", "project": PROJECT},
      ["history", "test_shop.py::test_new", "--project", PROJECT]),

@@ -23,6 +23,8 @@ _COMMANDS = {
     "triage": "runstore.cli._triage:triage",
     "search": "runstore.cli._search:search",
     "tests-for": "runstore.cli._tests_for:tests_for",
+    "quarantine": "runstore.cli._quarantine:quarantine",
+    "signatures": "runstore.cli._signatures:signatures",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""

@@ -202,6 +202,15 @@ TOOLS: tuple[McpTool, ...] = (
         f"{_TEST_RUNS}:flaky", f"{_TEST_RUNS}:flaky_document", "flaky", (_PROJECT,),
     ),
     McpTool(
+        "signatures",
+        "The failure signatures (root causes: exception type, masked message, failing "
+        "frame) of a project, newest last seen first, each with the run that first and last "
+        "recorded it and how many runs and distinct tests it affected. As `runstore "
+        "signatures`.",
+        "runstore.cli._signatures:signatures", "runstore.cli._signatures:signatures_document",
+        "signatures", (_PROJECT, _limit("Most signatures to list (default 20).", _MAX_PAGE)),
+    ),
+    McpTool(
         "history",
         "The recent outcomes of one test, newest first, with the failure message, git "
         "commit and failed rerun attempts of each. As `runstore history`.",
@@ -852,7 +861,7 @@ def _serve(answers: ToolAnswers) -> None:
 def mcp() -> None:
     """Serve the query commands as MCP tools over standard input and output.
 
-    Tools: triage, failures, flaky, history, diff, coverage, tests_for, search,
+    Tools: triage, failures, flaky, signatures, history, diff, coverage, tests_for, search,
     sessions_list, sessions_show, sessions_context; each answers the command's JSON
     document for the same question and refuses with the command's one-line reason (a
     tool error). The database is found as every command finds it (--db, RUNSTORE_DB,
