@@ -7,7 +7,7 @@
   then copies that run's rows ``runs`` times with raw apsw ``executemany``, shifting every
   row id and foreign key by the run number (read from ``PRAGMA foreign_key_list``, so a
   schema change needs no edit here). Node ids, files and tests are shared by every run, like
-  a suite run again and again; history holds the newest 10 runs' outcomes and failure
+  a suite run again and again; history holds the newest 50 runs' outcomes and failure
   signatures span all runs, as the layer would have left them.
 """
 
@@ -24,7 +24,7 @@ import attrs
 from runstore.layers import SqliteDatabase, build, open_database, sqlite
 from runstore.migrations import shipped_migrations
 from runstore.services.test_runs import (
-    DEFAULT_HISTORY_WINDOW,
+    HISTORY_DEPTH,
     DataStore,
     ErrorInfo,
     Outcome,
@@ -220,7 +220,7 @@ def _kept(connection: Any, template: dict[str, Table], runs: int) -> None:
     seq, run_id, recorded = (columns.index(c) for c in ("seq", "run_id", "recorded_at_ms"))
     marks = ", ".join("?" for _ in columns)
     rows = []
-    for r in range(max(0, runs - DEFAULT_HISTORY_WINDOW), runs):
+    for r in range(max(0, runs - HISTORY_DEPTH), runs):
         for row in history.rows:
             out = list(row)
             out[seq], out[run_id] = r + 1, r + 1

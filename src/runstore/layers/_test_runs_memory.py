@@ -734,7 +734,7 @@ class InMemoryDataReader(_Facts, DataReaderBase):
     def _alive(self, run_ids: set[int]) -> set[int]:
         return {i for i in run_ids if i in self._state.runs}
 
-    def _now_items(self, run: RunFacts) -> Iterable[ItemNow]:
+    def _now_items(self, run: RunFacts, depth: int = HISTORY_DEPTH) -> Iterable[ItemNow]:
         state = self._state
         return [
             ItemNow(
@@ -748,9 +748,11 @@ class InMemoryDataReader(_Facts, DataReaderBase):
             for case in state.cases_by_node(run.id)
         ]
 
-    def _histories(self, project: str) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
+    def _histories(
+        self, project: str, depth: int = HISTORY_DEPTH
+    ) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
         return [
-            (nodeid, [e.entry() for e in entries])
+            (nodeid, [e.entry() for e in entries[:depth]])
             for (owner, nodeid), entries in self._state.history.items()
             if owner == project
         ]

@@ -109,6 +109,7 @@ from runstore.services.test_runs import (
     DEFAULT_FIX_CHECKS,
     DEFAULT_FLAKY_POLICY,
     DEFAULT_TESTS_FOR_RUNS,
+    HISTORY_DEPTH,
     Classification,
     CollectionError,
     CoverageReport,
@@ -549,13 +550,17 @@ class DataReaderBase(_TestRuns):
         """Which of ``run_ids`` are stored runs (not pruned)."""
 
     @abstractmethod
-    def _now_items(self, run: RunFacts) -> Iterable[ItemNow]:
+    def _now_items(self, run: RunFacts, depth: int = HISTORY_DEPTH) -> Iterable[ItemNow]:
         """Every item of a stored run, each with its history entries of runs with a lower id
-        (or pruned), newest first."""
+        (or pruned), newest first: at least the newest ``depth`` of them (a backend may
+        return more; the rules cut the window)."""
 
     @abstractmethod
-    def _histories(self, project: str) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
-        """Each test of ``project`` with history: its node id and entries newest first."""
+    def _histories(
+        self, project: str, depth: int = HISTORY_DEPTH
+    ) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
+        """Each test of ``project`` with history: its node id and entries newest first, at
+        least the newest ``depth`` of them."""
 
     @abstractmethod
     def _history(self, project: str, nodeid: str) -> tuple[HistoryEntry, ...]:
@@ -709,7 +714,9 @@ class DataReaderBase(_TestRuns):
             run_id,
             check_flaky_policy(policy),
             lambda run, chosen: Success(
-                classify_run(run, self._now_items(run), chosen, self._share(run))
+                classify_run(
+                    run, self._now_items(run, chosen.window - 1), chosen, self._share(run)
+                )
             ),
         )
 
@@ -717,12 +724,13 @@ class DataReaderBase(_TestRuns):
         """The run's executed and failing item counts now (:func:`run_share`)."""
         return run_share(self._summary(run.id).counts)
 
-    def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
+    def _unsettled_items(self, run: RunFacts, depth: int = HISTORY_DEPTH) -> Iterable[ItemNow]:
         """The items ``classify_unstable`` judges: at least every item that fails now, had
         failed attempts now, or has a failing or rerun-failed history entry (every item, by
         default; a backend may read fewer). No policy makes any other item unstable: every
-        flaky rule rests on a failing entry or a failed attempt."""
-        return self._now_items(run)
+        flaky rule rests on a failing entry or a failed attempt. ``depth`` as
+        :meth:`_now_items`."""
+        return self._now_items(run, depth)
 
     def classify_unstable(
         self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
@@ -735,7 +743,8 @@ class DataReaderBase(_TestRuns):
             check_flaky_policy(policy),
             lambda run, chosen: Success(tuple(
                 c for c in classify_run(
-                    run, self._unsettled_items(run), chosen, self._share(run)
+                    run, self._unsettled_items(run, chosen.window - 1), chosen,
+                    self._share(run),
                 )
                 if c.classification is not Classification.STABLE
             )),
@@ -752,7 +761,9 @@ class DataReaderBase(_TestRuns):
         return self._read(
             "flaky_tests",
             checked,
-            lambda args: Success(flaky_of(self._histories(args[0]), args[1])),
+            lambda args: Success(
+                flaky_of(self._histories(args[0], args[1].window), args[1])
+            ),
         )
 
     def history(

@@ -163,6 +163,14 @@ _UNSETTLED_SQL = (
     f" AND (u.outcome IN {_FAILING_SQL} OR u.rerun_failures > 0)))"
 )
 """The items of run ``?1`` whose verdict may be other than stable (``_unsettled_items``)."""
+_EARLIER_SQL = "(w.run_id IS NULL OR w.run_id < ?1)"
+_DEPTH_SQL = (
+    "coalesce((SELECT w.seq FROM test_history w WHERE w.test_id = {test} AND {earlier}"
+    " ORDER BY w.seq DESC LIMIT 1 OFFSET ?2), 0)"
+)
+"""The seq of a test's ``?2 + 1``-th newest history entry that passes ``earlier`` (0 when it
+has fewer): the history joins read from it on, so a window of 10 reads 10 rows of the 50
+kept (one seek on the primary key ``(test_id, seq)``)."""
 _COUNT_COLUMNS = tuple(f"n_{o.value}" for o in OUTCOME_ORDER)
 _BULK_LOOKUP = 256
 """Batches of at least this many items look test ids up by reading the project's range."""
@@ -1342,9 +1350,12 @@ class SqliteDataReader(_Facts, DataReaderBase):
             )
         }
 
-    def _now_items(self, run: RunFacts, only: str = "") -> Iterable[ItemNow]:
-        """Every item of ``run`` with its history (``only``: a further condition on the
-        item ``c``)."""
+    def _now_items(
+        self, run: RunFacts, depth: int = HISTORY_DEPTH, only: str = ""
+    ) -> Iterable[ItemNow]:
+        """Every item of ``run`` with the newest ``depth`` history entries of earlier (or
+        pruned) runs (``only``: a further condition on the item ``c``): the join reads the
+        test's rows from the ``depth``-th newest such entry on (``_DEPTH_SQL``)."""
         rows = self._db.execute(
             "SELECT t.nodeid, c.outcome, CASE WHEN c.attempts > 0 THEN"
             " (SELECT count(*) FROM test_attempts a WHERE a.case_id = c.id"
@@ -1353,8 +1364,9 @@ class SqliteDataReader(_Facts, DataReaderBase):
             " FROM test_cases c JOIN tests t ON t.id = c.test_id"
             " LEFT JOIN test_history h ON h.test_id = c.test_id"
             "  AND (h.run_id IS NULL OR h.run_id < ?1)"
+            f"  AND h.seq >= {_DEPTH_SQL.format(test='c.test_id', earlier=_EARLIER_SQL)}"
             " WHERE c.run_id = ?1" + only,
-            (run.id,),
+            (run.id, max(depth, 1) - 1),
         )
         grouped: dict[str, tuple[str, int, str | None, list[tuple[int, WindowEntry]]]] = {}
         passes: dict[str, int] = {}  # the item's passing earlier attempts, the last column
@@ -1371,17 +1383,21 @@ class SqliteDataReader(_Facts, DataReaderBase):
             for nodeid, (outcome, reruns, fingerprint, entries) in grouped.items()
         ]
 
-    def _unsettled_items(self, run: RunFacts) -> Iterable[ItemNow]:
+    def _unsettled_items(self, run: RunFacts, depth: int = HISTORY_DEPTH) -> Iterable[ItemNow]:
         """The items that fail now, had failed attempts now, or have a failing or
         rerun-failed history entry of an earlier (or pruned) run: one probe of the history
         key per item, then the history of those items alone."""
-        return self._now_items(run, _UNSETTLED_SQL)
+        return self._now_items(run, depth, _UNSETTLED_SQL)
 
-    def _histories(self, project: str) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
+    def _histories(
+        self, project: str, depth: int = HISTORY_DEPTH
+    ) -> Iterable[tuple[str, Sequence[WindowEntry]]]:
         rows = self._db.execute(
             f"SELECT t.nodeid, {_HISTORY_COLUMNS}"
-            " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id WHERE t.project = ?",
-            (project,),
+            " FROM tests t CROSS JOIN test_history h ON h.test_id = t.id"
+            f"  AND h.seq >= {_DEPTH_SQL.format(test='t.id', earlier='1 = 1')}"
+            " WHERE t.project = ?1",
+            (project, max(depth, 1) - 1),
         )
         grouped: dict[str, list[tuple[int, WindowEntry]]] = {}
         for row in rows:
