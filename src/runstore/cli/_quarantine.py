@@ -89,6 +89,12 @@ def _file(given: str | None) -> str:
     return found.unwrap()
 
 
+def _shown(path: str) -> str:
+    """``path`` as text output names it: relative to the current folder when under it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith(os.pardir) else relative
+
+
 def _error_document(error: QuarantineFileError) -> dict[str, Any]:
     return {"file": error.path, "kind": error.kind, "entry": error.entry, "key": error.key}
 
@@ -210,7 +216,7 @@ def add(nodeid: str | None, pattern: str | None, owner: str, reason: str,
         emit_json({"file": path, "entry": entry_document(entry, today)})
         return
     say(f"quarantined {entry.key} until {entry.expires.isoformat()} (owner {entry.owner}) "
-        f"in {path}")
+        f"in {_shown(path)}")
 
 
 @quarantine.command("remove")
@@ -237,7 +243,7 @@ def remove(key: str, file: str | None) -> None:
     if settings().output_format == "json":
         emit_json({"file": path, "entry": entry_document(entry, _quarantine.today())})
         return
-    say(f"removed {entry.key} (owner {entry.owner}) from {path}")
+    say(f"removed {entry.key} (owner {entry.owner}) from {_shown(path)}")
 
 
 # -- list -----------------------------------------------------------------------------------
@@ -253,6 +259,9 @@ def _fix_check_document(check: FixCheck | None) -> dict[str, Any] | None:
 
 _MATCHED = 100
 """Most tests ``quarantine list`` shows per pattern entry (``tests_truncated`` says more)."""
+
+MAX_PAGE = 1_000
+"""The most candidates one pattern entry reads (the pagination contract's largest page)."""
 
 _WILDCARD = re.compile(r"[*?\[]")
 
@@ -286,10 +295,6 @@ def _matched(services: Services, project: str, entry: QuarantineEntry) -> tuple[
     candidates = services.get(services.reader.find_tests(project, prefix, limit=MAX_PAGE))
     hits = sorted(n for n in candidates if entry.matches(n))
     return hits[:_MATCHED], len(hits) > _MATCHED or len(candidates) == MAX_PAGE
-
-
-MAX_PAGE = 1_000
-"""The most candidates one pattern entry reads (the pagination contract's largest page)."""
 
 
 def list_document(
@@ -360,10 +365,10 @@ def list_(project: str | None, file: str | None) -> None:
         emit_json(document)
         return
     if not found.entries:
-        say(f"no quarantined tests in {path}")
+        say(f"no quarantined tests in {_shown(path)}")
         return
     say(f"{len(found.entries)} quarantine entr{'y' if len(found.entries) == 1 else 'ies'} "
-        f"in {path}, today {today.isoformat()}")
+        f"in {_shown(path)}, today {today.isoformat()}")
     for entry, shown in zip(found.entries, document["entries"], strict=True):
         say(f"  {_entry_text(entry, today)}")
         for test in shown["tests"]:
@@ -527,7 +532,8 @@ def _say_check(document: dict[str, Any]) -> None:
     head = (f"{document['nodeid']}: {document['passed']} of {document['executions']} "
             f"executions passed (run {document['run_id']})")
     if document["released"]:
-        say(f"{head}: released, entry {document['entry']} removed from {document['file']}")
+        say(f"{head}: released, entry {document['entry']} removed from "
+            f"{_shown(document['file'])}")
     elif document["green"]:
         say(f"{head}: all green, but it is quarantined by the pattern {document['entry']}, "
             "which stays")
