@@ -1014,7 +1014,8 @@ def _check_rules(run: RunId, classified: Sequence[TestClassification]) -> None:
 
 _RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
     Classification.FLAKY: frozenset(
-        {EvidenceRule.PASSED_ON_RERUN, EvidenceRule.SAME_COMMIT, EvidenceRule.OSCILLATION}
+        {EvidenceRule.PASSED_ON_RERUN, EvidenceRule.SAME_COMMIT, EvidenceRule.OSCILLATION,
+         EvidenceRule.FLIPPED_IN_RUN}
     ),
     Classification.NEW_FAILURE: frozenset({EvidenceRule.FIRST_FAILURE}),
     Classification.PERSISTENT_FAILURE: frozenset({EvidenceRule.FAILING_STREAK}),
