@@ -174,35 +174,22 @@ class Quarantine:
 def quarantine_path(root: str) -> Result[str, QuarantineFileError]:
     """The quarantine file of the project at ``root``: ``[tool.runstore] quarantine_file``
     of ``root/pyproject.toml`` (relative to ``root``), else ``root/.runstore-quarantine.toml``.
+    The table is read by ``runstore._config.read_config``, runstore's one reader of it
+    (imported here only, so importing this module stays cheap).
 
-    Failures: :class:`QuarantineFileError` naming ``pyproject.toml`` when it is not TOML or
-    the value is not a non-blank string (``invalid``, key ``quarantine_file``).
+    Failures: :class:`QuarantineFileError` (``invalid``) naming ``pyproject.toml`` and the
+    key when ``read_config`` refuses the file (not TOML, an unknown key of
+    ``[tool.runstore]``, a ``quarantine_file`` that is not a non-empty string).
     """
-    pyproject = os.path.join(root, "pyproject.toml")
-    default = os.path.join(root, QUARANTINE_FILE)
-    try:
-        with open(pyproject, "rb") as handle:
-            raw = handle.read()
-    except FileNotFoundError:
-        return Success(default)
-    except OSError as exc:
-        return Failure(QuarantineFileError(pyproject, "unreadable", _os_reason(exc)))
-    import tomllib
+    from runstore._config import CONFIG_FILE, read_config
 
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        return Failure(QuarantineFileError(pyproject, "syntax", f"not TOML: {exc}"))
-    tool = data.get("tool")
-    section = tool.get("runstore") if isinstance(tool, dict) else None
-    if not isinstance(section, dict) or "quarantine_file" not in section:
-        return Success(default)
-    value = section["quarantine_file"]
-    if not isinstance(value, str) or not value.strip():
-        return Failure(QuarantineFileError(
-            pyproject, "invalid", "must be a non-blank string (a path relative to the "
-            "project root)", key="tool.runstore.quarantine_file"))
-    return Success(os.path.join(root, value))
+    found = read_config(os.path.join(root, CONFIG_FILE))
+    if isinstance(found, Failure):
+        error = found.failure()
+        return Failure(QuarantineFileError(error.path, "invalid", error.reason,
+                                           key=error.key or None))
+    named = found.unwrap().quarantine_file
+    return Success(os.path.join(root, QUARANTINE_FILE if named is None else named))
 
 
 # -- reading ------------------------------------------------------------------------------------
