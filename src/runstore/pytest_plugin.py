@@ -26,6 +26,9 @@ Options:
   executed which lines (``runstore tests-for``) in a session measured with pytest-cov
   (``--cov``) or ``coverage run``, by turning on a coverage context per test: pytest-cov's
   own ``--cov-context=test``, which this sets when it was not given.
+- The quarantine (``.runstore-quarantine.toml`` at the rootdir, see ``runstore.quarantine``):
+  in a recorded session a quarantined test runs and is recorded as before, and when every
+  failure is quarantined the exit status becomes 0 (see ``runstore.recorder._quarantine``).
 - ``--runstore-repeat N``: run each selected test N times in one process (recorded or
   not); every execution but the last is reported ``rerun`` and stored as an earlier
   attempt of source ``repeat``. A test whose executions flipped fails the session. A
