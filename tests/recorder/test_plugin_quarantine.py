@@ -153,3 +153,28 @@ def test_a_bad_quarantine_file_quarantines_nothing_and_says_why(tmp_path: Path) 
 def test_the_quarantine_needs_recording_on(tmp_path: Path) -> None:
     folder = _project(tmp_path / "proj", quarantine=QUARANTINE)
     assert run_pytest(folder, env=env_for()).returncode == 1
+
+
+FLIPPING = """
+    from pathlib import Path
+
+    def test_flips():
+        counter = Path(__file__).with_name("counter.txt")
+        count = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(count))
+        assert count % 3 != 1, f"execution {count} fails"
+"""
+
+
+def test_a_quarantined_test_whose_repeats_flipped_does_not_fail_the_session(
+    tmp_path: Path,
+) -> None:
+    folder = write(tmp_path / "proj", test_flip=FLIPPING)
+    flipped = run_pytest(folder, "--runstore", "--runstore-repeat=3")
+    assert flipped.returncode == 1, flipped.stdout  # passed last, flipped: fails
+    (folder / ".runstore-quarantine.toml").write_text(
+        '[[quarantine]]\nnodeid = "test_flip.py::test_flips"\nowner = "a"\nreason = "r"\n'
+        "expires = 2099-01-01\n", encoding="utf-8")
+    masked = run_pytest(folder, "--runstore", "--runstore-repeat=3")
+    assert masked.returncode == 0, masked.stdout
+    assert "1 quarantined failure (test_flip.py::test_flips)" in masked.stdout
