@@ -21,8 +21,10 @@ session starts, hands every finished item to :meth:`QuarantineGate.item` and ask
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Callable, Iterable
 from datetime import date
+from fnmatch import translate
 
 import attrs
 from returns.result import Failure
@@ -35,7 +37,8 @@ from runstore.quarantine import (
     load_quarantine,
     quarantine_path,
 )
-from runstore.services.test_runs import FAILING_OUTCOMES, QuarantinedItem, TestResult
+from runstore.recorder._convert import is_failing
+from runstore.services.test_runs import QuarantinedItem, TestResult
 
 __all__ = ["QuarantineGate"]
 
@@ -44,9 +47,10 @@ _SHOWN = 5
 
 
 def _fails(result: TestResult) -> bool:
-    """Whether ``result`` or one of its earlier attempts failed."""
-    return result.outcome in FAILING_OUTCOMES or any(
-        a.outcome in FAILING_OUTCOMES for a in result.attempts)
+    """Whether ``result`` or one of its earlier attempts failed (the recorder's own
+    :func:`~runstore.recorder._convert.is_failing`: ``TestResult.outcome`` is derived anew on
+    every read, 8 us an item)."""
+    return is_failing(result) or any(is_failing(a) for a in result.attempts)
 
 
 def _named(nodeids: Iterable[str]) -> str:
@@ -82,20 +86,31 @@ class QuarantineGate:
             return cls(None, found.failure())
         return cls(found.unwrap())
 
+    _exact: frozenset[str] = attrs.field(init=False, factory=frozenset)
+    _patterns: Callable[[str], object] | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        # A node id no entry can name is told apart with one set lookup and one regular
+        # expression (every pattern's fnmatch.translate, joined): most items are such.
+        entries = () if self.quarantine is None else self.quarantine.entries
+        self._exact = frozenset(e.nodeid for e in entries if e.nodeid is not None)
+        patterns = [translate(e.pattern) for e in entries if e.pattern is not None]
+        if patterns:
+            self._patterns = re.compile("|".join(f"(?:{p})" for p in patterns)).match
+
     def item(self, result: TestResult) -> None:
         """Take one finished item: which entry applies to it, whether it failed."""
-        if self.quarantine is None or not self.quarantine.entries:
-            if _fails(result):
-                self.failing.add(result.nodeid)
-            return
         nodeid = result.nodeid
+        if _fails(result):
+            self.failing.add(nodeid)
+        if self.quarantine is None or (nodeid not in self._exact and (
+                self._patterns is None or self._patterns(nodeid) is None)):
+            return
         match = self.quarantine.match(nodeid, self.day)
         if match.active is not None:
             self.applied[nodeid] = match.active
         for entry in match.expired:
             self.expired.setdefault(entry.key, (entry, set()))[1].add(nodeid)
-        if _fails(result):
-            self.failing.add(nodeid)
 
     def decide(self, exitstatus: int, flipped: Iterable[str], *, collection_errors: bool,
                interrupted: bool) -> int:
