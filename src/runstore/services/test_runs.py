@@ -312,7 +312,8 @@ class EvidenceRule(StrEnum):
     more separate failing streaks in the window, ``F..P..F``: Allure's history rule).
     Non-flaky rules: ``first_failure`` (``new_failure``), ``failing_streak``
     (``persistent_failure``), ``fixed`` (``recovered``), ``no_failure`` and ``not_executed``
-    (``stable``).
+    (``stable``). ``FlakyPolicy.evidence`` names the flaky rules that may fire
+    (``FLAKY_RULES``, all of them, by default).
     """
 
     PASSED_ON_RERUN = "passed_on_rerun"
