@@ -107,7 +107,7 @@ def caches(store: DataStore) -> dict[str, dict[Any, Any]]:
 TABLES = (
     "test_runs", "files", "tests", "test_modules", "test_cases", "test_output",
     "test_attempts", "test_subtests", "collection_errors", "test_errors", "stack_frames",
-    "test_history", "failure_signatures", "file_coverage",
+    "test_history", "failure_signatures", "failure_signature_tests", "file_coverage",
 )
 
 
@@ -201,7 +201,7 @@ INSERTS: dict[str, tuple[str, ...]] = {
     "rerun": ("files", "test_cases", "test_errors", "stack_frames"),
     "record_collection_errors": ("files", "test_modules", "collection_errors", "test_errors",
                                  "stack_frames"),
-    "finish_run": ("test_history", "failure_signatures"),
+    "finish_run": ("test_history", "failure_signatures", "failure_signature_tests"),
     "write_coverage": ("files", "file_coverage"),
     "begin_run": ("test_runs",),
     "prune_runs": ("delete test_runs", "delete files", "delete tests", "update file_coverage"),
