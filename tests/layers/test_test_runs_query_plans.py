@@ -166,3 +166,16 @@ def test_the_scan_detector_sees_scans(populated: Populated) -> None:
     sql = "SELECT count(*) FROM test_cases c WHERE c.duration_ms > ?"
     assert scans_of(populated.db, sql, (1.0,)) != []
     assert scans_of(populated.db, "SELECT id FROM test_cases WHERE run_id = ?", (1,)) == []
+
+
+def test_the_signature_listing_reads_its_index(populated: Populated) -> None:
+    """``failure_signatures`` pages through ``failure_signatures_by_seen`` (project, place)
+    and never scans the signature table, whose rows are one per root cause ever seen."""
+    with captured(populated.db) as statements:
+        page = populated.reader.failure_signatures("project-1", limit=2).unwrap()
+    assert page.has_more
+    (sql, bindings), = [s for s in statements if "failure_signatures" in s[0]]
+    assert scans_of(populated.db, sql, bindings, "failure_signatures") == []
+    plan = " ".join(str(row[3]) for row in populated.db.connection.execute(
+        "EXPLAIN QUERY PLAN " + sql, bindings).fetchall())
+    assert "failure_signatures_by_seen" in plan, plan
