@@ -127,3 +127,54 @@ def test_signatures_of_runs_pruned_before_it_keep_one_run(tmp_path: Path) -> Non
         found = listing(container.get(DATA_READER))
     assert [(s.exception_type, s.runs, s.tests, s.first_seen_run_id) for s in found] == [
         ("ValueError", 1, 1, None), ("KeyError", 1, 0, None)]
+
+
+def _old_postgres_copy(source: Path, dsn: str) -> None:
+    """Migrate the PostgreSQL database ``dsn`` to 0013 and copy into it every row of the
+    SQLite ``source`` it has columns for (the counter 0014 adds left out); foreign keys are
+    not checked while copying (``session_replication_role``), as the tables go in any
+    order."""
+    import psycopg
+
+    from runstore.layers._postgres_database import PostgresDatabase
+    from runstore.layers._postgres_migrations import apply_migrations as apply_postgres
+
+    db = PostgresDatabase.open(dsn).unwrap()
+    try:
+        assert isinstance(apply_postgres(db, up_to=OLD_SCHEMA), Success)
+    finally:
+        db.close()
+    rows_of = apsw.Connection(str(source))
+    with psycopg.connect(dsn) as pg:
+        pg.execute("SET session_replication_role = replica")
+        tables = [r[0] for r in pg.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema ="
+            " current_schema() AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'search%%'"
+            " AND table_name NOT IN ('runstore_migrations', 'runstore_meta')")]
+        for table in tables:
+            columns = [r[0] for r in pg.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema ="
+                " current_schema() AND table_name = %s ORDER BY ordinal_position", (table,))]
+            listed = ", ".join(columns)
+            rows = rows_of.execute(f"SELECT {listed} FROM {table}").fetchall()
+            pg.execute(f"DELETE FROM {table}")
+            if rows:
+                marks = ", ".join(["%s"] * len(columns))
+                pg.cursor().executemany(
+                    f"INSERT INTO {table} ({listed}) VALUES ({marks})", rows)
+        pg.execute("DELETE FROM test_run_sequences WHERE name = 'signature'")
+    rows_of.close()
+
+
+def test_postgresql_old_signatures_read_as_the_current_code_keeps_them(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    from runstore.layers._postgres_layer import postgres
+
+    new = tmp_path / "new.db"
+    with build(merge(sqlite(new), Layer.value(Clock, CLOCK))) as container:
+        write(container.get(DATA_STORE))
+        expected = listing(container.get(DATA_READER))
+    _old_postgres_copy(new, postgres_dsn)
+    with build(merge(postgres(postgres_dsn), Layer.value(Clock, CLOCK))) as container:
+        assert listing(container.get(DATA_READER)) == expected
