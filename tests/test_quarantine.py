@@ -61,7 +61,8 @@ def _write(tmp_path: Path, text: str) -> str:
 def _entries(path: str) -> tuple[QuarantineEntry, ...]:
     loaded = load_quarantine(path)
     assert isinstance(loaded, Success), loaded
-    return loaded.unwrap().entries
+    found: Quarantine = loaded.unwrap()
+    return found.entries
 
 
 def test_a_missing_file_is_an_empty_quarantine(tmp_path: Path) -> None:

@@ -50,10 +50,13 @@ from runstore.services.test_runs import (
     EvidenceRule,
     FailureRecord,
     FileCoverage,
+    FixCheck,
+    FixCheckResult,
     FlakyTest,
     HistoryEntry,
     Outcome,
     PruneRunsResult,
+    QuarantinedItem,
     RunComparison,
     RunId,
     RunRetentionPolicy,
@@ -222,6 +225,22 @@ class PassThrough:
         runs: int = DEFAULT_TESTS_FOR_RUNS, limit: int = 100,
     ) -> Result[TestsFor, DataReaderError]:
         return self.inner_reader.tests_for(project, path, line=line, runs=runs, limit=limit)
+
+    def mark_quarantined(
+        self, run_id: RunId, items: Sequence[QuarantinedItem]
+    ) -> Result[int, DataStoreError]:
+        return self.inner_store.mark_quarantined(run_id, items)
+
+    def record_fix_check(self, result: FixCheckResult) -> Result[FixCheck, DataStoreError]:
+        return self.inner_store.record_fix_check(result)
+
+    def quarantined(self, run_id: RunId) -> Result[tuple[QuarantinedItem, ...], DataReaderError]:
+        return self.inner_reader.quarantined(run_id)
+
+    def fix_checks(
+        self, project: str, nodeid: str | None = None, *, limit: int = 20
+    ) -> Result[tuple[FixCheck, ...], DataReaderError]:
+        return self.inner_reader.fix_checks(project, nodeid, limit=limit)
 
 
 def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:

@@ -662,7 +662,7 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
         if services.output_format == "json":
             emit_json(_show_json(summary, *shown, marks=_marks(services, summary.id)))
             return
-        marks = {nodeid: " (quarantined)" for nodeid in _marks(services, summary.id)}
+        marks = dict.fromkeys(_marks(services, summary.id), " (quarantined)")
         _print(_run_heading(summary))
         listed = [t for t in tests if show_all or t.outcome is not Outcome.PASSED
                   or _noteworthy(verdicts.get(t.nodeid))]
