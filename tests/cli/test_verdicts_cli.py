@@ -60,12 +60,12 @@ def test_show_text_prints_each_verdict_with_its_because(db: Path) -> None:
 def test_show_of_one_item_gives_its_verdict_and_failed_attempts(db: Path) -> None:
     text = run(db, "show", "4", "test_passed_on_rerun").stdout
     assert "verdict: flaky, because passed_on_rerun: " in text
-    assert "attempt 1 of 2: failed" in text
+    assert "attempt 1 of 2 (rerun): failed" in text
     assert "[call] AssertionError: timed out" in text
     document = as_json(run(db, "show", "4", "test_passed_on_rerun", "--format", "json"))
     assert document["test"]["because"]["rule"] == "passed_on_rerun"
     (attempt,) = document["test"]["earlier_attempts"]
-    assert attempt["outcome"] == "failed"
+    assert (attempt["outcome"], attempt["source"]) == ("failed", "rerun")
     assert [e["message"] for e in attempt["errors"]] == ["timed out"]
 
 
