@@ -15,7 +15,7 @@ caught it on memory; the correct wrapper around it passes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -241,6 +241,11 @@ class PassThrough:
         self, project: str, nodeid: str | None = None, *, limit: int = 20
     ) -> Result[tuple[FixCheck, ...], DataReaderError]:
         return self.inner_reader.fix_checks(project, nodeid, limit=limit)
+
+    def known_tests(
+        self, project: str, nodeids: Iterable[str]
+    ) -> Result[frozenset[str], DataReaderError]:
+        return self.inner_reader.known_tests(project, nodeids)
 
 
 def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:
