@@ -29,6 +29,7 @@ from runstore.services.errors import NotFound
 from runstore.services.test_runs import (
     Classification,
     DataReader,
+    EvidenceRule,
     FailureRecord,
     Outcome,
     Phase,
@@ -386,14 +387,20 @@ def test_flaky_across_two_runs(tmp_path: Path, db: Path) -> None:
     with build(sqlite(db)) as container:
         reader = container.get(DataReader)
         history = reader.history("flaky", "test_flaky.py::test_flips").unwrap()
-        classified = {c.nodeid: c.classification for c in reader.classify(second.run.id).unwrap()}
+        classified = {c.nodeid: c for c in reader.classify(second.run.id).unwrap()}
         flaky = [f.nodeid for f in reader.flaky_tests("flaky").unwrap()]
     assert [h.outcome for h in history] == [Outcome.PASSED, Outcome.FAILED]
-    # The copy is no git repository: nothing shows the code stayed the same, so a failure
-    # then a pass is a clean fix (Classification's table), not flaky.
-    assert classified["test_flaky.py::test_flips"] is Classification.RECOVERED
-    assert classified["test_flaky.py::test_stable"] is Classification.STABLE
-    assert flaky == []
+    # The copy is no git repository, but both runs ran the same code (one code fingerprint:
+    # the test counts its runs in a file beside it, not in its code), so the failure then
+    # the pass is flaky evidence, as the zoo's test says it must be.
+    flips = classified["test_flaky.py::test_flips"]
+    assert (flips.classification, flips.because.rule) == (
+        Classification.FLAKY, EvidenceRule.SAME_CODE
+    )
+    assert [h.fingerprint for h in history] == [history[1].fingerprint] * 2
+    assert history[0].fingerprint is not None
+    assert classified["test_flaky.py::test_stable"].classification is Classification.STABLE
+    assert flaky == ["test_flaky.py::test_flips"]
 
 
 @needs_zoo

@@ -3,14 +3,15 @@
 The project lives in its own git repository and is recorded five times (``RUN`` 1-5):
 
 - run 1: everything passes on a clean commit (the green run); each later run is on a new
-  commit (``version.txt``), so the verdicts rest on history, not on one commit;
+  commit (``version.py``, which the tests import), so the verdicts rest on history, not on
+  one commit or one code fingerprint;
 - runs 2-3: ``test_persistent`` starts failing, ``test_flaky`` fails, passes, ...;
 - run 4: ``pytest -k test_ok`` passes, but ran a selection, so it is not green;
 - run 5 (triaged): ``app.connect()`` raises, failing ``test_db_a``, ``test_db_b`` and
   ``test_db_c`` through one root cause (one group); ``test_new`` fails on its own assertion;
   ``test_persistent`` fails for the 3rd run in a row (since run 2); ``test_flaky`` fails
   again (oscillation); ``test_rerun`` passes on its rerun; ``test_added`` is new and fails;
-  ``app.py`` was edited and ``notes.txt`` added (uncommitted), ``version.txt`` committed,
+  ``app.py`` was edited and ``notes.txt`` added (uncommitted), ``version.py`` committed,
   since run 1's commit.
 """
 
@@ -48,6 +49,11 @@ import os
 import pytest
 
 import app
+
+try:  # the code of each run is its own (a new code fingerprint), as after an edit
+    import version  # noqa: F401
+except ImportError:  # run 1
+    pass
 
 RUN = int(os.environ["TRIAGE_RUN"])
 PLANS = {"persistent": "PFF-F", "flaky": "PFP-F"}
@@ -132,8 +138,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder.parent / "first-commit").write_text(_git(folder, "rev-parse", "HEAD"), encoding="utf-8")
     for run in range(1, 6):
         if run > 1:  # each run on a commit of its own: a persistent failure is no flake
-            (folder / "version.txt").write_text(f"{run}\n", encoding="utf-8")
-            _git(folder, "add", "version.txt")
+            (folder / "version.py").write_text(f"RUN = {run}\n", encoding="utf-8")
+            _git(folder, "add", "version.py")
             _git(folder, "commit", "-q", "-m", f"version {run}")
         if run == 5:  # changes since the green run's commit: an edit and a new file
             with (folder / "app.py").open("a", encoding="utf-8") as app:
@@ -233,7 +239,7 @@ def test_since_the_last_green_run(answer: Any, project: Path) -> None:
                                             ("persistent", "flaky", "db_a", "db_b", "db_c",
                                              "new"))
     assert since["added_failing"] == [f"{M}test_added"]
-    assert since["changed_files"] == ["app.py", "notes.txt", "version.txt"]
+    assert since["changed_files"] == ["app.py", "notes.txt", "version.py"]
 
 
 def test_files_changed_are_null_outside_the_repository(
@@ -273,7 +279,7 @@ def test_an_older_run_is_triaged_as_it_was(project: Path,
                            monkeypatch=monkeypatch))
     assert [f["nodeid"] for f in document["failures"]] == [f"{M}test_persistent"]
     assert document["since_green"]["run"]["id"] == 1
-    assert document["since_green"]["changed_files"] == ["app.py", "notes.txt", "version.txt"]
+    assert document["since_green"]["changed_files"] == ["app.py", "notes.txt", "version.py"]
 
 
 @pytest.fixture(scope="module")

@@ -46,6 +46,7 @@ TESTS = '''
 import os
 
 import app
+import release  # noqa: F401  (new in each run: each run's code is its own)
 
 RUN = int(os.environ["SHOP_RUN"])
 
@@ -101,8 +102,10 @@ def env() -> dict[str, str]:
 
 
 def _record(folder: Path, db: Path) -> None:
-    """Three runs of the project; the third measures coverage of ``app``, per test."""
+    """Three runs of the project, each on code of its own (``release.py``, a new code
+    fingerprint, as after an edit); the third measures coverage of ``app``, per test."""
     for run in (1, 2, 3):
+        (folder / "release.py").write_text(f"RUN = {run}\n", encoding="utf-8")
         cover = ("-p", "pytest_cov.plugin", "--cov=app", "--cov-context=test",
                  "--cov-report=") if run == 3 else ()
         done = subprocess.run(

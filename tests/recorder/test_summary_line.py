@@ -12,6 +12,8 @@ from pathlib import Path
 SOURCE = """
     import os
 
+    import release  # noqa: F401
+
     def test_flips():
         assert os.environ["MODE"] != "fail"
 
@@ -21,6 +23,9 @@ SOURCE = """
 
 
 def _record(folder: Path, mode: str) -> str:
+    # Each run on code of its own (a new code fingerprint), as after an edit: the break and
+    # the fix are the code's, not flakiness on unchanged code.
+    (folder / "release.py").write_text(f"MODE = {mode!r}\n", encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "RUNSTORE_"))}
     env.update(PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", MODE=mode)
     done = subprocess.run(

@@ -87,14 +87,34 @@ def install(config: pytest.Config) -> None:
             ), stacklevel=2)
     if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller records
         from runstore.recorder._annotate import Annotator
+        from runstore.recorder._fingerprint import Fingerprinter
 
-        config.pluginmanager.register(Annotator(), "runstore-annotator")
+        fingerprints = Fingerprinter(str(config.rootpath))
+        config.pluginmanager.register(Annotator(fingerprints=fingerprints), "runstore-annotator")
+        _watch_swallowed(config)
         return
     if config.getoption("collectonly", False):
         return
     from runstore.recorder._annotate import Annotator
+    from runstore.recorder._fingerprint import Fingerprinter
     from runstore.recorder._recorder import Recorder, resolve_settings
 
     recorder = Recorder(config, resolve_settings(config))
-    config.pluginmanager.register(Annotator(recorder.note_markers), "runstore-annotator")
+    annotator = Annotator(recorder.note_markers, Fingerprinter(str(config.rootpath)),
+                          recorder.note_fingerprint)
+    config.pluginmanager.register(annotator, "runstore-annotator")
+    _watch_swallowed(config)
     config.pluginmanager.register(recorder, "runstore-recorder")
+
+
+def _watch_swallowed(config: pytest.Config) -> None:
+    """With the ``flaky`` plugin loaded (by its entry point ``flaky`` or as a module of the
+    ``flaky`` package), register the hooks that keep the attempts it runs but does not
+    report (``runstore.recorder._swallowed``)."""
+    names = (getattr(p, "__name__", "") for p in config.pluginmanager.get_plugins())
+    if config.pluginmanager.hasplugin("flaky") or any(
+        isinstance(n, str) and n.partition(".")[0] == "flaky" for n in names
+    ):
+        from runstore.recorder._swallowed import SwallowedReports
+
+        config.pluginmanager.register(SwallowedReports(), "runstore-swallowed")

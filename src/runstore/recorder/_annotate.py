@@ -13,7 +13,10 @@ along with the report, so the controller that records sees the same facts as a s
   list of ``{"type": str, "message": str, "frames": [[path, line, function], ...]}``
   (frames outermost first, at most ``MAX_FRAMES`` innermost ones; ``message`` is the
   exception-only line as ``traceback`` formats it, which survives a ``__str__`` that raises;
-  for a ``SyntaxError`` without the location lines before it).
+  for a ``SyntaxError`` without the location lines before it);
+- ``report.runstore_fingerprint``: the code fingerprint of the item when it finished (on the
+  teardown report; ``runstore.recorder._fingerprint``), given to a recording process
+  through a callback instead, as the markers are.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from typing import Any
 
 import pytest
 
+from runstore.recorder._fingerprint import Fingerprinter
 from runstore.recorder._text import safe_str
 from runstore.services.test_runs import MAX_FRAMES
 
 __all__ = [
     "EXC_ATTR",
+    "FINGERPRINT_ATTR",
     "MARKERS_ATTR",
     "REPEAT_ATTR",
     "Annotator",
@@ -41,6 +46,7 @@ __all__ = [
 
 MARKERS_ATTR = "runstore_markers"
 EXC_ATTR = "runstore_exc"
+FINGERPRINT_ATTR = "runstore_fingerprint"
 REPEAT_ATTR = "runstore_repeat"
 """Set by runstore's own repeats (``runstore.recorder._repeat``): on each report of an
 earlier execution ``{"outcome": <pytest's outcome>, "execution": k}`` (its ``outcome`` is
@@ -116,6 +122,9 @@ def describe_exception(exc: BaseException) -> list[dict[str, Any]]:
 MarkersSink = Callable[[str, list[str]], None]
 """Takes (node id, sorted marker names) of an item about to report its setup."""
 
+FingerprintSink = Callable[[str, str | None], None]
+"""Takes (node id, code fingerprint or None) of an item about to report its teardown."""
+
 
 class Annotator:
     """pytest hooks that attach :data:`MARKERS_ATTR` and :data:`EXC_ATTR` to reports.
@@ -125,8 +134,15 @@ class Annotator:
     report.
     """
 
-    def __init__(self, on_markers: MarkersSink | None = None) -> None:
+    def __init__(
+        self,
+        on_markers: MarkersSink | None = None,
+        fingerprints: Fingerprinter | None = None,
+        on_fingerprint: FingerprintSink | None = None,
+    ) -> None:
         self._on_markers = on_markers
+        self._fingerprints = fingerprints
+        self._on_fingerprint = on_fingerprint
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -142,6 +158,12 @@ class Annotator:
                     setattr(report, MARKERS_ATTR, names)
             if call.excinfo is not None and report.outcome == "failed":
                 setattr(report, EXC_ATTR, describe_exception(call.excinfo.value))
+            if call.when == "teardown" and self._fingerprints is not None:
+                fingerprint = self._fingerprints.cheap(str(item.path))
+                if self._on_fingerprint is not None:
+                    self._on_fingerprint(report.nodeid, fingerprint)
+                elif fingerprint is not None:
+                    setattr(report, FINGERPRINT_ATTR, fingerprint)
         except Exception:  # never let describing a report break the run
             pass
         return report

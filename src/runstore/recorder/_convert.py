@@ -33,7 +33,8 @@ from typing import Any
 
 import attrs
 
-from runstore.recorder._annotate import EXC_ATTR, MARKERS_ATTR, REPEAT_ATTR
+from runstore.recorder._annotate import EXC_ATTR, FINGERPRINT_ATTR, MARKERS_ATTR, REPEAT_ATTR
+from runstore.recorder._swallowed import SWALLOWED_ATTR, swallowed_reports
 from runstore.recorder._text import clean_identifier, clean_text, safe_str
 from runstore.services.test_runs import (
     FAILING_OUTCOMES,
@@ -402,12 +403,21 @@ class ItemAssembler:
         self._resolver = resolver
         self._pending: dict[str, _Pending] = {}  # by node id as reported
         self._markers: dict[str, tuple[str, ...]] = {}
+        self._fingerprints: dict[str, str] = {}  # by node id as reported, until it finishes
 
     def note_markers(self, nodeid: str, names: list[str]) -> None:
         """Remember the markers of an item whose setup report comes next (an
         :class:`~runstore.recorder.Annotator` sink)."""
         if names:
             self._markers[nodeid] = tuple(clean_text(n) for n in names)
+
+    def note_fingerprint(self, nodeid: str, fingerprint: str | None) -> None:
+        """Remember the code fingerprint of an item whose teardown report comes next (an
+        :class:`~runstore.recorder.Annotator` sink); None forgets an earlier attempt's."""
+        if fingerprint is None:
+            self._fingerprints.pop(nodeid, None)
+        else:
+            self._fingerprints[nodeid] = fingerprint
 
     @property
     def unfinished(self) -> int:
@@ -428,8 +438,10 @@ class ItemAssembler:
 
     def add(self, report: Any) -> TestResult | None:
         """Take one test report; return the item's result when this report finished it."""
-        pending = self._pending.get(report.nodeid) or self._start(report)
         when = report.when
+        if when == "teardown" and getattr(report, SWALLOWED_ATTR, None):
+            self._add_swallowed(report)
+        pending = self._pending.get(report.nodeid) or self._start(report)
         if when == "call" and is_subtest_report(report):
             self._add_subtest(pending, report)
             return None
@@ -460,6 +472,16 @@ class ItemAssembler:
             return None
         return self._finish_attempt(pending, report)
 
+    def _add_swallowed(self, report: Any) -> None:
+        """Take, ahead of the teardown ``report``, the setup and call reports of its attempt
+        that another plugin made but never logged (``runstore.recorder._swallowed``: the
+        ``flaky`` plugin's retries); such an attempt is an earlier attempt of the item."""
+        for earlier in swallowed_reports(report):
+            if earlier.nodeid == report.nodeid and earlier.when in ("setup", "call"):
+                self.add(earlier)
+        pending = self._pending.get(report.nodeid) or self._start(report)
+        pending.rerun = True
+
     def _add_subtest(self, pending: _Pending, report: Any) -> None:
         judged = _phase_outcome(report)
         if judged is None:
@@ -472,7 +494,11 @@ class ItemAssembler:
         pending.subtests.append(SubtestResult(description, outcome, _duration_ms(report), error))
 
     def _result(
-        self, pending: _Pending, report: Any | None, attempts: tuple[TestResult, ...] = ()
+        self,
+        pending: _Pending,
+        report: Any | None,
+        attempts: tuple[TestResult, ...] = (),
+        fingerprint: str | None = None,
     ) -> TestResult:
         name, param = split_nodeid(pending.nodeid)
         phases = tuple(pending.phases)
@@ -496,6 +522,7 @@ class ItemAssembler:
             log=log,
             attempts=attempts,
             subtests=tuple(pending.subtests),
+            fingerprint=fingerprint,
         )
 
     def _finish_attempt(self, pending: _Pending, report: Any) -> TestResult | None:
@@ -508,6 +535,10 @@ class ItemAssembler:
             pending.rerun = False
             return None
         del self._pending[report.nodeid]
+        fingerprint = self._fingerprints.pop(report.nodeid, None)
+        if fingerprint is None:
+            given = getattr(report, FINGERPRINT_ATTR, None)
+            fingerprint = given if isinstance(given, str) else None
         if not pending.phases:
             return None
-        return self._result(pending, report, tuple(pending.attempts))
+        return self._result(pending, report, tuple(pending.attempts), fingerprint)
