@@ -94,6 +94,7 @@ if TYPE_CHECKING:
         test_runs_state_machine,
         utc,
     )
+    from runstore.testing._test_runs_fingerprint import code_fingerprints
     from runstore.testing._test_runs_layers import (
         SEED_PROJECT,
         SEED_START,
@@ -141,6 +142,7 @@ __all__: list[str] = [
     "agents_state_machine",
     "bad_session_ids",
     "changed_file_lists",
+    "code_fingerprints",
     "collection_errors",
     "empty",
     "entry_payloads",
@@ -217,6 +219,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "test_runs_state_machine", "utc",
     ),
     "_test_runs_links": ("bad_session_ids", "changed_file_lists", "session_ids"),
+    "_test_runs_fingerprint": ("code_fingerprints",),
     "_test_runs_layers": (
         "SEED_PROJECT", "SEED_START", "SeededRuns", "SeedError", "empty", "flaky",
         "single_passing_run", "with_failures",

@@ -95,7 +95,7 @@ from runstore.testing._test_runs_coverage import (
     TestCoverageContract,
     lines_per_test,
 )
-from runstore.testing._test_runs_quarantine import QuarantineContract
+from runstore.testing._test_runs_fingerprint import FingerprintContract, code_fingerprints
 from runstore.testing._test_runs_links import (
     RunLinksReaderContract,
     RunLinksStoreContract,
@@ -103,6 +103,7 @@ from runstore.testing._test_runs_links import (
     session_ids,
 )
 from runstore.testing._test_runs_policy import FlakyPolicyContract
+from runstore.testing._test_runs_quarantine import QuarantineContract
 from runstore.testing._test_runs_signatures import (
     SignaturesReaderContract,
     SignaturesStoreContract,
@@ -375,6 +376,7 @@ def item_results(
             log=draw(st.sampled_from(["", "INFO x\n"])),
             attempts=earlier,
             subtests=subtests,
+            fingerprint=draw(code_fingerprints()),
         )
 
     return build_one()
@@ -1015,7 +1017,7 @@ def _check_rules(run: RunId, classified: Sequence[TestClassification]) -> None:
 _RULES_OF: dict[Classification, frozenset[EvidenceRule]] = {
     Classification.FLAKY: frozenset(
         {EvidenceRule.PASSED_ON_RERUN, EvidenceRule.SAME_COMMIT, EvidenceRule.OSCILLATION,
-         EvidenceRule.FLIPPED_IN_RUN}
+         EvidenceRule.SAME_CODE, EvidenceRule.FLIPPED_IN_RUN}
     ),
     Classification.NEW_FAILURE: frozenset({EvidenceRule.FIRST_FAILURE}),
     Classification.PERSISTENT_FAILURE: frozenset({EvidenceRule.FAILING_STREAK}),
@@ -1901,6 +1903,7 @@ class TestRunsStoreContract(SignaturesStoreContract, RunLinksStoreContract, _Con
 
 
 class TestRunsReaderContract(
+    FingerprintContract,
     AttemptsContract,
     QuarantineContract,
     FlakyPolicyContract,
