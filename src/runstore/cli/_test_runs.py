@@ -433,6 +433,7 @@ def _test_document(test: TestRecord, failure: FailureRecord | None) -> dict[str,
         "outcome": test.outcome.value,
         "duration_ms": test.duration_ms,
         "attempts": test.attempts,
+        "fingerprint": test.fingerprint,
     }
     if test.skip_reason is not None:
         document["skip_reason"] = test.skip_reason
@@ -638,12 +639,12 @@ def show(run: int | str, nodeid: str | None, project: str | None, show_all: bool
 
     \b
     JSON (schemas show.json, show-test.json in runstore/cli/schemas):
-      {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts",
+      {"run": RUN, "tests": [{"nodeid", "outcome", "duration_ms", "attempts", "fingerprint",
        "classification", "window", "because": {"rule", "run_ids", "summary"},
        "skip_reason"?, "phase"?, "exception_type"?, "message"?}],
        "collection_errors": [{"nodeid", "phase", "exception_type", "message"}]}
     With NODEID: {"run": RUN, "test": {"nodeid", "outcome", "duration_ms", "attempts",
-       "skip_reason", "classification", "window", "because", "phases", "errors":
+       "skip_reason", "fingerprint", "classification", "window", "because", "phases", "errors":
        [{"phase", "exception_type", "message", "text", "frames", "causes"}], "subtests",
        "earlier_attempts": [{"outcome", "duration_ms", "source", "errors"}], "stdout",
        "stderr",
@@ -879,7 +880,7 @@ def _show_test(services: _Services, summary: RunSummary, nodeid: str) -> None:
         emit_json({"run": _run_document(summary), "test": {
             "nodeid": test.nodeid, "outcome": test.outcome.value,
             "duration_ms": test.duration_ms, "attempts": test.attempts,
-            "skip_reason": test.skip_reason,
+            "skip_reason": test.skip_reason, "fingerprint": test.fingerprint,
             **_verdict_or_none(verdict),
             "quarantined": _marks(services, summary.id).get(test.nodeid),
             "phases": [{"phase": p.phase.value, "outcome": p.outcome.value,
@@ -1183,13 +1184,14 @@ def history(nodeid: str, project: str | None) -> None:
     NODEID is a node id or a unique part of one.
 
     Each row keeps the first error message of a failing outcome, the git commit (with
-    "+dirty" for uncommitted changes) and the failed rerun attempts before the final one;
+    "+dirty" for uncommitted changes), the code fingerprint of the code the test ran (its
+    first 12 hex digits under "code") and the failed rerun attempts before the final one;
     the rows outlive the pruning of their runs.
 
     \b
     JSON: {"project": NAME, "nodeid": NODEID, "history": [{"run_id", "outcome",
            "duration_ms", "recorded_at_ms", "message", "git_commit", "git_dirty",
-           "rerun_failures", "earlier_passes"}]}
+           "rerun_failures", "earlier_passes", "fingerprint"}]}
     Example:
       runstore history test_checkout.py::test_total
     """
@@ -1198,12 +1200,14 @@ def history(nodeid: str, project: str | None) -> None:
         if services.output_format == "json":
             emit_json(_history_json(name, resolved, entries))
             return
-        table = _table("run", "outcome", "took", "recorded", "commit", "reruns", "message")
+        table = _table("run", "outcome", "took", "recorded", "commit", "code", "reruns",
+                       "message")
         for entry in entries:
             commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
             _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
                  entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms),
-                 commit, entry.rerun_failures or "", _first_line(entry.message or ""))
+                 commit, (entry.fingerprint or "")[:12], entry.rerun_failures or "",
+                 _first_line(entry.message or ""))
         _print(resolved, table)
 
 
@@ -1221,7 +1225,8 @@ def _history_json(name: str, resolved: str, entries: tuple[HistoryEntry, ...]) -
         {"run_id": e.run_id, "outcome": e.outcome.value, "duration_ms": e.duration_ms,
          "recorded_at_ms": e.recorded_at_ms, "message": e.message,
          "git_commit": e.git_commit, "git_dirty": e.git_dirty,
-         "rerun_failures": e.rerun_failures, "earlier_passes": e.earlier_passes}
+         "rerun_failures": e.rerun_failures, "earlier_passes": e.earlier_passes,
+         "fingerprint": e.fingerprint}
         for e in entries
     ]}
 
