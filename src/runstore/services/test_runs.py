@@ -219,6 +219,10 @@ class Classification(StrEnum):
     1a. ``flaky`` because ``flipped_in_run``: a failing entry whose run also passed it in an
        earlier attempt (runstore's repeats: ``--runstore-repeat``, early flake detection;
        Datadog's rule that a new test with a failing and a passing attempt is flaky);
+    1b. ``flaky`` because ``same_code``: the window holds a failing and a passing entry with
+       one non-null code fingerprint (``TestResult.fingerprint``: the test ran the same
+       code, with or without git, on a clean or dirty tree; a local form of Develocity's
+       "same inputs" rule). Entries without a fingerprint never count;
     2. ``flaky`` because ``same_commit``: the window holds a failing and a passing entry of
        runs on one git commit, each with a clean tree (``git_dirty`` False; BuildPulse's
        same-tree rule). Runs without a commit, or with a dirty or unknown tree, never count;
@@ -250,6 +254,7 @@ class Classification(StrEnum):
     ``P`` after a failed rerun attempt in the same run     flaky               passed_on_rerun
     ``P P``, the older ``P`` after a failed rerun attempt  flaky               passed_on_rerun
     ``F`` after a passing repeat in the same run           flaky               flipped_in_run
+    ``F`` and ``P`` with one code fingerprint              flaky               same_code
     ``F`` and ``P`` on one commit with a clean tree        flaky               same_commit
     ``F P`` on one commit with a dirty or unknown tree     new_failure         first_failure
     ``F P F``, the older ``F`` in an outage run            new_failure         first_failure
@@ -307,7 +312,8 @@ class EvidenceRule(StrEnum):
 
     Flaky rules, in order of precedence: ``passed_on_rerun`` (failed, then passed on a rerun
     inside one run: Develocity's and Trunk's pass-on-retry rule), ``flipped_in_run`` (passed,
-    then failed in runstore's repeats inside one run), ``same_commit`` (passed and
+    then failed in runstore's repeats inside one run), ``same_code`` (passed and failed
+    with one code fingerprint, with or without git), ``same_commit`` (passed and
     failed on one git commit with a clean tree: BuildPulse's rule), ``oscillation`` (two or
     more separate failing streaks in the window, ``F..P..F``: Allure's history rule).
     Non-flaky rules: ``first_failure`` (``new_failure``), ``failing_streak``
