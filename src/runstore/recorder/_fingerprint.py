@@ -86,6 +86,7 @@ class Fingerprinter:
         self._seen: dict[str, int] = {}
         self._loaded: set[str] = set()  # project paths of the loaded modules
         self._folded = 0  # XOR of the digests of ``_loaded``
+        self._last: tuple[str, int, str | None] | None = None  # (module, _folded, answer)
 
     # -- files -------------------------------------------------------------------------------
 
@@ -206,10 +207,17 @@ class Fingerprinter:
     def cheap(self, module_file: str) -> str | None:
         """The cheap fingerprint of a test of module file ``module_file`` (absolute) that
         has just finished: its module, the conftests on its path and the project modules
-        loaded so far. None when the module is not a readable file of the project."""
+        loaded so far. None when the module is not a readable file of the project. The
+        answer for the previous test is given again when it had the same module and no
+        project module was loaded since (the common case: O(1))."""
         self._scan()
+        last = self._last
+        if last is not None and last[0] == module_file and last[1] == self._folded:
+            return last[2]  # the next test of the same module, nothing new loaded
         own = self.project_path(module_file)
-        return None if own is None else self._fold(own, self._folded, self._loaded)
+        answer = None if own is None else self._fold(own, self._folded, self._loaded)
+        self._last = (module_file, self._folded, answer)
+        return answer
 
     # -- the exact form ----------------------------------------------------------------------
 
