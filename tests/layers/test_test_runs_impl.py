@@ -18,6 +18,7 @@ from runstore.layers import Container, Layer, SqliteDatabase, build, in_memory, 
 from runstore.layers._test_runs_sqlite import SqliteDataStore
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.test_runs import (
+    HISTORY_DEPTH,
     CollectionError,
     DataReader,
     DataStore,
@@ -311,13 +312,13 @@ def test_run_ids_are_never_reused_after_the_newest_is_pruned(layer: Callable[[],
         assert world.run(hours=9) == early + 1
 
 
-def test_history_is_trimmed_to_the_window_per_test(world: World) -> None:
-    for hours in range(14):
+def test_history_is_trimmed_to_the_depth_per_test(world: World) -> None:
+    for hours in range(HISTORY_DEPTH + 4):
         world.whole([_item("t.py::a", Outcome.FAILED if hours % 2 else Outcome.PASSED),
                      _item("t.py::b")], hours=hours)
     rows = world.db.execute("SELECT test_id, count(*) FROM test_history GROUP BY test_id")
-    assert [n for _, n in rows] == [10, 10]
-    flaky = _ok(world.reader.flaky_tests("p"))
+    assert [n for _, n in rows] == [HISTORY_DEPTH, HISTORY_DEPTH]
+    flaky = _ok(world.reader.flaky_tests("p"))  # the default window: 10 of the 50
     assert [(f.nodeid, f.flips) for f in flaky] == [("t.py::a", 9)]
 
 
