@@ -34,6 +34,7 @@ from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.search import FailureHit, TestHit
 from runstore.services.test_runs import (
+    DEFAULT_FLAKY_POLICY,
     DEFAULT_HISTORY_WINDOW,
     DEFAULT_TESTS_FOR_RUNS,
     FAILING_OUTCOMES,
@@ -52,6 +53,7 @@ from runstore.services.test_runs import (
     FileCoverage,
     FixCheck,
     FixCheckResult,
+    FlakyPolicy,
     FlakyTest,
     HistoryEntry,
     Outcome,
@@ -164,16 +166,20 @@ class PassThrough:
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
         return self.inner_reader.failures(run_id)
 
-    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        return self.inner_reader.classify(run_id)
+    def classify(
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
+        return self.inner_reader.classify(run_id, policy=policy)
 
     def classify_unstable(
-        self, run_id: RunId
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
     ) -> Result[tuple[TestClassification, ...], DataReaderError]:
-        return self.inner_reader.classify_unstable(run_id)
+        return self.inner_reader.classify_unstable(run_id, policy=policy)
 
-    def flaky_tests(self, project: str) -> Result[tuple[FlakyTest, ...], DataReaderError]:
-        return self.inner_reader.flaky_tests(project)
+    def flaky_tests(
+        self, project: str, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[FlakyTest, ...], DataReaderError]:
+        return self.inner_reader.flaky_tests(project, policy=policy)
 
     def history(
         self, project: str, nodeid: str
@@ -400,7 +406,9 @@ class CleanBreakIsFlaky(PassThrough):
     """Calls flaky whatever mixes failing and passing outcomes (the old flip rule), so a
     test that broke once (``F P``) or was fixed once (``P F``) is called flaky."""
 
-    def classify(self, run_id: RunId) -> Result[tuple[TestClassification, ...], DataReaderError]:
+    def classify(
+        self, run_id: RunId, *, policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
+    ) -> Result[tuple[TestClassification, ...], DataReaderError]:
         def mixed(item: TestClassification) -> TestClassification:
             failing = {o in FAILING_OUTCOMES for o in item.window}
             if failing == {True, False}:
@@ -408,7 +416,9 @@ class CleanBreakIsFlaky(PassThrough):
                                     because=Evidence(EvidenceRule.OSCILLATION, (), "mixed"))
             return item
 
-        return self.inner_reader.classify(run_id).map(lambda items: tuple(map(mixed, items)))
+        return self.inner_reader.classify(run_id, policy=policy).map(
+            lambda items: tuple(map(mixed, items))
+        )
 
 
 class NewNotFrozen(PassThrough):
