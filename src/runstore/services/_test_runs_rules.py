@@ -2196,10 +2196,11 @@ def test_record(
     duration_ms: float,
     phases: tuple[PhaseResult, ...],
     attempts: int,
-    fingerprint: str | None = None,
+    fingerprint: str | None,
 ) -> TestRecord:
     """The ``TestRecord`` of one stored item (``attempts``: how many earlier attempts it
-    has); its skip reason is :func:`skip_reason_of` its phases."""
+    has; ``fingerprint``: its code fingerprint, None when unknown); its skip reason is
+    :func:`skip_reason_of` its phases."""
     return TestRecord(
         run_id=RunId(run_id),
         nodeid=nodeid,
