@@ -50,6 +50,7 @@ from runstore.services.test_runs import (
     Evidence,
     EvidenceRule,
     FailureRecord,
+    FailureSignature,
     FileCoverage,
     FixCheck,
     FixCheckResult,
@@ -252,6 +253,11 @@ class PassThrough:
         self, project: str, nodeids: Iterable[str]
     ) -> Result[frozenset[str], DataReaderError]:
         return self.inner_reader.known_tests(project, nodeids)
+
+    def failure_signatures(
+        self, project: str, *, limit: int = 20, cursor: str | None = None
+    ) -> Result[Page[FailureSignature], DataReaderError]:
+        return self.inner_reader.failure_signatures(project, limit=limit, cursor=cursor)
 
 
 def broken(kind: type[PassThrough], inner: LayerFactory = in_memory) -> LayerFactory:
