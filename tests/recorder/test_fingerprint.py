@@ -1,5 +1,5 @@
-"""The code fingerprint of a test (``runstore.recorder._fingerprint``), cheap and exact forms:
-which files count, what changes it and what does not, and that files are read once."""
+"""The code fingerprint of a test (``runstore.recorder._fingerprint``): which files count,
+what changes it and what does not, and that files are read once."""
 
 from __future__ import annotations
 
@@ -187,21 +187,6 @@ def test_each_file_is_read_once_per_session(
     for _ in range(5):
         fingerprints.cheap(str(project / "tests/test_cart.py"))
     assert len(reads) == len(set(reads)) == 4  # the test, two conftests, shop/cart.py
-
-
-def test_the_exact_form_counts_only_the_files_given(project: Path) -> None:
-    fingerprints = Fingerprinter(str(project))
-    module = str(project / "tests/test_cart.py")
-    cart, tax = str(project / "shop/cart.py"), str(project / "shop/tax.py")
-    both = fingerprints.exact(module, [cart, tax])
-    assert fingerprints.exact(module, [tax, cart, cart]) == both
-    only_cart = fingerprints.exact(module, [cart])
-    assert only_cart != both
-    edit(project / "shop/tax.py", "RATE = 0.3\n")
-    assert Fingerprinter(str(project)).exact(module, [cart]) == only_cart
-    assert Fingerprinter(str(project)).exact(module, [cart, tax]) != both
-    # files outside the project are left out
-    assert fingerprints.exact(module, [cart, sys.executable]) == only_cart
 
 
 @given(st.lists(st.integers(min_value=0, max_value=2**128 - 1), unique=True, max_size=8),

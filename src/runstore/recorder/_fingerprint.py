@@ -11,9 +11,10 @@ code a test ran, as a set of files, each named by its path relative to pytest's 
   virtualenv (``sys.prefix``, ``sys.exec_prefix`` and ``sys.base_prefix``) or a
   ``site-packages`` / ``dist-packages`` folder, by the time the test finished (its teardown
   report). Test modules and conftests are imported while pytest collects, so the cheap form
-  holds every collected test module of the session too. With a coverage context per test
-  (``--runstore-cov-context`` / ``--cov-context=test``) it is exact: the files coverage.py
-  measured in that test's contexts (``session_fingerprints``, after the tests).
+  holds every collected test module of the session too. Per-test coverage contexts are
+  not used, even when recorded: a test's context leaves out the module-level code run
+  when pytest imported its modules (a constant the test reads), so a fingerprint of the
+  context's files would keep still when such code changed and invent flaky evidence.
 
 Each file's digest is BLAKE2b of its stored path, a NUL and its bytes; a fingerprint is the
 BLAKE2b of the XOR of its files' digests, so the order in which files were loaded does not
@@ -218,23 +219,3 @@ class Fingerprinter:
         answer = None if own is None else self._fold(own, self._folded, self._loaded)
         self._last = (module_file, self._folded, answer)
         return answer
-
-    # -- the exact form ----------------------------------------------------------------------
-
-    def exact(self, module_file: str, executed: Iterable[str]) -> str | None:
-        """The fingerprint of a test of module file ``module_file`` (absolute) that
-        executed the files ``executed`` (absolute; those outside the project, or
-        unreadable, are left out), with the conftests on its path. None when the module is
-        not a readable file of the project."""
-        own = self.project_path(module_file)
-        if own is None:
-            return None
-        folded, counted = 0, set()
-        for filename in executed:
-            path = self.project_path(filename)
-            if path is not None and path not in counted:
-                value = self.digest(path)
-                if value is not None:
-                    counted.add(path)
-                    folded ^= value
-        return self._fold(own, folded, counted)
