@@ -269,3 +269,25 @@ def test_adding_then_removing_restores_the_file(
     for entry in data.draw(st.permutations(entries)):
         assert remove_entry(path, entry.key) == Success(entry)
     assert Path(path).read_text(encoding="utf-8") == COMMENTED
+
+
+def _add_many(path: str, worker: int, count: int) -> None:
+    for n in range(count):
+        added = add_entry(path, QuarantineEntry(
+            "alice", "races", date(2026, 12, 31), nodeid=f"tests/test_{worker}.py::test_{n}"))
+        assert isinstance(added, Success), added
+
+
+def test_edits_made_at_once_by_several_processes_lose_no_entry(tmp_path: Path) -> None:
+    import multiprocessing
+
+    path = str(tmp_path / QUARANTINE_FILE)
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_add_many, args=(path, w, 8)) for w in range(6)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+        assert worker.exitcode == 0
+    loaded = load_quarantine(path).unwrap()
+    assert len(loaded.entries) == 48

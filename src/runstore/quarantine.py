@@ -31,7 +31,12 @@ Reading uses :mod:`tomllib`. :func:`add_entry` and :func:`remove_entry` change o
 lines of the entry they add or remove, so every comment and the layout of the rest stay
 byte for byte; the new text is read back and must hold exactly the entries expected before
 it replaces the file atomically (a temporary file in the same folder, then
-``os.replace``): a refused change writes nothing. (No TOML writer is needed: entries are
+``os.replace``): a refused change writes nothing. An edit holds an advisory lock
+(``fcntl.flock``, exclusive) on the file's folder from reading the file to replacing it,
+so edits made at once by several processes each see the one before and none is lost; the
+lock needs no file of its own, and is released when the edit ends or its process dies.
+Where :mod:`fcntl` is missing (Windows), edits are not serialized: two made at the same
+instant may keep only one of them. (No TOML writer is needed: entries are
 flat tables of strings and dates, which ``json.dumps`` and ``date.isoformat`` spell as TOML
 does.) Every expected failure is a
 :class:`QuarantineFileError` value naming the file, the entry (1-based, in file order) and
@@ -44,7 +49,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import date
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeAlias
@@ -426,12 +431,44 @@ def remove_entry(path: str, key: str) -> Result[QuarantineEntry, QuarantineFileE
     return _rewrite(path, change).map(lambda _: removed[0])
 
 
+@contextlib.contextmanager
+def _locked(folder: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``folder`` (the quarantine file's) while the body
+    runs; without :mod:`fcntl`, no lock. ``os.replace`` gives the file a new inode, so the
+    lock is on the folder, which stays."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks (see the module docstring)
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def _rewrite(
     path: str,
     change: Callable[[str, Quarantine], _Changed],
 ) -> Result[Quarantine, QuarantineFileError]:
     """Read ``path`` (missing: empty), let ``change`` give the new text and the quarantine it
-    must read as, check that it does, and replace the file atomically."""
+    must read as, check that it does, and replace the file atomically, all under the
+    folder's lock (:func:`_locked`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with _locked(folder):
+            return _rewrite_locked(path, change)
+    except OSError as exc:
+        return Failure(QuarantineFileError(path, "unreadable",
+                                           f"cannot lock its folder: {_os_reason(exc)}"))
+
+
+def _rewrite_locked(
+    path: str,
+    change: Callable[[str, Quarantine], _Changed],
+) -> Result[Quarantine, QuarantineFileError]:
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
