@@ -3,6 +3,7 @@ keep the user's comments and change nothing when refused."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import date
 from pathlib import Path
@@ -291,3 +292,25 @@ def test_edits_made_at_once_by_several_processes_lose_no_entry(tmp_path: Path) -
         assert worker.exitcode == 0
     loaded = load_quarantine(path).unwrap()
     assert len(loaded.entries) == 48
+
+
+_REFUSED_CHARS = ["\x1b", "\x7f", "\x85", "\x9f", "\u2028", "\u2029", "\u202a", "\u202e",
+                  "\u2066", "\u2069"]
+
+
+@pytest.mark.parametrize("char", _REFUSED_CHARS)
+def test_a_control_separator_or_bidi_character_is_refused_in_the_file_and_on_add(
+        tmp_path: Path, char: str) -> None:
+    text = (f'[[quarantine]]\nnodeid = "t.py::t"\nowner = {json.dumps(f"al{char}ice")}\n'
+            'reason = "r"\nexpires = 2026-12-31\n')  # escaped: TOML refuses a raw C0 itself
+    path = _write(tmp_path, text)
+    loaded = load_quarantine(path)
+    assert isinstance(loaded, Failure)
+    assert loaded.failure().key == "owner"
+    assert f"U+{ord(char):04X}" in loaded.failure().reason
+    other = str(tmp_path / "other.toml")
+    added = add_entry(other, QuarantineEntry("bob", f"re{char}ason", date(2026, 12, 31),
+                                             nodeid="t.py::t"))
+    assert isinstance(added, Failure)
+    assert added.failure().key == "reason"
+    assert not os.path.exists(other)

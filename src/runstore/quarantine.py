@@ -317,14 +317,25 @@ def _toml_type(value: object) -> str:
     return type(value).__name__
 
 
+_FORMATTING = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+"""Line and paragraph separators (U+2028, U+2029) and the bidirectional embeddings,
+overrides and isolates (U+202A-U+202E, U+2066-U+2069): they break a line or reorder the
+text around them where the entry is shown (Unicode TR9; the "Trojan Source" attack)."""
+
+
 def text_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an entry's text (blank, a control character or a lone
-    surrogate, which no node id holds and no reader wants), else None."""
+    """Why ``value`` cannot be an entry's text (blank; a control character, Unicode
+    category ``Cc``: C0, DEL, C1; a line or paragraph separator or a bidirectional control,
+    :data:`_FORMATTING`; a lone surrogate: no node id holds one and no reader wants it),
+    else None."""
+    import unicodedata
+
     if not value.strip():
         return "must not be blank"
     for char in value:
-        if char < " " or char == "\x7f" or "\ud800" <= char <= "\udfff":
-            return f"must not hold a control character or a lone surrogate, found U+{ord(char):04X}"
+        if unicodedata.category(char) in ("Cc", "Cs") or char in _FORMATTING:
+            return ("must not hold a control character, a line separator, a bidirectional "
+                    f"control or a lone surrogate, found U+{ord(char):04X}")
     return None
 
 

@@ -192,3 +192,13 @@ def test_a_fix_check_releases_a_fixed_test_and_keeps_a_flaky_one(
                                "classification": entry["tests"][0]["classification"]}]
     code, out, _ = _cli(project, "show", "latest", "test_counted.py::test_one_in_three")
     assert "quarantined in this run by test_counted.py::test_one_in_three" in out
+
+
+def test_add_refuses_a_c1_control_or_bidi_override_in_the_owner(tmp_path: Path) -> None:
+    project, file = _project(tmp_path)
+    for char in ("\x9b", "\u202e", "\u2028"):
+        code, _, err = _cli(project, "quarantine", "add", "t.py::t", "--owner", f"a{char}b",
+                            "--reason", "r", "--days", "3")
+        assert code == 2
+        assert f"U+{ord(char):04X}" in err
+    assert file.read_text(encoding="utf-8") == COMMENTED
