@@ -64,6 +64,8 @@ outage_min_tests = 3
          "'fixed' is not a flaky rule (passed_on_rerun, flipped_in_run, same_code,"),
         ("[tool.runstore.flaky]\nevidence = 'oscillation'\n", "tool.runstore.flaky.evidence",
          "array"),
+        ("[tool.runstore.flaky]\nevidence = ['same_code', 'oscillation', 'same_code']\n",
+         "tool.runstore.flaky.evidence", "'same_code' is given twice"),
         ("[tool.runstore.flaky]\nwindw = 3\n", "tool.runstore.flaky.windw",
          "keys: window, min_runs"),
         ("[tool.runstore]\nflaky = 3\n", "tool.runstore.flaky", "table"),
@@ -84,6 +86,12 @@ def test_a_bad_value_names_the_file_the_key_and_what_is_allowed(
     assert (error.path, error.key) == (path, key)
     assert words in error.reason
     assert str(error).startswith(f"{path}: {key}" if key else path)
+
+
+def test_no_evidence_rule_turns_flaky_detection_off(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[tool.runstore.flaky]\nevidence = []\n")
+    assert read_config(path) == Success(RunstoreConfig(
+        path, FlakyPolicy(evidence=frozenset())))
 
 
 def test_the_nearest_file_wins_and_the_search_stops_at_the_git_top(tmp_path: Path) -> None:

@@ -118,6 +118,11 @@ def _flaky(path: str, table: object) -> Result[FlakyPolicy, ConfigError]:
             return Failure(ConfigError(
                 path, f"{prefix}.evidence", f"{wrong[0]!r} is not a flaky rule ({allowed})"
             ))
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:  # a set would drop it silently, hiding the rule meant instead
+            return Failure(ConfigError(
+                path, f"{prefix}.evidence", f"{twice!r} is given twice (each rule once)"
+            ))
         fields["evidence"] = frozenset(EvidenceRule(n) for n in names)
     checked = check_flaky_policy(FlakyPolicy(**fields))
     if isinstance(checked, Failure):
@@ -131,8 +136,9 @@ def read_config(path: str | None) -> Result[RunstoreConfig, ConfigError]:
     """The settings in the ``pyproject.toml`` at ``path`` (None, or a file that does not
     exist: the defaults). Failures: ``ConfigError`` for a file that cannot be read or is not
     TOML, a ``[tool.runstore]`` that is not a table or has an unknown key, a bad
-    ``[tool.runstore.flaky]`` (see ``FlakyPolicy``), a ``quarantine_file`` that is not a
-    non-empty string without NUL."""
+    ``[tool.runstore.flaky]`` (see ``FlakyPolicy``; an ``evidence`` rule named twice), a
+    ``quarantine_file`` that is not a non-empty string without NUL. ``evidence = []`` is
+    accepted: no flaky rule fires, which turns flaky detection off."""
     if path is None or not os.path.isfile(path):
         return Success(RunstoreConfig())
     import tomllib
