@@ -314,3 +314,35 @@ def test_a_control_separator_or_bidi_character_is_refused_in_the_file_and_on_add
     assert isinstance(added, Failure)
     assert added.failure().key == "reason"
     assert not os.path.exists(other)
+
+
+@pytest.mark.parametrize("pattern", ["*", "**", "*::*", "*/*", "?*"])
+def test_a_pattern_of_wildcards_only_is_refused_in_the_file_and_on_add(
+        tmp_path: Path, pattern: str) -> None:
+    path = _write(tmp_path, f'[[quarantine]]\npattern = "{pattern}"\nowner = "a"\n'
+                  'reason = "r"\nexpires = 2026-12-31\n')
+    loaded = load_quarantine(path)
+    assert isinstance(loaded, Failure)
+    assert (loaded.failure().entry, loaded.failure().key) == (1, "pattern")
+    other = str(tmp_path / "other.toml")
+    added = add_entry(other, QuarantineEntry("a", "r", date(2026, 12, 31), pattern=pattern))
+    assert isinstance(added, Failure)
+    assert added.failure().key == "pattern"
+    assert not os.path.exists(other)
+
+
+@pytest.mark.parametrize(("line", "key"), [("expires = 9999-12-31", "expires"),
+                                           ("expires = 2026-12-31\nadded = 2027-06-01", "added")])
+def test_reading_applies_the_date_limits_add_applies(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, key: str) -> None:
+    import runstore.quarantine as module
+
+    monkeypatch.setattr(module, "today", lambda: TODAY)
+    path = _write(tmp_path, f'[[quarantine]]\nnodeid = "t.py::t"\nowner = "a"\nreason = "r"\n'
+                  f"{line}\n")
+    loaded = load_quarantine(path)
+    assert isinstance(loaded, Failure)
+    assert (loaded.failure().entry, loaded.failure().key) == (1, key)
+    path = _write(tmp_path, '[[quarantine]]\nnodeid = "t.py::t"\nowner = "a"\nreason = "r"\n'
+                  "expires = 2036-11-29\nadded = 2026-12-02\n")  # the limits, a day of slack
+    assert isinstance(load_quarantine(path), Success)

@@ -23,6 +23,10 @@ per entry::
   without an end stays forever, which Trunk's and Datadog's quarantines both avoid by
   time-boxing it. An entry applies up to and including its ``expires`` day (the local
   date); from the next day it is *expired*: it no longer applies and the plugin reports it.
+- A ``pattern`` made only of wildcards and separators (``*``, ``**``, ``*::*``) would match
+  every test and is refused. ``expires`` may lie at most :data:`MAX_DAYS` days after today
+  and ``added`` not after today (a day of slack for both, for another time zone's today),
+  the limits ``runstore quarantine add`` applies.
 - No other key is allowed, in an entry or at the top level (a misspelt ``expire`` would
   otherwise make an entry that never ends); an entry's ``nodeid`` or ``pattern`` may not
   appear twice.
@@ -50,7 +54,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from datetime import date
+from datetime import date, timedelta
 from fnmatch import fnmatchcase
 from typing import Any, Literal, TypeAlias
 
@@ -58,6 +62,7 @@ import attrs
 from returns.result import Failure, Result, Success
 
 __all__ = [
+    "MAX_DAYS",
     "QUARANTINE_FILE",
     "Quarantine",
     "QuarantineEntry",
@@ -65,11 +70,19 @@ __all__ = [
     "QuarantineMatch",
     "add_entry",
     "load_quarantine",
+    "pattern_problem",
     "quarantine_path",
     "remove_entry",
     "text_problem",
     "today",
 ]
+
+MAX_DAYS = 3_650
+"""The furthest ``expires`` may lie from today (ten years): a quarantine is meant to end."""
+
+_CLOCK_SLACK = timedelta(days=1)
+"""What reading allows beyond today for ``added`` and beyond ``MAX_DAYS`` for ``expires``:
+an entry added where the date is already tomorrow (another time zone) still reads."""
 
 QUARANTINE_FILE = ".runstore-quarantine.toml"
 """The quarantine file's name at the project root (see the module docstring)."""
@@ -283,6 +296,10 @@ def _entry(
         if problem is not None:
             return bad(key, problem)
         texts[key] = value
+    if "pattern" in texts:
+        problem = pattern_problem(texts["pattern"])
+        if problem is not None:
+            return bad("pattern", problem)
     dates: dict[str, date | None] = {}
     for key in ("expires", "added"):
         if key not in table:
@@ -294,8 +311,13 @@ def _entry(
         if not isinstance(value, date) or hasattr(value, "hour"):
             return bad(key, f"must be a TOML date (YYYY-MM-DD, unquoted), got {_toml_type(value)}")
         dates[key] = value
-    expires = dates["expires"]
+    expires, added, now = dates["expires"], dates["added"], today()
     assert expires is not None
+    if expires > now + timedelta(days=MAX_DAYS) + _CLOCK_SLACK:
+        return bad("expires", f"{expires.isoformat()} is more than {MAX_DAYS} days away "
+                   f"(today is {now.isoformat()}): a quarantine is meant to end")
+    if added is not None and added > now + _CLOCK_SLACK:
+        return bad("added", f"{added.isoformat()} is in the future (today is {now.isoformat()})")
     return Success(QuarantineEntry(
         owner=texts["owner"], reason=texts["reason"], expires=expires,
         nodeid=texts.get("nodeid"), pattern=texts.get("pattern"), added=dates["added"]))
@@ -339,6 +361,19 @@ def text_problem(value: str) -> str | None:
     return None
 
 
+_WILDCARDS_ONLY = re.compile(r"[*?:/]*")
+
+
+def pattern_problem(pattern: str) -> str | None:
+    """Why ``pattern`` cannot be an entry's pattern: made only of wildcards and separators
+    (``*``, ``**``, ``*::*``, ``*/*``...), it matches every test of the suite, which would
+    quarantine the whole session; else None."""
+    if _WILDCARDS_ONLY.fullmatch(pattern):
+        return ("matches every test (only wildcards and separators): name a folder, a "
+                "file or a test, e.g. tests/net/*")
+    return None
+
+
 # -- writing ------------------------------------------------------------------------------------
 
 _Changed: TypeAlias = "Result[tuple[str, Quarantine], QuarantineFileError]"
@@ -378,6 +413,10 @@ def add_entry(path: str, entry: QuarantineEntry) -> Result[Quarantine, Quarantin
         problem = "missing" if value is None else text_problem(value)
         if problem is not None:
             return Failure(QuarantineFileError(path, "invalid", problem, key=key))
+    if entry.pattern is not None:
+        problem = pattern_problem(entry.pattern)
+        if problem is not None:
+            return Failure(QuarantineFileError(path, "invalid", problem, key="pattern"))
     if entry.nodeid is not None and entry.pattern is not None:
         return Failure(QuarantineFileError(
             path, "invalid", "give exactly one of nodeid and pattern (both given)"))

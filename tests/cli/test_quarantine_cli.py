@@ -202,3 +202,13 @@ def test_add_refuses_a_c1_control_or_bidi_override_in_the_owner(tmp_path: Path) 
         assert code == 2
         assert f"U+{ord(char):04X}" in err
     assert file.read_text(encoding="utf-8") == COMMENTED
+
+
+@pytest.mark.parametrize("pattern", ["*", "**", "*::*"])
+def test_add_refuses_a_pattern_matching_every_test(tmp_path: Path, pattern: str) -> None:
+    project, file = _project(tmp_path)
+    code, _, err = _cli(project, "quarantine", "add", "--pattern", pattern, "--owner", "a",
+                        "--reason", "r", "--days", "3")
+    assert code == 2
+    assert "matches every test" in err
+    assert file.read_text(encoding="utf-8") == COMMENTED

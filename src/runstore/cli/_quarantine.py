@@ -31,11 +31,13 @@ from runstore.cli._params import TEXT
 from runstore.cli._settings import format_option, settings
 from runstore.cli._test_runs import Services, _project, _services, project_option
 from runstore.quarantine import (
+    MAX_DAYS,
     Quarantine,
     QuarantineEntry,
     QuarantineFileError,
     add_entry,
     load_quarantine,
+    pattern_problem,
     quarantine_path,
     remove_entry,
     text_problem,
@@ -56,9 +58,6 @@ __all__ = [
     "list_document",
     "quarantine",
 ]
-
-MAX_DAYS = 3_650
-"""Longest ``--days`` (ten years): a quarantine is meant to end."""
 
 MAX_RUNS = 1_000
 """Most executions ``check --runs`` asks for."""
@@ -172,6 +171,14 @@ def _text(value: str, hint: str) -> str:
     return value
 
 
+def _pattern(value: str) -> str:
+    _text(value, "'--pattern'")
+    problem = pattern_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem, param_hint="'--pattern'")
+    return value
+
+
 @quarantine.command("add")
 @click.argument("nodeid", type=TEXT, required=False)
 @click.option("--pattern", type=TEXT, default=None, metavar="P",
@@ -206,7 +213,7 @@ def add(nodeid: str | None, pattern: str | None, owner: str, reason: str,
         owner=_text(owner, "'--owner'"), reason=_text(reason, "'--reason'"),
         expires=_days(days, expires, today),
         nodeid=None if nodeid is None else _text(nodeid, "'NODEID'"),
-        pattern=None if pattern is None else _text(pattern, "'--pattern'"), added=today)
+        pattern=None if pattern is None else _pattern(pattern), added=today)
     path = _file(file)
     added = add_entry(path, entry)
     if isinstance(added, Failure):
