@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import date, timedelta
 from pathlib import Path
 
 import attrs
@@ -178,3 +179,92 @@ def test_a_quarantined_test_whose_repeats_flipped_does_not_fail_the_session(
     masked = run_pytest(folder, "--runstore", "--runstore-repeat=3")
     assert masked.returncode == 0, masked.stdout
     assert "1 quarantined failure (test_flip.py::test_flips)" in masked.stdout
+
+
+UNTIL = (date.today() + timedelta(days=30)).isoformat()
+ONE_QUARANTINED = ('[[quarantine]]\nnodeid = "test_a.py::test_bad"\nowner = "alice"\n'
+                   f'reason = "r"\nexpires = {UNTIL}\n')
+
+
+def _line(verdict: str) -> str:
+    """The quarantine line of a session where ``test_a.py::test_bad`` failed, quarantined."""
+    return ("runstore: 1 quarantined failure (test_a.py::test_bad) by test_a.py::test_bad "
+            f"(owner alice, until {UNTIL}): {verdict}")
+
+
+def test_a_coverage_threshold_missed_is_never_masked(tmp_path: Path) -> None:
+    pytest.importorskip("pytest_cov")
+    folder = write(tmp_path / "proj", test_a="""
+        import shop
+
+        def test_ok():
+            assert shop.price(1) == 1
+
+        def test_bad():
+            assert 0, "boom"
+    """, shop="""
+        def price(n):
+            return n
+
+        def never_run(n):
+            if n:
+                return n + 1
+            return n - 1
+    """)
+    (folder / ".runstore-quarantine.toml").write_text(ONE_QUARANTINED, encoding="utf-8")
+    covered = run_pytest(folder, "-p", "pytest_cov.plugin", "--runstore", "--cov=shop")
+    assert covered.returncode == 0, covered.stdout  # the quarantine alone masks
+    missed = run_pytest(folder, "-p", "pytest_cov.plugin", "--runstore", "--cov=shop",
+                        "--cov-fail-under=90")
+    assert missed.returncode == 1, missed.stdout
+    assert SUMMARY.findall(missed.stdout)[1] == _line(
+        "the session still fails: pytest counted 2 failures where the test reports have 1 "
+        "(a plugin failed the session, such as pytest-cov's --cov-fail-under)")
+
+
+@pytest.mark.parametrize("call", ["pass", "assert 0"])
+def test_a_failed_session_fixture_teardown_on_a_quarantined_test_is_not_masked(
+    tmp_path: Path, call: str
+) -> None:
+    folder = write(tmp_path / "proj", test_a=f"""
+        import pytest
+
+        @pytest.fixture(scope="session")
+        def server():
+            yield
+            raise RuntimeError("the server did not stop")
+
+        def test_ok(server):
+            pass
+
+        def test_bad(server):
+            {call}
+    """)
+    (folder / ".runstore-quarantine.toml").write_text(ONE_QUARANTINED, encoding="utf-8")
+    done = run_pytest(folder, "--runstore")
+    assert done.returncode == 1, done.stdout
+    assert SUMMARY.findall(done.stdout)[1] == _line(
+        "the session still fails: the teardown of test_a.py::test_bad failed, which is never "
+        "masked (it may be a module- or session-scoped fixture's)")
+
+
+def test_a_test_that_passed_on_a_rerun_does_not_keep_the_session_failing(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("pytest_rerunfailures")
+    folder = write(tmp_path / "proj", test_a="""
+        from pathlib import Path
+
+        def test_second_try():
+            tries = Path(__file__).with_name("tries.txt")
+            n = int(tries.read_text()) + 1 if tries.exists() else 1
+            tries.write_text(str(n))
+            assert n > 1
+
+        def test_bad():
+            assert 0, "boom"
+    """)
+    (folder / ".runstore-quarantine.toml").write_text(ONE_QUARANTINED, encoding="utf-8")
+    done = run_pytest(folder, "-p", "pytest_rerunfailures", "--runstore", "--reruns", "1")
+    assert done.returncode == 0, done.stdout
+    assert SUMMARY.findall(done.stdout)[1] == _line("the session passes (exit status 0)")

@@ -9,10 +9,17 @@ session starts, hands every finished item to :meth:`QuarantineGate.item` and ask
 - A quarantined item still runs and is recorded exactly as without the quarantine; the run
   stores which items an entry applied to (``DataStore.mark_quarantined``).
 - The exit status becomes OK only when it is "tests failed" and every failing test is
-  quarantined: each failing item (``failed``/``error``) and each repeated test whose
-  executions flipped (``--runstore-repeat``). Collection errors, an interrupted session, an
-  internal error, a session stopped early (``-x``, ``--maxfail``: the tests after the stop
-  did not run), a usage error or any other exit status are never masked.
+  quarantined: each failing item (``failed``/``error``; an item that passed on a rerun does
+  not fail) and each repeated test whose executions flipped (``--runstore-repeat``, early
+  flake detection). Collection errors, an interrupted session, an internal error, a session
+  stopped early (``-x``, ``--maxfail``: the tests after the stop did not run), a usage error
+  or any other exit status are never masked.
+- Only a quarantined item's own failure is masked: a failing teardown never is, since pytest
+  reports the teardown of a module- or session-scoped fixture against the last item that
+  used it. And the failures pytest counted (``session.testsfailed``) must be the failed
+  test reports the gate counted, as pytest counts them (:meth:`QuarantineGate.report`): a
+  plugin that fails the session by raising that count (pytest-cov's ``--cov-fail-under``
+  does ``session.testsfailed += 1``) is never masked.
 - An entry applies up to and including its ``expires`` day, the local date when the session
   started (:data:`runstore.quarantine.today`). An expired entry naming a test of the
   session no longer applies, and the summary names it with its owner and end date.
@@ -25,6 +32,7 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import date
 from fnmatch import translate
+from typing import Any
 
 import attrs
 from returns.result import Failure
@@ -37,20 +45,14 @@ from runstore.quarantine import (
     load_quarantine,
     quarantine_path,
 )
-from runstore.recorder._convert import is_failing
-from runstore.services.test_runs import QuarantinedItem, TestResult
+from runstore.recorder._annotate import REPEAT_ATTR
+from runstore.recorder._convert import is_failing, is_subtest_report
+from runstore.services.test_runs import FAILING_OUTCOMES, Phase, QuarantinedItem, TestResult
 
 __all__ = ["QuarantineGate"]
 
 _SHOWN = 5
 """Most node ids a summary line names before ``+N more``."""
-
-
-def _fails(result: TestResult) -> bool:
-    """Whether ``result`` or one of its earlier attempts failed (the recorder's own
-    :func:`~runstore.recorder._convert.is_failing`: ``TestResult.outcome`` is derived anew on
-    every read, 8 us an item)."""
-    return is_failing(result) or any(is_failing(a) for a in result.attempts)
 
 
 def _named(nodeids: Iterable[str]) -> str:
@@ -66,16 +68,20 @@ def _entry_text(entry: QuarantineEntry) -> str:
 @attrs.define
 class QuarantineGate:
     """What the quarantine decides in one session: the entry each item matched, the
-    failing tests, the expired entries met, and whether the exit status was masked."""
+    failing tests, those whose teardown failed, the failed reports counted as pytest
+    counts them, the expired entries met, and whether the exit status was masked."""
 
     quarantine: Quarantine | None
     problem: QuarantineFileError | None = None
     day: date = attrs.field(factory=lambda: _quarantine.today())
     applied: dict[str, QuarantineEntry] = attrs.Factory(dict)
     failing: set[str] = attrs.Factory(set)
+    torn: set[str] = attrs.Factory(set)
+    reported: int = 0
     expired: dict[str, tuple[QuarantineEntry, set[str]]] = attrs.Factory(dict)
     masked: bool = False
     unmasked: set[str] = attrs.Factory(set)
+    counted: int = 0
 
     @classmethod
     def at(cls, root: str) -> QuarantineGate:
@@ -88,6 +94,9 @@ class QuarantineGate:
 
     _exact: frozenset[str] = attrs.field(init=False, factory=frozenset)
     _patterns: Callable[[str], object] | None = attrs.field(init=False, default=None)
+    _subtests: dict[str, int] = attrs.field(init=False, factory=dict)
+    _judged: list[str] = attrs.field(init=False, factory=list)
+    _stopped: bool = attrs.field(init=False, default=False)
 
     def __attrs_post_init__(self) -> None:
         # A node id no entry can name is told apart with one set lookup and one regular
@@ -98,11 +107,31 @@ class QuarantineGate:
         if patterns:
             self._patterns = re.compile("|".join(f"(?:{p})" for p in patterns)).match
 
+    def report(self, report: Any) -> None:
+        """Count one test or collect report as pytest's session counts ``testsfailed``
+        (``_pytest.main.Session.pytest_runtest_logreport``): a failed report not marked
+        ``wasxfail``; an earlier execution (outcome ``rerun``) is not one. A
+        pytest-rerunfailures rerun takes back the failed subtest reports of the attempt it
+        ends, as that plugin does (``_remove_failed_subtest_reports_from_stats``)."""
+        outcome, nodeid = report.outcome, report.nodeid
+        if outcome == "failed" and not hasattr(report, "wasxfail"):
+            self.reported += 1
+            if is_subtest_report(report):
+                self._subtests[nodeid] = self._subtests.get(nodeid, 0) + 1
+        elif outcome == "rerun" and getattr(report, REPEAT_ATTR, None) is None:
+            self.reported -= self._subtests.pop(nodeid, 0)
+
     def item(self, result: TestResult) -> None:
-        """Take one finished item: which entry applies to it, whether it failed."""
+        """Take one finished item: which entry applies to it, whether it failed (its last
+        attempt: one that passed on a rerun does not fail the session), whether its
+        teardown failed."""
         nodeid = result.nodeid
-        if _fails(result):
+        self._subtests.pop(nodeid, None)
+        if is_failing(result):
             self.failing.add(nodeid)
+            if any(p.phase is Phase.TEARDOWN and p.outcome in FAILING_OUTCOMES
+                   for p in result.phases):
+                self.torn.add(nodeid)
         if self.quarantine is None or (nodeid not in self._exact and (
                 self._patterns is None or self._patterns(nodeid) is None)):
             return
@@ -112,18 +141,23 @@ class QuarantineGate:
         for entry in match.expired:
             self.expired.setdefault(entry.key, (entry, set()))[1].add(nodeid)
 
-    def decide(self, exitstatus: int, flipped: Iterable[str], *, collection_errors: bool,
-               interrupted: bool) -> int:
+    def decide(self, exitstatus: int, flipped: Iterable[str], *, testsfailed: int,
+               collection_errors: bool, interrupted: bool) -> int:
         """The session's exit status: OK for "tests failed" when every failing test (and
-        every flipped one) is quarantined, with no collection error and no interruption;
-        else ``exitstatus`` unchanged."""
+        every ``flipped`` one) is quarantined, none of them failed its teardown, pytest's
+        ``testsfailed`` is the number of failed reports counted (:meth:`report`), and there
+        was no collection error and no interruption; else ``exitstatus`` unchanged."""
         import pytest
 
         failing = self.failing | set(flipped)
         self.unmasked = {n for n in failing if n not in self.applied}
-        quarantined = failing - self.unmasked
-        self.masked = (exitstatus == pytest.ExitCode.TESTS_FAILED and bool(quarantined)
-                       and not self.unmasked and not collection_errors and not interrupted)
+        self._judged = sorted(failing - self.unmasked)
+        self.counted = testsfailed
+        self._stopped = collection_errors or interrupted
+        self.masked = (exitstatus == pytest.ExitCode.TESTS_FAILED and bool(self._judged)
+                       and not self.unmasked and not self.torn & failing
+                       and testsfailed == self.reported
+                       and not collection_errors and not interrupted)
         return int(pytest.ExitCode.OK) if self.masked else exitstatus
 
     def marks(self) -> list[QuarantinedItem]:
@@ -135,16 +169,14 @@ class QuarantineGate:
         lines: list[str] = []
         if self.problem is not None:
             lines.append(f"runstore: quarantine not applied: {self.problem}")
-        quarantined = sorted(n for n in self.failing if n in self.applied)
+        quarantined = self._judged
         if quarantined:
             entries: dict[str, QuarantineEntry] = {}
             for nodeid in quarantined:
                 entries.setdefault(self.applied[nodeid].key, self.applied[nodeid])
             shown = "; ".join(_entry_text(e) for e in entries.values())
             verdict = ("the session passes (exit status 0)" if self.masked else
-                       "the session still fails: " + (
-                           f"{_named(self.unmasked)} not quarantined" if self.unmasked
-                           else "a collection error or interruption is never masked"))
+                       "the session still fails: " + "; ".join(self._reasons()))
             word = "failure" if len(quarantined) == 1 else "failures"
             lines.append(f"runstore: {len(quarantined)} quarantined {word} "
                          f"({_named(quarantined)}) by {shown}: {verdict}")
@@ -153,3 +185,18 @@ class QuarantineGate:
                          f"expired after {entry.expires.isoformat()}: it no longer applies "
                          f"to {_named(nodeids)}")
         return lines
+
+    def _reasons(self) -> list[str]:
+        """Why the quarantine did not mask the session, each cause once."""
+        reasons = ["a collection error or interruption is never masked"] if self._stopped else []
+        if self.unmasked:
+            reasons.append(f"{_named(self.unmasked)} not quarantined")
+        torn = self.torn.intersection(self._judged)
+        if torn:
+            reasons.append(f"the teardown of {_named(torn)} failed, which is never masked (it "
+                           "may be a module- or session-scoped fixture's)")
+        if self.counted != self.reported and not self._stopped:
+            reasons.append(f"pytest counted {self.counted} failures where the test reports "
+                           f"have {self.reported} (a plugin failed the session, such as "
+                           "pytest-cov's --cov-fail-under)")
+        return reasons

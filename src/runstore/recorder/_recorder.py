@@ -691,6 +691,8 @@ class Recorder:
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         self._collect_failed = self._collect_failed or report.failed
+        if report.failed and self._gate is not None:
+            self._gate.report(report)  # pytest counts each in testsfailed
         if report.passed or not self._writing or report.nodeid in self._seen_collectors:
             return
         self._seen_collectors.add(report.nodeid)  # xdist workers each report it
@@ -722,6 +724,8 @@ class Recorder:
         if not self._writing and gate is None:
             return
         try:  # _guard, inlined: this runs for every phase of every test
+            if gate is not None and report.outcome != "passed":
+                gate.report(report)  # failures as pytest counts them
             result = self._assembler.add(report)
             if result is not None:
                 self._failing = self._failing or is_failing(result)
@@ -773,7 +777,7 @@ class Recorder:
         repeater = self._config.stash.get(REPEATER, None)
         session.exitstatus = gate.decide(
             int(session.exitstatus), () if repeater is None else repeater.flipped,
-            collection_errors=self._collect_failed,
+            testsfailed=int(session.testsfailed), collection_errors=self._collect_failed,
             interrupted=(self._interrupted or session.shouldstop is not False
                          or session.shouldfail is not False),
         )
