@@ -221,7 +221,7 @@ def load_quarantine(path: str) -> Result[Quarantine, QuarantineFileError]:
     """Read and check the quarantine file ``path`` (a missing file: no entries).
 
     Failures (:class:`QuarantineFileError`): ``unreadable`` (not a readable file),
-    ``syntax`` (not UTF-8 TOML), ``invalid`` (a top-level key other than ``quarantine``,
+    ``syntax`` (not UTF-8 TOML; a leading byte order mark is read past), ``invalid`` (a top-level key other than ``quarantine``,
     ``quarantine`` not an array of tables, an entry with a missing, unknown, ill-typed or
     blank key, neither or both of ``nodeid`` and ``pattern``, ``expires``/``added`` not a
     TOML date), ``duplicate`` (two entries with one node id or pattern).
@@ -236,11 +236,15 @@ def load_quarantine(path: str) -> Result[Quarantine, QuarantineFileError]:
     return _parse(path, raw)
 
 
+_BOM = b"\xef\xbb\xbf"
+"""The UTF-8 byte order mark some Windows editors open a file with: read past, and kept."""
+
+
 def _parse(path: str, raw: bytes) -> Result[Quarantine, QuarantineFileError]:
     import tomllib
 
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = tomllib.loads(raw.removeprefix(_BOM).decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         return Failure(QuarantineFileError(path, "syntax", f"not TOML: {exc}"))
     return _entries(path, data)
@@ -399,8 +403,9 @@ def _rendered(entry: QuarantineEntry) -> str:
 
 def add_entry(path: str, entry: QuarantineEntry) -> Result[Quarantine, QuarantineFileError]:
     """Append ``entry`` to the quarantine file ``path`` (created when missing) as a new
-    ``[[quarantine]]`` table after a blank line, leaving every other byte of the file as it
-    was, and return the quarantine it now holds.
+    ``[[quarantine]]`` table after a blank line, in the file's line ending (CRLF when it
+    has one, else LF), leaving every other byte of the file as it was, and return the
+    quarantine it now holds. A missing folder is ``unreadable``, naming it.
 
     The file as it is must read cleanly (failures of :func:`load_quarantine`); an entry
     with the same node id or pattern is ``duplicate``; an entry the file could not hold
@@ -429,9 +434,11 @@ def add_entry(path: str, entry: QuarantineEntry) -> Result[Quarantine, Quarantin
                 path, "duplicate", f"{entry.key!r} is already quarantined (entry {number}); "
                 "remove it first", entry=number,
                 key="nodeid" if entry.nodeid is not None else "pattern"))
+        newline = "\r\n" if "\r\n" in text else "\n"  # the file's own line ending
         if text and not text.endswith("\n"):
-            text += "\n"
-        return Success((text + ("\n" if text.strip() else "") + _rendered(entry),
+            text += newline
+        added = _rendered(entry).replace("\n", newline)
+        return Success((text + (newline if text.strip() else "") + added,
                         attrs.evolve(before, entries=(*before.entries, entry))))
 
     return _rewrite(path, change)
@@ -507,6 +514,9 @@ def _rewrite(
     must read as, check that it does, and replace the file atomically, all under the
     folder's lock (:func:`_locked`)."""
     folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return Failure(QuarantineFileError(
+            path, "unreadable", f"cannot write: its folder {folder} does not exist"))
     try:
         with _locked(folder):
             return _rewrite_locked(path, change)
@@ -529,7 +539,8 @@ def _rewrite_locked(
     before = _parse(path, raw)
     if isinstance(before, Failure):
         return before
-    changed = change(raw.decode("utf-8"), before.unwrap())
+    bom = _BOM if raw.startswith(_BOM) else b""
+    changed = change(raw.removeprefix(bom).decode("utf-8"), before.unwrap())
     if isinstance(changed, Failure):
         return Failure(changed.failure())
     text, expected = changed.unwrap()
@@ -538,7 +549,7 @@ def _rewrite_locked(
         return Failure(QuarantineFileError(
             path, "invalid", "runstore edits entries written as [[quarantine]] tables; "
             "this file holds them otherwise (edit it by hand)", key=_TABLE))
-    written = _replace(path, text.encode("utf-8"))
+    written = _replace(path, bom + text.encode("utf-8"))
     return after if written is None else Failure(written)
 
 

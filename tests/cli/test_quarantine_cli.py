@@ -81,7 +81,7 @@ def test_list_says_active_or_expired_without_a_database(tmp_path: Path) -> None:
     assert [(e["nodeid"], e["active"], e["tests"]) for e in document["entries"]] == [
         ("tests/test_cache.py::test_warm", False, [])]
     code, out, _ = _cli(project, "quarantine", "list")
-    assert "[nodeid, EXPIRED until 2026-11-30, owner alice]" in out
+    assert "[nodeid, expired after 2026-11-30, owner alice]" in out
 
 
 @pytest.mark.parametrize(("args", "code"), [
@@ -192,6 +192,11 @@ def test_a_fix_check_releases_a_fixed_test_and_keeps_a_flaky_one(
                                "classification": entry["tests"][0]["classification"]}]
     code, out, _ = _cli(project, "show", "latest", "test_counted.py::test_one_in_three")
     assert "quarantined in this run by test_counted.py::test_one_in_three" in out
+    # quarantined anew after the check (removed, added again): the old check is not its own
+    file.write_text(file.read_text(encoding="utf-8").replace("added = 2026-12-01",
+                                                              "added = 2026-12-02"))
+    code, out, _ = _cli(project, "--format", "json", "quarantine", "list")
+    assert json.loads(out)["entries"][0]["last_fix_check"] is None
 
 
 def test_add_refuses_a_c1_control_or_bidi_override_in_the_owner(tmp_path: Path) -> None:
@@ -212,3 +217,30 @@ def test_add_refuses_a_pattern_matching_every_test(tmp_path: Path, pattern: str)
     assert code == 2
     assert "matches every test" in err
     assert file.read_text(encoding="utf-8") == COMMENTED
+
+
+def test_add_keeps_a_crlf_file_crlf_and_a_bom_is_read_past(tmp_path: Path) -> None:
+    project, file = _project(tmp_path)
+    file.write_bytes(b"\xef\xbb\xbf" + COMMENTED.replace("\n", "\r\n").encode())
+    code, out, err = _cli(project, "quarantine", "add", "t.py::t", "--owner", "a",
+                          "--reason", "r", "--days", "3")
+    assert code == 0, err
+    raw = file.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf# Quarantined")
+    assert raw.count(b"\n") == raw.count(b"\r\n")
+    code, out, _ = _cli(project, "quarantine", "remove", "t.py::t")
+    assert code == 0, out
+    assert file.read_bytes() == b"\xef\xbb\xbf" + COMMENTED.replace("\n", "\r\n").encode()
+
+
+def test_file_naming_a_folder_is_a_usage_error_and_a_missing_folder_is_named(
+        tmp_path: Path) -> None:
+    project, _ = _project(tmp_path)
+    code, _, err = _cli(project, "quarantine", "list", "--file", str(project))
+    assert code == 2
+    assert "is a folder" in err
+    missing = project / "ci" / "quarantine.toml"
+    code, _, err = _cli(project, "quarantine", "add", "t.py::t", "--owner", "a", "--reason",
+                        "r", "--days", "3", "--file", str(missing))
+    assert code == 1
+    assert f"its folder {project / 'ci'} does not exist" in err

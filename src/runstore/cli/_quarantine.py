@@ -80,7 +80,10 @@ def _file(given: str | None) -> str:
     ``pyproject.toml`` that cannot name it ends the command (exit 1)."""
     cfg = settings()
     if given is not None:
-        return os.path.abspath(given)
+        path = os.path.abspath(given)
+        if os.path.isdir(path):
+            raise click.BadParameter(f"{given} is a folder, not a file", param_hint="'--file'")
+        return path
     found = quarantine_path(_root(cfg.db_path))
     if isinstance(found, Failure):
         fail(str(found.failure()), output_format=cfg.output_format,
@@ -111,8 +114,8 @@ def entry_document(entry: QuarantineEntry, today: date) -> dict[str, Any]:
 
 
 def _entry_text(entry: QuarantineEntry, today: date) -> str:
-    state = ("active" if entry.is_active(today) else "EXPIRED") + (
-        f" until {entry.expires.isoformat()}")
+    state = (f"active until {entry.expires.isoformat()}" if entry.is_active(today)
+             else f"expired after {entry.expires.isoformat()}")
     kind = "nodeid" if entry.nodeid is not None else "pattern"
     return f"{entry.key}  [{kind}, {state}, owner {entry.owner}]  {entry.reason}"
 
@@ -304,6 +307,15 @@ def _matched(services: Services, project: str, entry: QuarantineEntry) -> tuple[
     return hits[:_MATCHED], len(hits) > _MATCHED or len(candidates) == MAX_PAGE
 
 
+def _since(check: FixCheck, entry: QuarantineEntry) -> bool:
+    """Whether ``check`` was made on or after the day ``entry`` was added (local date; an
+    entry that does not say: every check): an older one judged an earlier quarantine."""
+    from datetime import datetime
+
+    return entry.added is None or (
+        datetime.fromtimestamp(check.checked_at_ms / 1000).date() >= entry.added)
+
+
 def list_document(
     found: Quarantine, today: date, services: Services | None, project: str | None = None
 ) -> dict[str, Any]:
@@ -311,7 +323,7 @@ def list_document(
     ``schema_version``): each entry with whether it is active on ``today`` and, with
     ``services`` (None: no database) holding runs, the recorded tests it names with each
     one's newest recorded outcome and that run's verdict, and a node-id entry's newest fix
-    check. Refusals (an unknown project) raise :class:`~runstore.cli._output.Refused`."""
+    check made since the entry's ``added`` day (None when there is none). Refusals (an unknown project) raise :class:`~runstore.cli._output.Refused`."""
     name: str | None = None
     if services is not None and services.get(services.reader.projects()):
         name = _project(services, project)
@@ -326,7 +338,7 @@ def list_document(
                      if t is not None]
             if entry.nodeid is not None:
                 checks = services.get(services.reader.fix_checks(name, entry.nodeid, limit=1))
-                check = checks[0] if checks else None
+                check = checks[0] if checks and _since(checks[0], entry) else None
         entries.append({**entry_document(entry, today), "tests": tests,
                         "tests_truncated": more, "last_fix_check": _fix_check_document(check)})
     return {"file": found.path, "today": today.isoformat(), "project": name,
@@ -475,10 +487,12 @@ def check(nodeid: str, runs: int, project: str | None, file: str | None) -> None
     (recording into this database), then reads the recorded run: when all N executions
     passed, the node-id entry is removed from the file; otherwise it stays and the failing
     executions are named. Either way the evidence (run, executions, passed, failed,
-    released) is stored and `quarantine list` shows it. A test quarantined by a pattern
-    is never released by a check (remove the pattern when its tests are fixed).
-    Exit codes: 0 all green, 1 still failing (or refused), 2 usage errors (NODEID not
-    quarantined).
+    released) is stored first, and `quarantine list` shows it; when the entry then cannot
+    be removed, a newer record says it was not released. The entry checked is the one the
+    plugin applies today (a node-id entry before a pattern; an expired one does not
+    apply). A test quarantined by a pattern is never released by a check (remove the
+    pattern when its tests are fixed). Exit codes: 0 all green, 1 still failing (or
+    refused), 2 usage errors (NODEID not quarantined, or only by expired entries).
 
     \b
     JSON (schema quarantine-check.json): {"file", "nodeid", "entry", "project", "run_id",
@@ -493,9 +507,12 @@ def check(nodeid: str, runs: int, project: str | None, file: str | None) -> None
     if isinstance(loaded, Failure):
         _refuse(loaded.failure())
         return
-    entry = next((e for e in loaded.unwrap().entries if e.matches(nodeid)), None)
+    match = loaded.unwrap().match(nodeid, _quarantine.today())  # as the plugin matches
+    entry = match.active
     if entry is None:
-        raise click.BadParameter(f"{nodeid!r} is not quarantined in {path}",
+        expired = "".join(f"; entry {e.key} expired after {e.expires.isoformat()}"
+                          for e in match.expired)
+        raise click.BadParameter(f"{nodeid!r} is not quarantined in {path}{expired}",
                                  param_hint="'NODEID'")
     root = _root(cfg.db_path)
     command = [sys.executable, "-m", "pytest", nodeid, "-p", "no:cacheprovider",
@@ -512,15 +529,16 @@ def check(nodeid: str, runs: int, project: str | None, file: str | None) -> None
     with _services("write") as services:
         document, result = check_document(services, nodeid, runs, entry, path,
                                           RunId(int(recorded.group(1))))
+        # The evidence first: a store that fails leaves the entry in place.
+        stored = services.get(services.store.record_fix_check(result))
         if result.released:
             removed = remove_entry(path, entry.key)
-            if isinstance(removed, Failure):
+            if isinstance(removed, Failure):  # a newer record says it stays quarantined
                 result = attrs.evolve(result, released=False)
                 stored = services.get(services.store.record_fix_check(result))
                 raise Refused(f"all {runs} executions passed, but {removed.failure()}",
                               {**document, "released": False,
                                "fix_check": _fix_check_document(stored)})
-        stored = services.get(services.store.record_fix_check(result))
     document = {**document, "released": result.released,
                 "fix_check": _fix_check_document(stored)}
     if cfg.output_format == "json":
