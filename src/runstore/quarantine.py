@@ -221,10 +221,12 @@ def load_quarantine(path: str) -> Result[Quarantine, QuarantineFileError]:
     """Read and check the quarantine file ``path`` (a missing file: no entries).
 
     Failures (:class:`QuarantineFileError`): ``unreadable`` (not a readable file),
-    ``syntax`` (not UTF-8 TOML; a leading byte order mark is read past), ``invalid`` (a top-level key other than ``quarantine``,
-    ``quarantine`` not an array of tables, an entry with a missing, unknown, ill-typed or
-    blank key, neither or both of ``nodeid`` and ``pattern``, ``expires``/``added`` not a
-    TOML date), ``duplicate`` (two entries with one node id or pattern).
+    ``syntax`` (not UTF-8 TOML; a leading byte order mark is read past), ``invalid`` (a
+    top-level key other than ``quarantine``, ``quarantine`` not an array of tables, an
+    entry with a missing, unknown, ill-typed or blank key, neither or both of ``nodeid``
+    and ``pattern``, a pattern of wildcards only, ``expires``/``added`` not a TOML date or
+    beyond the limits of the module docstring), ``duplicate``
+    (two entries with one node id or pattern).
     """
     try:
         with open(path, "rb") as handle:

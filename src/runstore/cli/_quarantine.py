@@ -323,7 +323,8 @@ def list_document(
     ``schema_version``): each entry with whether it is active on ``today`` and, with
     ``services`` (None: no database) holding runs, the recorded tests it names with each
     one's newest recorded outcome and that run's verdict, and a node-id entry's newest fix
-    check made since the entry's ``added`` day (None when there is none). Refusals (an unknown project) raise :class:`~runstore.cli._output.Refused`."""
+    check made since the entry's ``added`` day (None when there is none). Refusals (an
+    unknown project) raise :class:`~runstore.cli._output.Refused`."""
     name: str | None = None
     if services is not None and services.get(services.reader.projects()):
         name = _project(services, project)
