@@ -165,9 +165,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Install the repeats and the recorder when enabled; do nothing otherwise."""
-    if (config.getoption("runstore_repeat", None) is not None
-            or config.getoption("runstore_efd", False) or config.getini("runstore_efd")):
+    """Install the repeats and the recorder when enabled; do nothing otherwise.
+
+    Raises ``pytest.UsageError`` for ``--runstore-efd-max`` or ``--runstore-efd-budget``
+    given while early flake detection is off (the ini values are defaults for when it is
+    on, and are not checked then)."""
+    import pytest
+
+    efd = config.getoption("runstore_efd", False) or config.getini("runstore_efd")
+    for dest, flag in (("runstore_efd_max", "--runstore-efd-max"),
+                       ("runstore_efd_budget", "--runstore-efd-budget")):
+        if not efd and config.getoption(dest, None) is not None:
+            raise pytest.UsageError(f"'{flag}' sets early flake detection, which is off: add "
+                                    "'--runstore-efd' (or ini runstore_efd = true)")
+    if config.getoption("runstore_repeat", None) is not None or efd:
         from runstore.recorder._repeat import install_repeats
 
         install_repeats(config)

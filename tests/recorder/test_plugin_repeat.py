@@ -282,12 +282,13 @@ def test_efd_respects_its_budget(tmp_path: Path) -> None:
     done = run_pytest(folder, "--runstore", "--runstore-efd", "--runstore-efd-budget", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
-    assert ("runstore: early flake detection repeated 1 of 2 new tests; 1 unchecked (run "
-            "once: the repeat budget was spent or the test is too slow)") in lines, lines
     _, quick, _, _ = _detail(folder, "test_new.py::test_quick")
     _, slow, _, _ = _detail(folder, "test_new.py::test_slow")
     assert 1 <= quick.test.attempts <= 3
     assert slow.test.attempts == 0
+    assert (f"runstore: early flake detection repeated 1 of 2 new tests; 1 cut short by the "
+            f"repeat budget ({quick.test.attempts + 1} of 10 planned executions); 1 unchecked "
+            "(run once: the repeat budget was spent or the test is too slow)") in lines, lines
 
 
 def test_efd_stands_down_when_too_many_tests_are_new(tmp_path: Path) -> None:
@@ -333,6 +334,18 @@ def test_a_bad_efd_option_is_a_usage_error(tmp_path: Path, option: str, value: s
     done = run_pytest(folder, "--runstore-efd", option, value)
     assert done.returncode == 4, done.stdout + done.stderr
     assert option in done.stderr
+
+
+@pytest.mark.parametrize("option", ["--runstore-efd-max", "--runstore-efd-budget"])
+def test_an_efd_option_without_efd_is_a_usage_error(tmp_path: Path, option: str) -> None:
+    folder = write(tmp_path / "proj", test_a="def test_a():\n    pass\n")
+    for extra in ((), ("--runstore-repeat", "2")):
+        done = run_pytest(folder, "--runstore", option, "3", *extra)
+        assert done.returncode == 4, done.stdout + done.stderr
+        assert (f"ERROR: '{option}' sets early flake detection, which is off: add "
+                "'--runstore-efd' (or ini runstore_efd = true)") in done.stderr, done.stderr
+    (folder / "pytest.ini").write_text("[pytest]\nrunstore_efd = true\n", encoding="utf-8")
+    assert run_pytest(folder, "--runstore", option, "3").returncode == 0
 
 
 # -- the rules -------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ execution but the last is logged with pytest-rerunfailures' outcome ``rerun`` (s
 ``RERUN``, counted ``N rerun`` on pytest's closing line) and carries :data:`REPEAT_ATTR`,
 ``{"outcome": <the outcome pytest reported>, "execution": k}``; the last execution is
 logged as pytest reported it, its teardown report carrying ``{"execution": k, "planned": p,
-"new": bool}``. The recorder stores the earlier executions as the item's earlier attempts
+"new": bool, "cut": bool}`` (``cut``: early flake detection's budget stopped it before
+``planned``). The recorder stores the earlier executions as the item's earlier attempts
 (source ``repeat``) with their real outcome, duration and errors. The reports travel as
 they are under ``pytest-xdist``: the repeats run in the worker, the controller reads them.
 
@@ -282,7 +283,9 @@ class Repeater:
     table within its budget (``count`` wins when both are given). ``flipped`` maps the node
     id of each repeated test whose executions flipped to (failed, total) executions;
     ``new_tests`` / ``unchecked`` count the new tests early flake detection saw and those it
-    ran only once (cut by the budget, or too slow).
+    ran only once (cut by the budget, or too slow); ``cut_short`` counts those repeated but
+    stopped by the budget before their planned executions, ``cut_runs`` their (executions,
+    planned executions), summed.
     """
 
     def __init__(self, config: pytest.Config, count: int | None,
@@ -297,6 +300,8 @@ class Repeater:
         self.new_tests = 0
         self.repeated_new = 0
         self.unchecked = 0
+        self.cut_short = 0
+        self.cut_runs = (0, 0)
         self.executions = 0
 
     @property
@@ -356,13 +361,14 @@ class Repeater:
                 new = _executed(reports)  # a skipped new test is not repeated
                 planned = efd.planned(cost) if new else 1
             last = execution >= planned or item.session.shouldstop or item.session.shouldfail
-            if not last and new and efd is not None and not efd.allows(cost):
-                last = True
+            cut = not last and new and efd is not None and not efd.allows(cost)
+            last = last or cut
             for report in reports:
                 if last:
                     if report.when == "teardown":
-                        setattr(report, REPEAT_ATTR,
-                                {"execution": execution, "planned": planned, "new": new})
+                        setattr(report, REPEAT_ATTR, {"execution": execution,
+                                                      "planned": planned, "new": new,
+                                                      "cut": cut})
                 else:
                     setattr(report, REPEAT_ATTR, {"outcome": report.outcome,
                                                   "execution": execution})
@@ -412,6 +418,10 @@ class Repeater:
             self.new_tests += 1
             if isinstance(executions, int) and executions > 1:
                 self.repeated_new += 1
+                planned = marks.get("planned")
+                if marks.get("cut") and isinstance(planned, int):
+                    self.cut_short += 1
+                    self.cut_runs = (self.cut_runs[0] + executions, self.cut_runs[1] + planned)
             else:
                 self.unchecked += 1
         if tally.failed and tally.passed:
@@ -434,6 +444,10 @@ class Repeater:
             elif self.new_tests:
                 text = (f"runstore: early flake detection repeated {self.repeated_new} of "
                         f"{_plural(self.new_tests, 'new test')}")
+                if self.cut_short:
+                    ran, planned = self.cut_runs
+                    text += (f"; {self.cut_short} cut short by the repeat budget ({ran} of "
+                             f"{planned} planned executions)")
                 if self.unchecked:
                     text += (f"; {self.unchecked} unchecked (run once: the repeat budget was "
                              "spent or the test is too slow)")
