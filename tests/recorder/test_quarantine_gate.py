@@ -151,3 +151,12 @@ def test_a_rerun_takes_back_its_failed_subtests_as_pytest_rerunfailures_does() -
     testsfailed = _feed(gate, _result("t.py::a", Outcome.FAILED)) + 1  # the subtest's
     assert gate.reported == testsfailed == 2
     assert _decided(gate, testsfailed)[0] == 0
+
+
+def test_another_exit_status_is_named_as_never_masked() -> None:
+    gate = _quarantined_gate()
+    testsfailed = _feed(gate, _result("t.py::a", Outcome.FAILED))
+    assert gate.decide(3, (), testsfailed=testsfailed, collection_errors=False,
+                       interrupted=False) == 3
+    assert gate.lines()[0].endswith(
+        "the session still fails: exit status 3 is never masked (only 1, tests failed)")

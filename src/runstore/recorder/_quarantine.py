@@ -97,6 +97,7 @@ class QuarantineGate:
     _subtests: dict[str, int] = attrs.field(init=False, factory=dict)
     _judged: list[str] = attrs.field(init=False, factory=list)
     _stopped: bool = attrs.field(init=False, default=False)
+    _exitstatus: int = attrs.field(init=False, default=0)
 
     def __attrs_post_init__(self) -> None:
         # A node id no entry can name is told apart with one set lookup and one regular
@@ -154,6 +155,7 @@ class QuarantineGate:
         self._judged = sorted(failing - self.unmasked)
         self.counted = testsfailed
         self._stopped = collection_errors or interrupted
+        self._exitstatus = exitstatus
         self.masked = (exitstatus == pytest.ExitCode.TESTS_FAILED and bool(self._judged)
                        and not self.unmasked and not self.torn & failing
                        and testsfailed == self.reported
@@ -188,7 +190,12 @@ class QuarantineGate:
 
     def _reasons(self) -> list[str]:
         """Why the quarantine did not mask the session, each cause once."""
+        import pytest
+
         reasons = ["a collection error or interruption is never masked"] if self._stopped else []
+        if self._exitstatus != pytest.ExitCode.TESTS_FAILED:
+            reasons.append(f"exit status {self._exitstatus} is never masked (only 1, tests "
+                           "failed)")
         if self.unmasked:
             reasons.append(f"{_named(self.unmasked)} not quarantined")
         torn = self.torn.intersection(self._judged)
