@@ -29,7 +29,7 @@ from hypothesis.stateful import rule, run_state_machine_as_test
 from returns.result import Failure, Result, Success
 
 from runstore.layers import Container, Layer, build, in_memory, merge
-from runstore.services.clock import Clock
+from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.search import FailureHit, TestHit
@@ -82,6 +82,8 @@ from runstore.testing import (
     test_runs_state_machine,
     utc,
 )
+from runstore.testing._test_runs_contract import T0_MS
+from runstore.testing._test_runs_policy import FlakyPolicyContract
 
 # -- delegation --------------------------------------------------------------------------------
 
@@ -583,7 +585,6 @@ SEARCH = settings(
 CASES = [
     (HalfBatchOnFailure, {}, ("tests(", "counts=")),
     (CountsTrustInput, {}, ("counts",)),
-    (UntrimmedHistory, {"projects": ("alpha",), "max_nodeids": 1}, ("history(",)),
     (
         CoverageDiesWithItsRun,
         {"projects": ("alpha",), "invocations": ("inv-1",)},
@@ -604,7 +605,7 @@ def _caught(
 ) -> None:
     """The steered ``search`` over ``kind`` wrapped around ``inner`` fails with a symptom."""
     machine = _biased(test_runs_state_machine(broken(kind, inner)), **narrow)
-    if kind in (UntrimmedHistory, CleanBreakIsFlaky):
+    if kind is CleanBreakIsFlaky:
         machine = _deep_history(machine)
     if kind is NewNotFrozen:
         machine = _overlapping_runs(machine)
@@ -636,6 +637,23 @@ def test_the_contract_catches_a_broken_postgres_layer(
     _caught(kind, narrow, symptoms, settings(SEARCH, database=found))
     replay = settings(SEARCH, database=found, phases=[HypothesisPhase.reuse])
     _caught(kind, narrow, symptoms, replay, postgres_layers)
+
+
+@pytest.mark.parametrize("inner", ["memory", "postgres"])
+def test_the_contract_catches_a_layer_that_keeps_all_history(
+    request: pytest.FixtureRequest, inner: str
+) -> None:
+    """A layer that never trims history is caught by the policy contract's deep-history
+    case, which records ``HISTORY_DEPTH + 1`` runs of one test. A steered state machine
+    would need more than ``HISTORY_DEPTH`` finished runs of one test in one program, which
+    its search does not reach in reasonable time."""
+    factory = in_memory if inner == "memory" else request.getfixturevalue("postgres_layers")
+    contract = FlakyPolicyContract()
+    layer = merge(broken(UntrimmedHistory, factory)(), Layer.value(Clock, FixedClock(T0_MS)))
+    with build(layer) as container, pytest.raises(AssertionError):
+        contract.test_a_wider_window_reaches_older_evidence_in_the_deeper_history(
+            container.get(DataStore), container.get(DataReader)
+        )
 
 
 def test_a_correct_wrapper_passes() -> None:
