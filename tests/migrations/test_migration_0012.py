@@ -4,15 +4,13 @@ finds what the in-memory layer finds for the same writes."""
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import apsw
 import attrs
 import pytest
-from returns.result import Success
+from _old_schema import copy_into_old_postgres, copy_into_old_sqlite  # beside this file
 
 from runstore.layers import (
     DATA_READER,
@@ -25,7 +23,7 @@ from runstore.layers import (
     merge,
     sqlite,
 )
-from runstore.migrations import apply_migrations, shipped_migrations
+from runstore.migrations import shipped_migrations
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.sessions import NewEntry, NewSession, SessionRepository
 from runstore.services.test_runs import (
@@ -112,62 +110,24 @@ def test_sqlite_rows_stored_before_0012_are_found_after_it(
     path, new = tmp_path / "old.db", tmp_path / "new.db"
     with build(merge(sqlite(new), Layer.value(Clock, CLOCK))) as container:
         write(container.get(DATA_STORE), container.get(SESSION_REPOSITORY))
+    copy_into_old_sqlite(new, path, OLD_SCHEMA)
     db = SqliteDatabase.open(path).unwrap()
     try:
-        assert isinstance(apply_migrations(db, up_to=OLD_SCHEMA), Success)
         assert db.scalar("SELECT count(*) FROM sqlite_schema WHERE name LIKE 'search%'") == 0
     finally:
         db.close()
-    _copy_rows(new, path)
     with build(merge(sqlite(path), Layer.value(Clock, CLOCK))) as container:
         assert answers(container) == expected
 
 
-def _copy_rows(source: Path, target: Path) -> None:
-    """Copy every row of ``source`` into the older schema of ``target``, the columns it has
-    (the current code writes columns later migrations added, so it cannot write the old
-    schema itself); the search tables 0012 adds are left out."""
-    connection = apsw.Connection(str(target))
-    connection.execute("PRAGMA foreign_keys = OFF")
-    connection.execute("ATTACH DATABASE ? AS new", (str(source),))
-    tables = [r[0] for r in connection.execute(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
-        " AND name NOT LIKE 'search%' AND name NOT IN ('runstore_migrations', 'runstore_meta')")]
-    counters = [r[0] for r in connection.execute("SELECT name FROM main.test_run_sequences")]
-    with connection:
-        for table in tables:
-            columns = ", ".join(r[1] for r in connection.execute(
-                f"PRAGMA main.table_info({table})"))
-            connection.execute(f"DELETE FROM main.{table}")
-            connection.execute(
-                f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM new.{table}")
-        # Counter rows later migrations add are theirs to add.
-        connection.execute(
-            "DELETE FROM main.test_run_sequences WHERE name NOT IN"
-            " (SELECT value FROM json_each(?))", (json.dumps(counters),))
-    connection.close()
-
-
-@pytest.fixture
-def postgres_old(postgres_dsn: str) -> str:
-    from runstore.layers._postgres_database import PostgresDatabase
-    from runstore.layers._postgres_migrations import apply_migrations as apply_postgres
-    from runstore.layers._postgres_sessions import PostgresSessionRepository
-    from runstore.layers._postgres_test_runs import PostgresDataStore
-
-    db = PostgresDatabase.open(postgres_dsn).unwrap()
-    try:
-        assert isinstance(apply_postgres(db, up_to=OLD_SCHEMA), Success)
-        write(PostgresDataStore(db, CLOCK), PostgresSessionRepository(db, CLOCK))
-    finally:
-        db.close()
-    return postgres_dsn
-
-
 def test_postgresql_rows_stored_before_0012_are_found_after_it(
-    postgres_old: str, expected: dict[str, Any]
+    tmp_path: Path, postgres_dsn: str, expected: dict[str, Any]
 ) -> None:
     from runstore.layers._postgres_layer import postgres
 
-    with build(merge(postgres(postgres_old), Layer.value(Clock, CLOCK))) as container:
+    new = tmp_path / "new.db"
+    with build(merge(sqlite(new), Layer.value(Clock, CLOCK))) as container:
+        write(container.get(DATA_STORE), container.get(SESSION_REPOSITORY))
+    copy_into_old_postgres(new, postgres_dsn, OLD_SCHEMA)
+    with build(merge(postgres(postgres_dsn), Layer.value(Clock, CLOCK))) as container:
         assert answers(container) == expected

@@ -12,11 +12,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-import apsw
-from returns.result import Success
+from _old_schema import copy_into_old_postgres, copy_into_old_sqlite  # beside this file
 
 from runstore.layers import DATA_READER, DATA_STORE, Layer, SqliteDatabase, build, merge, sqlite
-from runstore.migrations import apply_migrations, shipped_migrations
+from runstore.migrations import shipped_migrations
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.test_runs import (
     CollectionError,
@@ -67,31 +66,6 @@ def listing(reader: DataReader) -> tuple[FailureSignature, ...]:
     return reader.failure_signatures("alpha", limit=100).unwrap().items
 
 
-def _old_copy(source: Path, target: Path) -> None:
-    """Migrate ``target`` to 0013 and copy every row of ``source`` it has columns for (the
-    counter 0014 adds left out)."""
-    db = SqliteDatabase.open(target).unwrap()
-    try:
-        assert isinstance(apply_migrations(db, up_to=OLD_SCHEMA), Success)
-    finally:
-        db.close()
-    connection = apsw.Connection(str(target))
-    connection.execute("PRAGMA foreign_keys = OFF")
-    connection.execute("ATTACH DATABASE ? AS new", (str(source),))
-    tables = [r[0] for r in connection.execute(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
-        " AND name NOT LIKE 'search%' AND name NOT IN ('runstore_migrations', 'runstore_meta')")]
-    with connection:
-        for table in tables:
-            info = connection.execute(f"PRAGMA main.table_info({table})")
-            columns = ", ".join(r[1] for r in info)
-            connection.execute(f"DELETE FROM main.{table}")
-            connection.execute(
-                f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM new.{table}")
-        connection.execute("DELETE FROM main.test_run_sequences WHERE name = 'signature'")
-    connection.close()
-
-
 def test_the_schema_before_is_0013() -> None:
     assert max(m.id for m in shipped_migrations() if m.id <= OLD_SCHEMA) == OLD_SCHEMA
     assert any(m.id == 14 and m.name == "signature_spread" for m in shipped_migrations())
@@ -104,7 +78,7 @@ def test_old_signatures_read_as_the_current_code_keeps_them(tmp_path: Path) -> N
         expected = listing(container.get(DATA_READER))
     assert [(s.exception_type, s.runs, s.tests, s.occurrences) for s in expected] == [
         ("ValueError", 3, 2, 4), ("KeyError", 1, 2, 2)]
-    _old_copy(new, old)
+    copy_into_old_sqlite(new, old, OLD_SCHEMA)
     with build(merge(sqlite(old), Layer.value(Clock, CLOCK))) as container:
         assert listing(container.get(DATA_READER)) == expected
         _run(container.get(DATA_STORE), 5, [("tests/test_b.py::test_k", 2)])
@@ -122,48 +96,11 @@ def test_signatures_of_runs_pruned_before_it_keep_one_run(tmp_path: Path) -> Non
         db.execute("DELETE FROM test_runs WHERE id IN (1, 2)")
     finally:
         db.close()
-    _old_copy(new, old)
+    copy_into_old_sqlite(new, old, OLD_SCHEMA)
     with build(merge(sqlite(old), Layer.value(Clock, CLOCK))) as container:
         found = listing(container.get(DATA_READER))
     assert [(s.exception_type, s.runs, s.tests, s.first_seen_run_id) for s in found] == [
         ("ValueError", 1, 1, None), ("KeyError", 1, 0, None)]
-
-
-def _old_postgres_copy(source: Path, dsn: str) -> None:
-    """Migrate the PostgreSQL database ``dsn`` to 0013 and copy into it every row of the
-    SQLite ``source`` it has columns for (the counter 0014 adds left out); foreign keys are
-    not checked while copying (``session_replication_role``), as the tables go in any
-    order."""
-    import psycopg
-
-    from runstore.layers._postgres_database import PostgresDatabase
-    from runstore.layers._postgres_migrations import apply_migrations as apply_postgres
-
-    db = PostgresDatabase.open(dsn).unwrap()
-    try:
-        assert isinstance(apply_postgres(db, up_to=OLD_SCHEMA), Success)
-    finally:
-        db.close()
-    rows_of = apsw.Connection(str(source))
-    with psycopg.connect(dsn) as pg:
-        pg.execute("SET session_replication_role = replica")
-        tables = [r[0] for r in pg.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema ="
-            " current_schema() AND table_type = 'BASE TABLE' AND table_name NOT LIKE 'search%%'"
-            " AND table_name NOT IN ('runstore_migrations', 'runstore_meta')")]
-        for table in tables:
-            columns = [r[0] for r in pg.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_schema ="
-                " current_schema() AND table_name = %s ORDER BY ordinal_position", (table,))]
-            listed = ", ".join(columns)
-            rows = rows_of.execute(f"SELECT {listed} FROM {table}").fetchall()
-            pg.execute(f"DELETE FROM {table}")
-            if rows:
-                marks = ", ".join(["%s"] * len(columns))
-                pg.cursor().executemany(
-                    f"INSERT INTO {table} ({listed}) VALUES ({marks})", rows)
-        pg.execute("DELETE FROM test_run_sequences WHERE name = 'signature'")
-    rows_of.close()
 
 
 def test_postgresql_old_signatures_read_as_the_current_code_keeps_them(
@@ -175,6 +112,6 @@ def test_postgresql_old_signatures_read_as_the_current_code_keeps_them(
     with build(merge(sqlite(new), Layer.value(Clock, CLOCK))) as container:
         write(container.get(DATA_STORE))
         expected = listing(container.get(DATA_READER))
-    _old_postgres_copy(new, postgres_dsn)
+    copy_into_old_postgres(new, postgres_dsn, OLD_SCHEMA)
     with build(merge(postgres(postgres_dsn), Layer.value(Clock, CLOCK))) as container:
         assert listing(container.get(DATA_READER)) == expected

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import apsw
-from returns.result import Success
+from _old_schema import copy_into_old_sqlite  # beside this file
 
 from runstore.layers import DATA_READER, DATA_STORE, Layer, SqliteDatabase, build, merge, sqlite
-from runstore.migrations import apply_migrations, shipped_migrations
+from runstore.migrations import shipped_migrations
 from runstore.services.clock import Clock, FixedClock
 from runstore.services.test_runs import (
     Classification,
@@ -64,29 +64,6 @@ def write(store: DataStore) -> list[RunId]:
     return runs
 
 
-def _old_copy(source: Path, target: Path) -> None:
-    """Migrate ``target`` to 0014 and copy every row of ``source`` it has columns for."""
-    db = SqliteDatabase.open(target).unwrap()
-    try:
-        assert isinstance(apply_migrations(db, up_to=OLD_SCHEMA), Success)
-    finally:
-        db.close()
-    connection = apsw.Connection(str(target))
-    connection.execute("PRAGMA foreign_keys = OFF")
-    connection.execute("ATTACH DATABASE ? AS new", (str(source),))
-    tables = [r[0] for r in connection.execute(
-        "SELECT name FROM main.sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
-        " AND name NOT LIKE 'search%' AND name NOT IN ('runstore_migrations', 'runstore_meta')")]
-    with connection:
-        for table in tables:
-            info = connection.execute(f"PRAGMA main.table_info({table})")
-            columns = ", ".join(r[1] for r in info)
-            connection.execute(f"DELETE FROM main.{table}")
-            connection.execute(
-                f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM new.{table}")
-    connection.close()
-
-
 def _shares(reader: DataReader) -> list[tuple[int | None, int | None]]:
     return [(e.run_executed, e.run_failing) for e in reader.history("alpha", X).unwrap()]
 
@@ -105,7 +82,7 @@ def test_old_history_gets_its_runs_counts_and_the_outage_guard_applies(tmp_path:
         verdicts = reader.classify(runs[-1]).unwrap()
     assert [(e.run_executed, e.run_failing) for e in expected] == [
         (10, 1), (10, 0), (10, 10), (10, 0)]
-    _old_copy(new, old)
+    copy_into_old_sqlite(new, old, OLD_SCHEMA)
     with apsw.Connection(str(old)) as connection:  # nothing of the counts before 0015
         assert "run_executed" not in {r[1] for r in connection.execute(
             "PRAGMA table_info(test_history)")}
@@ -127,7 +104,7 @@ def test_entries_of_runs_pruned_before_it_have_no_counts(tmp_path: Path) -> None
         db.execute("DELETE FROM test_runs WHERE id = ?", (runs[1],))
     finally:
         db.close()
-    _old_copy(new, old)
+    copy_into_old_sqlite(new, old, OLD_SCHEMA)
     with build(merge(sqlite(old), Layer.value(Clock, CLOCK))) as container:
         reader = container.get(DATA_READER)
         assert _shares(reader) == [(10, 1), (10, 0), (None, None), (10, 0)]
