@@ -13,7 +13,16 @@ along with the report, so the controller that records sees the same facts as a s
   list of ``{"type": str, "message": str, "frames": [[path, line, function], ...]}``
   (frames outermost first, at most ``MAX_FRAMES`` innermost ones; ``message`` is the
   exception-only line as ``traceback`` formats it, which survives a ``__str__`` that raises;
-  for a ``SyntaxError`` without the location lines before it);
+  for a ``SyntaxError`` without the location lines before it). On a test report (a phase
+  or a subtest) these are the facts of the exception itself, never of the text pytest
+  formatted under ``--tb``: ``frames`` are the ones pytest's long report shows for the
+  item (its own traceback filter: cut to the test, without pytest's frames and those
+  marked ``__tracebackhide__``; every frame under ``--fulltrace``), and each exception
+  with a traceback also has ``"crash": str``, pytest's crash message
+  (``ExceptionInfo.exconly(tryshort=True)``, the text of ``longrepr.reprcrash`` and of
+  ``--junitxml``'s ``message``). So the error, its frames and its failure signature are
+  the same under every ``--tb`` style, although ``--tb=line``, ``no`` and ``native`` print
+  no frame location and ``native`` no cause;
 - ``report.runstore_fingerprint``: the code fingerprint of the item when it finished (on the
   teardown report; ``runstore.recorder._fingerprint``), given to a recording process
   through a callback instead, as the markers are.
@@ -91,24 +100,39 @@ def _exception_only(exc: BaseException) -> str:
         return type_name(type(exc))
 
 
-def describe_exception(exc: BaseException) -> list[dict[str, Any]]:
+def _shown(item: pytest.Item, exc: BaseException) -> dict[str, Any]:
+    """The frames pytest's long report shows of ``exc`` raised in ``item``, and its crash
+    message (module docstring); ``{}`` for an exception without a traceback."""
+    if exc.__traceback__ is None:
+        return {}
+    excinfo = pytest.ExceptionInfo.from_exception(exc)
+    entries = item._traceback_filter(excinfo)  # what ``Node._repr_failure_py`` shows
+    frames = [[safe_str(str(e.path)), e.lineno + 1, safe_str(e.name)] for e in entries]
+    return {"frames": frames[-MAX_FRAMES:], "crash": safe_str(excinfo.exconly(tryshort=True))}
+
+
+def describe_exception(
+    exc: BaseException, item: pytest.Item | None = None
+) -> list[dict[str, Any]]:
     """Describe ``exc`` and the exceptions it was raised from, oldest cause first.
 
     The chain follows ``__cause__``, else ``__context__`` unless suppressed, as pytest's own
-    report does. Never raises.
+    report does. With the ``item`` whose test raised it, each exception's frames are the
+    ones pytest's report of the item shows, with the crash message (module docstring); when
+    reading them fails, the frames are the whole traceback's. Never raises.
     """
     chain: list[dict[str, Any]] = []
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen and len(chain) < _MAX_CHAIN:
         seen.add(id(current))
-        chain.append(
-            {
-                "type": type_name(type(current)),
-                "message": _exception_only(current),
-                "frames": _frames(current.__traceback__),
-            }
-        )
+        fact = {"type": type_name(type(current)), "message": _exception_only(current)}
+        shown: dict[str, Any] = {}
+        if item is not None:
+            with contextlib.suppress(Exception):
+                shown = _shown(item, current)
+        fact.update(shown or {"frames": _frames(current.__traceback__)})
+        chain.append(fact)
         if current.__cause__ is not None:
             current = current.__cause__
         elif current.__context__ is not None and not current.__suppress_context__:
@@ -157,7 +181,7 @@ class Annotator:
                 elif names:
                     setattr(report, MARKERS_ATTR, names)
             if call.excinfo is not None and report.outcome == "failed":
-                setattr(report, EXC_ATTR, describe_exception(call.excinfo.value))
+                setattr(report, EXC_ATTR, describe_exception(call.excinfo.value, item))
             if call.when == "teardown" and self._fingerprints is not None:
                 fingerprint = self._fingerprints.cheap(str(item.path))
                 if self._on_fingerprint is not None:

@@ -3,11 +3,14 @@
 Everything is read from the report objects pytest hands to its hooks (``TestReport``,
 ``CollectReport`` and the ``SubtestReport`` of pytest 9), never by re-parsing the text pytest
 prints: the phase outcome from ``report.outcome`` and ``report.wasxfail`` (as pytest's own
-``skipping`` and ``junitxml`` modules read them), the error from ``longrepr``
-(``ExceptionChainRepr.chain`` for the cause chain, ``reprcrash`` for the message, which is the
-text ``--junitxml`` writes as ``message``, ``reprtraceback.reprentries`` with their
-``ReprFileLocation`` for the frames), and the exception type and frame function names from
-the facts the running process attached (see ``runstore.recorder._annotate``).
+``skipping`` and ``junitxml`` modules read them), and the error's exception type, message,
+frames and cause chain from the facts the running process took from the exception itself
+(``runstore.recorder._annotate``), so they do not depend on ``--tb``; only the error's text
+is ``longrepr`` as pytest prints it. A report without those facts (one made by another
+process, a crashed ``pytest-xdist`` worker's) is read from ``longrepr``
+(``ExceptionChainRepr.chain`` for the cause chain, ``reprcrash`` for the message, which is
+the text ``--junitxml`` writes as ``message``, ``reprtraceback.reprentries`` with their
+``ReprFileLocation`` for the frames, which ``--tb=line``, ``no`` and ``native`` leave out).
 
 An item's phases are assembled as its reports arrive (interleaved under ``pytest-xdist``);
 the item is finished by its teardown report. A phase reported with pytest-rerunfailures'
@@ -168,33 +171,14 @@ def _reported_outcome(report: Any, outcome: str) -> tuple[Outcome, str | None, b
     return None
 
 
-class _FrameNames:
-    """Function names of the frames the running process saw, by (absolute path, line)."""
-
-    def __init__(self, resolver: PathResolver, frames: Sequence[Any]) -> None:
-        self._names: dict[tuple[str, int], str] = {}
-        for frame in frames:
-            try:
-                path, line, name = frame
-                self._names[(resolver.absolute(str(path)), int(line))] = str(name)
-            except (TypeError, ValueError):
-                continue
-
-    def get(self, absolute: str, line: int | None) -> str:
-        return self._names.get((absolute, line), "") if line is not None else ""
-
-
-def _entry_frames(
-    resolver: PathResolver, reprtraceback: Any, names: _FrameNames
-) -> tuple[StackFrame, ...]:
+def _entry_frames(resolver: PathResolver, reprtraceback: Any) -> tuple[StackFrame, ...]:
     frames: list[StackFrame] = []
     for entry in getattr(reprtraceback, "reprentries", None) or ():
         location = getattr(entry, "reprfileloc", None)
         if location is None:  # ``--tb=native`` entries are text only: no frame is made up
             continue
-        path = safe_str(location.path)
         line = location.lineno if isinstance(location.lineno, int) else None
-        frames.append(resolver.frame(path, line, names.get(resolver.absolute(path), line)))
+        frames.append(resolver.frame(safe_str(location.path), line, ""))
     return tuple(frames[-MAX_FRAMES:])
 
 
@@ -225,13 +209,16 @@ def _text(longrepr: Any) -> str:
 
 
 def error_from_report(resolver: PathResolver, report: Any, phase: Phase) -> ErrorInfo:
-    """The error of a failed phase report, with its cause chain, from the report objects.
+    """The error of a failed phase report, with its cause chain.
 
-    ``message`` is pytest's crash message (``reprcrash.message``, the text ``--junitxml``
-    writes as ``message``), or the whole report text when the report has no crash location
-    (a strict xpass, a doctest failure, a crashed ``pytest-xdist`` worker). ``text`` is the
-    whole report text as pytest prints it; ``exception_type`` comes from the running
-    process's facts, else from the innermost traceback entry, else ``""``.
+    ``text`` is the whole report text as pytest prints it (which follows ``--tb``). When the
+    running process described the exception (``runstore.recorder._annotate``), the
+    exception type, ``message`` (pytest's crash message, the text ``--junitxml`` writes as
+    ``message``), frames and causes are its facts, the same under every ``--tb`` style;
+    else they are read from ``longrepr``, with ``exception_type`` from the innermost
+    traceback entry (else ``""``) and frames without function names. A report without a
+    traceback (a strict xpass, a doctest failure, a missing fixture, a crashed
+    ``pytest-xdist`` worker) has the whole text as its message.
     """
     longrepr = report.longrepr
     facts = getattr(report, EXC_ATTR, None)
@@ -246,22 +233,17 @@ def error_from_report(resolver: PathResolver, report: Any, phase: Phase) -> Erro
         exc_type = str(facts[-1].get("type", "")) if facts else ""
         frames = _doctest_frames(resolver, longrepr)
         return ErrorInfo(phase, clean_text(exc_type), text, text, frames)
+    if facts:
+        return _error_from_facts(resolver, facts, phase, text)
     error: ErrorInfo | None = None
-    offset = len(facts) - len(chain)  # align the running process's chain from the end
     for index, (reprtraceback, crash, _descr) in enumerate(chain):
-        fact = facts[index + offset] if 0 <= index + offset < len(facts) else {}
-        names = _FrameNames(resolver, fact.get("frames", ()))
-        exc_type = str(fact.get("type", "")) or _entry_type(reprtraceback)
-        if crash is not None:
-            message = safe_str(crash.message)
-        else:
-            message = safe_str(fact.get("message", "")) or exc_type
+        exc_type = _entry_type(reprtraceback)
         error = ErrorInfo(
             phase=phase,
             exception_type=clean_text(exc_type),
-            message=message,
+            message=safe_str(crash.message) if crash is not None else exc_type,
             text=text if index == len(chain) - 1 else "",
-            frames=_entry_frames(resolver, reprtraceback, names),
+            frames=_entry_frames(resolver, reprtraceback),
             cause=error,
         )
     assert error is not None
@@ -271,6 +253,9 @@ def error_from_report(resolver: PathResolver, report: Any, phase: Phase) -> Erro
 def _error_from_facts(
     resolver: PathResolver, facts: Sequence[Any], phase: Phase, text: str
 ) -> ErrorInfo:
+    """The error chain the running process described, oldest cause first in ``facts``; the
+    message of each is its crash message when described (a test's), else its
+    exception-only line (a collector's)."""
     error: ErrorInfo | None = None
     for index, fact in enumerate(facts):
         frames = tuple(
@@ -281,7 +266,7 @@ def _error_from_facts(
         error = ErrorInfo(
             phase=phase,
             exception_type=clean_text(str(fact.get("type", ""))),
-            message=safe_str(fact.get("message", "")),
+            message=safe_str(fact.get("crash") or fact.get("message", "")),
             text=text if index == len(facts) - 1 else "",
             frames=frames[-MAX_FRAMES:],
             cause=error,
