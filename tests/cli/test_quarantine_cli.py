@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 from datetime import date
 from pathlib import Path
@@ -140,6 +142,22 @@ COUNTED = """
 """
 
 
+def _counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             tests: str = COUNTED) -> tuple[Path, Path]:
+    """A project with an empty quarantine and ``tests`` as test_counted.py, run by pytest
+    in a clean environment."""
+    for name in [n for n in os.environ if n.startswith(("PYTEST_", "RUNSTORE_"))]:
+        monkeypatch.delenv(name)
+    project, file = _project(tmp_path, "")
+    (project / "test_counted.py").write_text(textwrap.dedent(tests), encoding="utf-8")
+    return project, file
+
+
+def _record(project: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--runstore"],
+                   cwd=project, capture_output=True, check=False)
+
+
 def _check(project: Path, nodeid: str, runs: int) -> tuple[int, dict[str, Any]]:
     code, out, _ = _cli(project, "--format", "json", "quarantine", "check", nodeid,
                           "--runs", str(runs))
@@ -150,10 +168,9 @@ def _check(project: Path, nodeid: str, runs: int) -> tuple[int, dict[str, Any]]:
 def test_a_fix_check_releases_a_fixed_test_and_keeps_a_flaky_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for name in [n for n in os.environ if n.startswith(("PYTEST_", "RUNSTORE_"))]:
-        monkeypatch.delenv(name)
-    project, file = _project(tmp_path, "")
-    (project / "test_counted.py").write_text(textwrap.dedent(COUNTED), encoding="utf-8")
+    project, file = _counted(tmp_path, monkeypatch)
+    _record(project)  # a check refuses a node id the project's runs never recorded
+    (project / "counter.txt").unlink()
     for nodeid in ("test_counted.py::test_fixed", "test_counted.py::test_one_in_three"):
         assert _cli(project, "quarantine", "add", nodeid, "--owner", "a", "--reason", "r",
                     "--days", "7")[0] == 0
@@ -244,3 +261,59 @@ def test_file_naming_a_folder_is_a_usage_error_and_a_missing_folder_is_named(
                         "r", "--days", "3", "--file", str(missing))
     assert code == 1
     assert f"its folder {project / 'ci'} does not exist" in err
+
+
+def _runs(project: Path) -> int:
+    with build(sqlite(project / ".runstore" / "runstore.db")) as container:
+        return len(container.get(DataReader).list_runs("proj").unwrap().items)
+
+
+def test_unknown_node_ids_are_warned_on_add_refused_by_check_and_marked_by_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, _ = _counted(tmp_path, monkeypatch, COUNTED + """
+    import pytest
+
+    @pytest.mark.parametrize("word", ["日本"])
+    def test_u(word):
+        pass
+""")
+    add = ("--owner", "a", "--reason", "r", "--days", "7")
+    assert _cli(project, "quarantine", "add", "test_counted.py::test_u[日本]", *add)[0] == 0
+    _record(project)
+    code, _, err = _cli(project, "quarantine", "add", "test_counted.py::test_fixd", *add)
+    assert code == 0
+    assert err == ("runstore: warning: no recorded test of proj has the node id "
+                   "'test_counted.py::test_fixd'; closest: test_counted.py::test_fixed\n")
+    code, _, err = _cli(project, "quarantine", "add", "test_counted.py::test_u[日本x]", *add)
+    assert "pytest would record it escaped: test_counted.py::test_u[\\u65e5\\u672cx]" in err
+    runs = _runs(project)
+    code, _, err = _cli(project, "quarantine", "check", "test_counted.py::test_fixd")
+    assert code == 2
+    assert "closest: test_counted.py::test_fixed" in err
+    code, _, err = _cli(project, "quarantine", "check", "test_counted.py::test_u[日本]")
+    assert code == 2
+    assert "pytest recorded it escaped: test_counted.py::test_u[\\u65e5\\u672c]" in err
+    assert _cli(project, "quarantine", "add", "--pattern", "test_counted.py::test_f*", *add)[0] == 0
+    code, _, err = _cli(project, "quarantine", "check", "test_counted.py::test_f*")
+    assert code == 2
+    assert "is a pattern, not a node id" in err
+    assert _runs(project) == runs  # nothing ran, nothing recorded
+    code, out, _ = _cli(project, "quarantine", "list")
+    assert out.count("(no recorded test matches this entry") == 3  # the two typos, 日本
+
+
+def test_check_names_the_collection_error_of_a_module_that_no_longer_imports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, _ = _counted(tmp_path, monkeypatch)
+    counted = project / "test_counted.py"
+    assert _cli(project, "quarantine", "add", "test_counted.py::test_one_in_three", "--owner",
+                "a", "--reason", "r", "--days", "7")[0] == 0
+    _record(project)
+    counted.write_text("import no_such_module_here\n" + textwrap.dedent(COUNTED),
+                       encoding="utf-8")
+    code, _, err = _cli(project, "quarantine", "check", "test_counted.py::test_one_in_three")
+    assert code == 1, err
+    assert "could not collect 'test_counted.py::test_one_in_three'" in err
+    assert "No module named 'no_such_module_here'" in err

@@ -47,6 +47,7 @@ from runstore.services.test_runs import (
     FixCheck,
     FixCheckResult,
     Outcome,
+    Phase,
     RunId,
     TestDetail,
 )
@@ -182,6 +183,19 @@ def _pattern(value: str) -> str:
     return value
 
 
+def _warn_unknown(nodeid: str) -> None:
+    """Warn on standard error when the project's database records no test ``nodeid``
+    (:func:`unknown_nodeid`); silent without a database or a run of the project."""
+    db_path = settings().db_path
+    if not _has_database(db_path):
+        return
+    with _services("read") as services:
+        name = _recorded_project(services, None, _root(db_path))
+        said = None if name is None else unknown_nodeid(services, name, nodeid)
+    if said is not None:
+        click.echo(f"runstore: warning: {said}", err=True)
+
+
 @quarantine.command("add")
 @click.argument("nodeid", type=TEXT, required=False)
 @click.option("--pattern", type=TEXT, default=None, metavar="P",
@@ -222,6 +236,8 @@ def add(nodeid: str | None, pattern: str | None, owner: str, reason: str,
     if isinstance(added, Failure):
         _refuse(added.failure())
         return
+    if entry.nodeid is not None:
+        _warn_unknown(entry.nodeid)
     if settings().output_format == "json":
         emit_json({"file": path, "entry": entry_document(entry, today)})
         return
@@ -316,6 +332,45 @@ def _since(check: FixCheck, entry: QuarantineEntry) -> bool:
         datetime.fromtimestamp(check.checked_at_ms / 1000).date() >= entry.added)
 
 
+def _escaped(nodeid: str) -> str:
+    """``nodeid`` as pytest records it: the parameter part (from the first ``[``) with every
+    non-ASCII character escaped, as ``_pytest.compat.ascii_escaped`` writes it."""
+    cut = nodeid.find("[")
+    if cut < 0:
+        return nodeid
+    return nodeid[:cut] + nodeid[cut:].encode("unicode_escape").decode("ascii")
+
+
+def unknown_nodeid(services: Services, project: str, nodeid: str) -> str | None:
+    """None when ``project`` has a record of ``nodeid`` (``DataReader.known_tests``), else
+    what to say of it: the form pytest records when it escapes the parameter part, else up
+    to three recorded node ids closest to it (``difflib``: a typo), else that none is."""
+    import difflib
+
+    escaped = _escaped(nodeid)
+    known = services.get(services.reader.known_tests(project, {nodeid, escaped}))
+    if nodeid in known:
+        return None
+    if escaped != nodeid:
+        recorded = "recorded" if escaped in known else "would record"
+        return (f"no recorded test of {project} has the node id {nodeid!r}; pytest "
+                f"{recorded} it escaped: {escaped}")
+    base = nodeid.split("[", 1)[0]
+    candidates = {n for fragment in (base.split("::", 1)[0], base.rsplit("::", 1)[-1])
+                  for n in services.get(services.reader.find_tests(project, fragment,
+                                                                   limit=MAX_PAGE))}
+    close = difflib.get_close_matches(nodeid, sorted(candidates), n=3, cutoff=0.85)
+    return (f"no recorded test of {project} has the node id {nodeid!r}"
+            + (f"; closest: {', '.join(close)}" if close else ""))
+
+
+def _recorded_project(services: Services, project: str | None, root: str) -> str | None:
+    """The project ``--project`` names, else the one pytest records at ``root`` (its
+    folder's name), when the database has it; else None (nothing to check against)."""
+    name = project if project is not None else os.path.basename(root)
+    return name if name in services.get(services.reader.projects()) else None
+
+
 def list_document(
     found: Quarantine, today: date, services: Services | None, project: str | None = None
 ) -> dict[str, Any]:
@@ -395,6 +450,8 @@ def list_(project: str | None, file: str | None) -> None:
             verdict = f", {test['classification']}" if test["classification"] else ""
             where = "" if test["run_id"] is None else f" in run {test['run_id']}"
             say(f"      {test['nodeid']}: {test['outcome']}{where}{verdict}")
+        if document["project"] is not None and not shown["tests"]:
+            say("      (no recorded test matches this entry: a typo, or a test not run yet?)")
         if shown["tests_truncated"]:
             say(f"      (more tests match than the {len(shown['tests'])} shown)")
         check = shown["last_fix_check"]
@@ -458,6 +515,13 @@ def check_document(
     summary = services.get(services.reader.get_run(run_id))
     found = services.reader.test_detail(run_id, nodeid)
     if isinstance(found, Failure):
+        if summary.collection_errors:
+            first = next((f for f in services.get(services.reader.failures(run_id))
+                          if f.phase is Phase.COLLECT), None)
+            said = "" if first is None else (
+                f" {first.nodeid}: {(first.message.splitlines() or [first.exception_type])[0]}")
+            services.fail(f"run {run_id} could not collect {nodeid!r}: pytest had "
+                          f"{summary.collection_errors} collection error(s):{said}")
         services.fail(f"run {run_id} recorded no item {nodeid!r}: is it the node id pytest "
                       "prints, relative to the project root?")
     done = executions_of(found.unwrap())
@@ -516,6 +580,16 @@ def check(nodeid: str, runs: int, project: str | None, file: str | None) -> None
         raise click.BadParameter(f"{nodeid!r} is not quarantined in {path}{expired}",
                                  param_hint="'NODEID'")
     root = _root(cfg.db_path)
+    if entry.pattern == nodeid or re.search(r"[*?]", nodeid.split("[", 1)[0]):
+        raise click.BadParameter(
+            f"{nodeid!r} is a pattern, not a node id: give the node id of one test that "
+            f"{entry.key} quarantines", param_hint="'NODEID'")
+    if _has_database(cfg.db_path):
+        with _services("read") as services:
+            name = _recorded_project(services, project, root)
+            unknown = None if name is None else unknown_nodeid(services, name, nodeid)
+        if unknown is not None:
+            raise click.BadParameter(unknown, param_hint="'NODEID'")
     command = [sys.executable, "-m", "pytest", nodeid, "-p", "no:cacheprovider",
                "--runstore", f"--runstore-repeat={runs}", f"--runstore-db={cfg.db_path}"]
     if project is not None:
