@@ -132,13 +132,17 @@ def _flaky(path: str, table: object) -> Result[FlakyPolicy, ConfigError]:
     return Success(checked.unwrap())
 
 
-def read_config(path: str | None) -> Result[RunstoreConfig, ConfigError]:
+def read_config(
+    path: str | None, *, flaky: bool = True
+) -> Result[RunstoreConfig, ConfigError]:
     """The settings in the ``pyproject.toml`` at ``path`` (None, or a file that does not
     exist: the defaults). Failures: ``ConfigError`` for a file that cannot be read or is not
     TOML, a ``[tool.runstore]`` that is not a table or has an unknown key, a bad
     ``[tool.runstore.flaky]`` (see ``FlakyPolicy``; an ``evidence`` rule named twice), a
     ``quarantine_file`` that is not a non-empty string without NUL. ``evidence = []`` is
-    accepted: no flaky rule fires, which turns flaky detection off."""
+    accepted: no flaky rule fires, which turns flaky detection off. With ``flaky=False`` the
+    flaky table is not read (the default policy is given): a caller that shows no verdict
+    need not refuse a bad policy."""
     if path is None or not os.path.isfile(path):
         return Success(RunstoreConfig())
     import tomllib
@@ -167,7 +171,7 @@ def read_config(path: str | None) -> Result[RunstoreConfig, ConfigError]:
         return Failure(ConfigError(
             path, "tool.runstore.quarantine_file", "must be a non-empty path string"
         ))
-    if "flaky" not in table:
+    if "flaky" not in table or not flaky:
         return Success(RunstoreConfig(path, quarantine_file=quarantine))
     policy = _flaky(path, table["flaky"])
     if isinstance(policy, Failure):

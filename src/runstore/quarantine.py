@@ -197,11 +197,12 @@ def quarantine_path(root: str) -> Result[str, QuarantineFileError]:
 
     Failures: :class:`QuarantineFileError` (``invalid``) naming ``pyproject.toml`` and the
     key when ``read_config`` refuses the file (not TOML, an unknown key of
-    ``[tool.runstore]``, a ``quarantine_file`` that is not a non-empty string).
+    ``[tool.runstore]``, a ``quarantine_file`` that is not a non-empty string); the flaky
+    policy is not read, so a bad ``[tool.runstore.flaky]`` does not stop the quarantine.
     """
     from runstore._config import CONFIG_FILE, read_config
 
-    found = read_config(os.path.join(root, CONFIG_FILE))
+    found = read_config(os.path.join(root, CONFIG_FILE), flaky=False)
     if isinstance(found, Failure):
         error = found.failure()
         return Failure(QuarantineFileError(error.path, "invalid", error.reason,

@@ -317,3 +317,27 @@ def test_check_names_the_collection_error_of_a_module_that_no_longer_imports(
     assert code == 1, err
     assert "could not collect 'test_counted.py::test_one_in_three'" in err
     assert "No module named 'no_such_module_here'" in err
+
+
+def test_a_bad_flaky_policy_stops_only_the_commands_that_show_verdicts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project, _ = _counted(tmp_path, monkeypatch)
+    _record(project)
+    (project / "pyproject.toml").write_text("[tool.runstore.flaky]\nwindow = 0\n",
+                                            encoding="utf-8")
+    monkeypatch.chdir(project)
+    for command in (("runs",), ("signatures",), ("history", "test_counted.py::test_fixed"),
+                    ("quarantine", "add", "test_counted.py::test_fixed", "--owner", "a",
+                     "--reason", "r", "--days", "3")):
+        code, _, err = _cli(project, *command)
+        assert code == 0, (command, err)
+    for command in (("flaky",), ("show", "latest"), ("quarantine", "list")):
+        code, _, err = _cli(project, *command)
+        assert code == 2, command
+        assert f"Error: {project / 'pyproject.toml'}: tool.runstore.flaky.window: " in err
+    (project / "pyproject.toml").write_text("[tool.runstore]\nquarantine_file = 3\n",
+                                            encoding="utf-8")
+    code, _, err = _cli(project, "quarantine", "list")
+    assert code == 2
+    assert f"Error: {project / 'pyproject.toml'}: tool.runstore.quarantine_file: " in err

@@ -78,7 +78,8 @@ def _root(db_path: str) -> str:
 
 def _file(given: str | None) -> str:
     """The quarantine file the command works on (see the module docstring); a
-    ``pyproject.toml`` that cannot name it ends the command (exit 1)."""
+    ``pyproject.toml`` that cannot name it is a usage error (exit 2), as for every command
+    (its flaky policy is not read here)."""
     cfg = settings()
     if given is not None:
         path = os.path.abspath(given)
@@ -86,9 +87,11 @@ def _file(given: str | None) -> str:
             raise click.BadParameter(f"{given} is a folder, not a file", param_hint="'--file'")
         return path
     found = quarantine_path(_root(cfg.db_path))
-    if isinstance(found, Failure):
-        fail(str(found.failure()), output_format=cfg.output_format,
-             document=_error_document(found.failure()))
+    if isinstance(found, Failure):  # as every command says a refused pyproject.toml
+        from runstore._config import ConfigError
+
+        error = found.failure()
+        raise click.UsageError(str(ConfigError(error.path, error.key or "", error.reason)))
     return found.unwrap()
 
 
@@ -306,7 +309,8 @@ def _latest_outcome(
         if newest.run_id not in verdicts:
             verdicts[newest.run_id] = {
                 c.nodeid: c.classification.value
-                for c in services.get(services.reader.classify(newest.run_id))}
+                for c in services.get(services.reader.classify(newest.run_id,
+                                                               policy=services.policy))}
         verdict = verdicts[newest.run_id].get(nodeid)
     return {"nodeid": nodeid, "run_id": newest.run_id, "outcome": newest.outcome.value,
             "classification": verdict}

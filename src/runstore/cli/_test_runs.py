@@ -45,7 +45,6 @@ from runstore.services._primitives import named_error
 from runstore.services.errors import NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.test_runs import (
-    DEFAULT_FLAKY_POLICY,
     FAILING_OUTCOMES,
     FLAKY_RULES,
     AttemptSource,
@@ -124,9 +123,19 @@ class Services(Refusals):
     reader: DataReader
     output_format: str
     db_path: str
-    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY
-    """The flaky policy of every verdict shown: ``[tool.runstore.flaky]`` of the project's
-    ``pyproject.toml`` (``configured_policy``)."""
+    given_policy: FlakyPolicy | None = attrs.field(default=None, alias="policy")
+    """The policy given (None: the configured one, read when first asked for)."""
+
+    @property
+    def policy(self) -> FlakyPolicy:
+        """The flaky policy of every verdict shown: the one given, else
+        ``[tool.runstore.flaky]`` of the project's ``pyproject.toml``
+        (``configured_policy``), read on first use so that a command showing no verdict
+        does not refuse a bad one (a bad one: a usage error, exit 2)."""
+        if self.given_policy is None:
+            object.__setattr__(self, "given_policy", configured_policy())
+        assert self.given_policy is not None
+        return self.given_policy
 
 
 _Services = Services
@@ -137,14 +146,12 @@ def _services(access: Access = "read") -> Iterator[Services]:
     """The test-run services on the command's database (read-only unless ``access`` says);
     a refusal in the block ends the command (exit 1, the reason on standard error)."""
     cfg = settings()
-    policy = configured_policy()
     with opened(access, needs=(DATA_STORE, DATA_READER)) as container:
         services = Services(
             store=container.get(DATA_STORE),
             reader=container.get(DATA_READER),
             output_format=cfg.output_format,
             db_path=shown_database(cfg.db_path),
-            policy=policy,
         )
         with exit_on_refusal(services.output_format):
             yield services
