@@ -179,6 +179,9 @@ def test_a_quarantined_test_whose_repeats_flipped_does_not_fail_the_session(
     masked = run_pytest(folder, "--runstore", "--runstore-repeat=3")
     assert masked.returncode == 0, masked.stdout
     assert "1 quarantined failure (test_flip.py::test_flips)" in masked.stdout
+    # the repeat's line and the quarantine's agree: the session passes
+    assert "1 repeated test flipped, so the session fails unless quarantined" in masked.stdout
+    assert "the session passes (exit status 0)" in masked.stdout
 
 
 UNTIL = (date.today() + timedelta(days=30)).isoformat()

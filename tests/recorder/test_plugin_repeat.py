@@ -123,7 +123,7 @@ def test_a_repeated_test_that_flips_fails_the_session_and_is_flaky(
     assert done.returncode == 1, done.stdout + done.stderr
     assert "2 passed, 4 rerun" in done.stdout, done.stdout
     lines = _lines(done.stdout)
-    assert ("runstore: 1 repeated test flipped, so the session fails (flaky): "
+    assert ("runstore: 1 repeated test flipped, so the session fails unless quarantined (flaky): "
             "test_flip.py::test_flip (1 of 3 failed)") in lines, lines
     status, detail, verdict, rule = _detail(folder, "test_flip.py::test_flip")
     assert status is RunStatus.FAILED
@@ -164,7 +164,7 @@ def test_repeat_without_recording_still_fails_a_flipping_session(tmp_path: Path)
     """)
     done = run_pytest(folder, "--runstore-repeat", "3")
     assert done.returncode == 1, done.stdout
-    assert "flipped, so the session fails" in done.stdout
+    assert "flipped, so the session fails unless quarantined" in done.stdout
     assert not _db(folder).exists()
 
 
@@ -238,7 +238,7 @@ def test_efd_catches_a_new_test_that_fails_one_run_in_three(
     assert done.returncode == 1, done.stdout + done.stderr
     lines = _lines(done.stdout)
     assert "runstore: early flake detection repeated 1 of 1 new test" in lines, lines
-    assert ("runstore: 1 new test flipped, so the session fails (flaky): "
+    assert ("runstore: 1 new test flipped, so the session fails unless quarantined (flaky): "
             "test_new.py::test_new (3 of 10 failed)") in lines, lines
     status, detail, verdict, _ = _detail(folder, "test_new.py::test_new")
     assert status is RunStatus.FAILED

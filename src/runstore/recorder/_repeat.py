@@ -14,7 +14,9 @@ they are under ``pytest-xdist``: the repeats run in the worker, the controller r
 
 A repeated test whose executions *flipped* (one failed, another passed) fails the session:
 in the process that sees every report, a passing session's exit status becomes 1 (tests
-failed) and a summary line names the tests, even when their last execution passed.
+failed) and a summary line names the tests, even when their last execution passed, unless
+the quarantine (``runstore.recorder._quarantine``) covers every one of them, which then
+gives the session back exit status 0 and says so on its own line.
 
 pytest-rerunfailures at once: ``--runstore-repeat`` with a global rerun count
 (``--reruns``, ``--force-reruns`` or the ini ``reruns``) is a usage error, since a rerun
@@ -458,8 +460,9 @@ class Repeater:
                               for n in shown[:5])
             more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
             word = "new test" if self._count is None else "repeated test"
+            # The quarantine may still pass the session (its own line follows and says so).
             lines.append(f"runstore: {_plural(len(shown), word)} flipped, so the session "
-                         f"fails (flaky): {names}{more}")
+                         f"fails unless quarantined (flaky): {names}{more}")
         return lines
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
