@@ -182,6 +182,17 @@ def test_a_quarantined_test_whose_repeats_flipped_does_not_fail_the_session(
     # the repeat's line and the quarantine's agree: the session passes
     assert "1 repeated test flipped, so the session fails unless quarantined" in masked.stdout
     assert "the session passes (exit status 0)" in masked.stdout
+    # the run is stored failed with no failing item: failures says why
+    from click.testing import CliRunner
+
+    from runstore.cli import cli
+
+    told = CliRunner().invoke(cli, ["--db", str(folder / ".runstore" / "runstore.db"),
+                                    "failures", "1"], catch_exceptions=False)
+    assert told.exit_code == 0
+    assert told.stdout.splitlines()[-2:] == [
+        "no failures", "the run failed because 1 test(s) passed flaky (their repeated "
+        "executions flipped): test_flip.py::test_flips"]
 
 
 UNTIL = (date.today() + timedelta(days=30)).isoformat()

@@ -743,6 +743,19 @@ def _noteworthy(verdict: TestClassification | None) -> bool:
         Classification.FLAKY, Classification.RECOVERED)
 
 
+def _failed_without_failures(services: Services, run_id: int) -> str:
+    """Why a ``failed`` run has no failing item: its flaky passes (a repeat whose executions
+    flipped fails the session though its last execution passed), else another cause."""
+    flaky = sorted(c.nodeid for c in services.get(services.reader.classify_unstable(
+        RunId(run_id), policy=services.policy))
+        if c.classification is Classification.FLAKY and c.outcome not in FAILING_OUTCOMES)
+    if flaky:
+        return (f"the run failed because {len(flaky)} test(s) passed flaky (their repeated "
+                f"executions flipped): {', '.join(flaky[:5])}"
+                + (f" +{len(flaky) - 5} more" if len(flaky) > 5 else ""))
+    return "the run failed without a failing item (a plugin or pytest's exit status failed it)"
+
+
 @click.command()
 @click.argument("run", type=RUN, default="latest")
 @project_option
@@ -782,6 +795,8 @@ def failures(run: int | str, project: str | None, only_new: bool, new_signatures
         _print(_run_heading(summary))
         if not found:
             _print("no new failures" if only_new else "no failures")
+            if summary.status is RunStatus.FAILED and not only_new:
+                _print(_failed_without_failures(services, summary.id))
             return
         marks = _marks(services, summary.id)
         for failure in found:
