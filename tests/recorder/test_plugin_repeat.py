@@ -369,3 +369,11 @@ def test_the_faulty_session_threshold() -> None:
         "4 of the 10 selected tests are new, more than 30% (3)")
     assert decide_efd(ids, frozenset()).stood_down == "no selected test is recorded yet"
     assert decide_efd(ids, None, "locked").stood_down == "the database cannot be read (locked)"
+
+
+def test_an_efd_max_out_of_range_is_a_usage_error_saying_a_whole_number(
+        tmp_path: Path) -> None:
+    folder = write(tmp_path / "proj", test_a="def test_a():\n    pass\n")
+    done = run_pytest(folder, "--runstore-efd", "--runstore-efd-max", "2000")
+    assert ("'--runstore-efd-max': must be a whole number from 0 to 1,000 (0: the default, "
+            "10), got '2000'") in done.stderr, done.stderr

@@ -93,7 +93,7 @@ def test_max_age_days_drops_old_runs(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--runstore-keep-runs=-1"], "'--runstore-keep-runs': must be a finite number from 0"),
+        (["--runstore-keep-runs=-1"], "'--runstore-keep-runs': must be a whole number from 0 to"),
         (["--runstore-keep-runs=lots"], "'lots' is not a whole number of runs"),
         (["--runstore-max-age-days=soon"], "'soon' is not a number of days"),
         (["--runstore-max-age-days=nan"], "from 0 (no age limit) to 1,000,000, got 'nan'"),

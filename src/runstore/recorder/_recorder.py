@@ -245,6 +245,9 @@ def _count(config: pytest.Config, name: str, convert: Callable[[str], float], no
     except ValueError:
         raise pytest.UsageError(f"Invalid value for {where}: {text!r} is not {noun}") from None
     if not (math.isfinite(value) and 0 <= value <= most):
+        if convert is int:  # a count: no "finite", and 0's meaning after the range
+            raise pytest.UsageError(f"Invalid value for {where}: must be a whole number from "
+                                    f"0 to {most:,} (0: {zero}), got {text!r}")
         raise pytest.UsageError(f"Invalid value for {where}: must be a finite number from 0 "
                                 f"({zero}) to {most:,}, got {text!r}")
     return value
