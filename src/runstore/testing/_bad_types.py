@@ -249,7 +249,8 @@ def _valid(annotation: object, name: str) -> object:
         return _valid(arguments[0], name)
     if origin is collections.abc.Callable:
         return lambda: Success(None)
-    if origin in (collections.abc.Sequence, collections.abc.Collection, tuple, list):
+    if origin in (collections.abc.Sequence, collections.abc.Collection,
+                  collections.abc.Iterable, tuple, list):
         return ()
     if origin in (frozenset, collections.abc.Set):
         return frozenset()
