@@ -377,3 +377,18 @@ def test_an_efd_max_out_of_range_is_a_usage_error_saying_a_whole_number(
     done = run_pytest(folder, "--runstore-efd", "--runstore-efd-max", "2000")
     assert ("'--runstore-efd-max': must be a whole number from 0 to 1,000 (0: the default, "
             "10), got '2000'") in done.stderr, done.stderr
+
+
+def test_a_database_file_with_no_tables_yet_knows_no_test(tmp_path: Path) -> None:
+    """The file the recorder of this session is creating (empty, its migration not yet
+    committed) knows no test; it is not a database that cannot be read."""
+    from runstore.recorder._repeat import _database_lookup
+
+    empty = tmp_path / "runstore.db"
+    empty.write_bytes(b"")
+    assert _database_lookup(str(empty), "proj")(["t.py::test_a"]) == (frozenset(), None)
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database at all" * 100)
+    known, problem = _database_lookup(str(garbage), "proj")(["t.py::test_a"])
+    assert known is None
+    assert problem

@@ -508,7 +508,9 @@ def efd_settings(config: pytest.Config) -> EfdSettings:
 
 def _database_lookup(db_path: str, project: str) -> KnownLookup:
     """:data:`KnownLookup` over the database at ``db_path`` (opened for reading only, one
-    ``DataReader.known_tests`` call); a missing database file knows no test."""
+    ``DataReader.known_tests`` call); a missing database file knows no test, and so does a
+    file with no test-run tables yet (the recorder of this very session may be creating it
+    at this moment: its migration, not yet committed, is not visible to this reader)."""
 
     def lookup(nodeids: Sequence[str]) -> tuple[frozenset[str] | None, str | None]:
         import os
@@ -522,7 +524,7 @@ def _database_lookup(db_path: str, project: str) -> KnownLookup:
         from runstore.services.clock import Clock
         from runstore.services.test_runs import DataReader
 
-        if not postgres_url(db_path) and not os.path.isfile(db_path):
+        if not postgres_url(db_path) and not (os.path.isfile(db_path) and _has_tests(db_path)):
             return frozenset(), None
         try:
             layer = merge(live(db_path, CONNECTION, access="read"),
@@ -536,6 +538,24 @@ def _database_lookup(db_path: str, project: str) -> KnownLookup:
         return None, scrub_database(str(known.failure()), db_path)
 
     return lookup
+
+
+def _has_tests(db_path: str) -> bool:
+    """Whether the SQLite file ``db_path`` has its ``tests`` table; True when the file
+    cannot be read as SQLite, so that the layer opened next names the problem."""
+    import apsw
+
+    try:
+        probe = apsw.Connection(db_path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            found = probe.execute(
+                "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'tests'"
+            ).fetchone()
+        finally:
+            probe.close()
+    except apsw.Error:
+        return True
+    return found is not None
 
 
 def install_repeats(config: pytest.Config) -> None:
