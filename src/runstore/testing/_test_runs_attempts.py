@@ -11,19 +11,15 @@ outcome, and checks what every reader method gives back against what was written
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from contextlib import ExitStack
-from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from returns.result import Failure, Result, Success
+from returns.result import Failure
 
-from runstore.layers import Container, Layer, build, merge
-from runstore.services.clock import Clock, FixedClock
 from runstore.services.errors import InvalidInput, NotFound
 from runstore.services.test_runs import (
     FAILING_OUTCOMES,
@@ -39,26 +35,16 @@ from runstore.services.test_runs import (
     PhaseResult,
     RunId,
     RunStart,
-    RunStatus,
     TestResult,
 )
 from runstore.testing._shared import LayerFactory
+from runstore.testing._test_runs_policy import _T0_MS, _ok, _open, _run, _utc
 
 __all__ = ["AttemptsContract", "attempt_lists"]
 
-_T0_MS = 1_700_000_000_000
 _PASSING = frozenset({Outcome.PASSED, Outcome.XPASSED})
 _CALL_OUTCOMES = (Outcome.PASSED, Outcome.FAILED, Outcome.XPASSED, Outcome.SKIPPED)
 _NODEIDS = ("t.py::a", "t.py::b", "t.py::c[1]", "u/t.py::C::d", "t.py::é", "t.py::f")
-
-
-def _utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
-
-
-def _ok(result: Result[Any, Any]) -> Any:
-    assert isinstance(result, Success), f"expected Success, got {result!r}"
-    return result.unwrap()
 
 
 def _item(nodeid: str, outcome: Outcome, source: AttemptSource = AttemptSource.RERUN,
@@ -73,19 +59,6 @@ def attempt_lists(max_size: int = 4) -> st.SearchStrategy[list[tuple[Outcome, At
         st.tuples(st.sampled_from(_CALL_OUTCOMES), st.sampled_from(list(AttemptSource))),
         max_size=max_size,
     )
-
-
-def _open(stack: ExitStack, factory: LayerFactory) -> Container:
-    return stack.enter_context(build(merge(factory(), Layer.value(Clock, FixedClock(_T0_MS)))))
-
-
-def _run(store: DataStore, at: int, items: Sequence[TestResult]) -> RunId:
-    run: RunId = _ok(store.begin_run(RunStart("alpha", f"inv-{at}", _utc(_T0_MS + at))))
-    _ok(store.record_results(run, items))
-    failing = any(i.outcome in FAILING_OUTCOMES for i in items)
-    _ok(store.finish_run(run, RunStatus.FAILED if failing else RunStatus.PASSED,
-                         _utc(_T0_MS + at + 1)))
-    return run
 
 
 _EXAMPLES = settings(
