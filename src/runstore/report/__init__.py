@@ -1,0 +1,32 @@
+"""An HTML report of a project's recorded runs: one self-contained file (``runstore report``).
+
+``collect_report`` reads a :class:`~runstore.report.ReportData` out of a ``DataReader``;
+``render_html`` turns one into the HTML text. Both are separate so that a host can collect
+from any layer and render, or test either half, on its own.
+"""
+
+from __future__ import annotations
+
+from runstore.report._model import (
+    FailingTest,
+    HistoryStrip,
+    MatrixCell,
+    MatrixRow,
+    ReportData,
+    RunPoint,
+    SignatureGroup,
+    SlowTest,
+    StripEntry,
+)
+
+__all__ = [
+    "FailingTest",
+    "HistoryStrip",
+    "MatrixCell",
+    "MatrixRow",
+    "ReportData",
+    "RunPoint",
+    "SignatureGroup",
+    "SlowTest",
+    "StripEntry",
+]
