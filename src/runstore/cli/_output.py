@@ -11,7 +11,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Protocol, TypeVar
 
 import click
 from returns.result import Failure, Result
@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
     "SCHEMA_VERSION",
+    "Advance",
     "Refusals",
     "Refused",
     "console",
@@ -35,6 +36,7 @@ __all__ = [
     "fail",
     "one_line",
     "plain_table",
+    "progress_on_terminal",
     "say",
     "status_on_terminal",
     "visible",
@@ -76,11 +78,82 @@ def plain_table(**options: Any) -> Table:
     return Table(**settings)
 
 
+class Advance(Protocol):
+    """``advance(done, total=None)``: move a progress bar to ``done`` units (of ``total``
+    when given, which then becomes the bar's total; None keeps the total it had)."""
+
+    def __call__(self, done: int, total: int | None = None) -> None: ...
+
+
+def _on_terminal() -> bool:
+    """Whether a bar or spinner may be drawn: standard error is a terminal and the running
+    command's output format (if any) is not JSON."""
+    context = click.get_current_context(silent=True)
+    found = None if context is None else context.find_object(Settings)
+    return sys.stderr.isatty() and (found is None or found.output_format != "json")
+
+
+def _ignore(done: int, total: int | None = None) -> None:
+    """The ``advance`` of no bar."""
+
+
+@contextlib.contextmanager
+def progress_on_terminal(
+    description: str,
+    total: int | None,
+    *,
+    unit: Literal["items", "bytes"] = "items",
+    at_least: int = 0,
+) -> Iterator[Advance]:
+    """Show a progress bar on standard error while the block runs, yielding its
+    ``advance(done, total=None)``.
+
+    ``total`` is how many units the work has (None: not known yet, the bar pulses until an
+    ``advance`` gives one). The bar shows ``description``, the percentage done, ``done/total``
+    (with ``unit="bytes"``: sizes in kB/MB) and the time left, and is erased when the block
+    ends. Drawn only when standard error is a terminal, the output format is not JSON and
+    ``total`` (when known) is at least ``at_least`` units (work too small for a bar shows
+    none); otherwise (CI, pipes, JSON consumers) ``advance`` does nothing and rich is not
+    loaded.
+    """
+    if not _on_terminal() or (total is not None and total < at_least):
+        yield _ignore
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn() if unit == "bytes" else MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+
+        def advance(done: int, total: int | None = None) -> None:
+            if total is None:
+                bar.update(task, completed=done)
+            else:
+                bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
 @contextlib.contextmanager
 def status_on_terminal(text: str) -> Iterator[None]:
-    """Show a spinner with ``text`` on standard error while the block runs, when standard
-    error is a terminal; otherwise (CI, pipes, JSON consumers) show nothing and load no rich."""
-    if not sys.stderr.isatty():
+    """Show a spinner with ``text`` on standard error while the block runs (for work whose
+    size is unknown), under the rules of :func:`progress_on_terminal`."""
+    if not _on_terminal():
         yield
         return
     with console(stderr=True).status(text):

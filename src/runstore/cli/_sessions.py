@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -26,6 +26,7 @@ from runstore.cli._output import (
     emit_json,
     exit_on_refusal,
     plain_table,
+    progress_on_terminal,
 )
 from runstore.cli._params import TEXT, Text
 from runstore.cli._settings import format_option, settings
@@ -263,33 +264,6 @@ def _entry_preview(entry: Entry) -> str:
 # -- import / export -----------------------------------------------------------------------------
 
 
-@contextmanager
-def _import_progress(size: int | None) -> Iterator[Callable[[int], None]]:
-    """A progress bar on standard error for an import of ``size`` bytes, yielding the
-    callback that moves it to a byte offset; None shows nothing (and loads no rich)."""
-    if size is None:
-        yield lambda _done: None
-        return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
-    with Progress(
-        TextColumn("importing"),
-        BarColumn(),
-        DownloadColumn(),
-        TimeRemainingColumn(),
-        console=console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("import", total=size)
-        yield lambda done: progress.update(task, completed=done)
-
-
 @sessions.command(name="import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, readable=True))
 @click.option("--strict", is_flag=True, help="Refuse the file at its first bad line (the default).")
@@ -319,12 +293,10 @@ def import_(file: str, strict: bool, lenient: bool, session_id: str | None) -> N
     if strict and lenient:
         raise click.UsageError("--strict and --lenient cannot be used together")
     mode = "lenient" if lenient else "strict"
-    show_bar = (
-        os.path.getsize(file) >= PROGRESS_FROM_BYTES and sys.stderr.isatty() and not _json_mode()
-    )
     with (
         _repository(create=True) as repo,
-        _import_progress(os.path.getsize(file) if show_bar else None) as progress,
+        progress_on_terminal("importing", os.path.getsize(file), unit="bytes",
+                             at_least=PROGRESS_FROM_BYTES) as progress,
     ):
         result = import_jsonl(
             repo, file, mode=ImportMode(mode), session_id=session_id, progress=progress
