@@ -7,11 +7,19 @@ from any layer and render, or test either half, on its own.
 
 from __future__ import annotations
 
+from runstore.report._collect import collect_report
 from runstore.report._model import (
+    DEFAULT_REPORT_CAPS,
+    DEFAULT_REPORT_RUNS,
+    MAX_REPORT_FRAMES,
+    MAX_REPORT_MESSAGE_CHARS,
+    MAX_REPORT_RUNS,
+    MAX_REPORT_TEXT_CHARS,
     FailingTest,
     HistoryStrip,
     MatrixCell,
     MatrixRow,
+    ReportCaps,
     ReportData,
     RunPoint,
     SignatureGroup,
@@ -20,13 +28,21 @@ from runstore.report._model import (
 )
 
 __all__ = [
+    "DEFAULT_REPORT_CAPS",
+    "DEFAULT_REPORT_RUNS",
+    "MAX_REPORT_FRAMES",
+    "MAX_REPORT_MESSAGE_CHARS",
+    "MAX_REPORT_RUNS",
+    "MAX_REPORT_TEXT_CHARS",
     "FailingTest",
     "HistoryStrip",
     "MatrixCell",
     "MatrixRow",
+    "ReportCaps",
     "ReportData",
     "RunPoint",
     "SignatureGroup",
     "SlowTest",
     "StripEntry",
+    "collect_report",
 ]

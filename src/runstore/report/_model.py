@@ -13,21 +13,30 @@ from __future__ import annotations
 import attrs
 
 from runstore.services.test_runs import (
+    DEFAULT_HISTORY_WINDOW,
     Classification,
     EvidenceRule,
     FailureSignature,
     FileCoverage,
     Outcome,
+    Phase,
     RunId,
     RunStatus,
     StackFrame,
 )
 
 __all__ = [
+    "DEFAULT_REPORT_CAPS",
+    "DEFAULT_REPORT_RUNS",
+    "MAX_REPORT_FRAMES",
+    "MAX_REPORT_MESSAGE_CHARS",
+    "MAX_REPORT_RUNS",
+    "MAX_REPORT_TEXT_CHARS",
     "FailingTest",
     "HistoryStrip",
     "MatrixCell",
     "MatrixRow",
+    "ReportCaps",
     "ReportData",
     "RunPoint",
     "SignatureGroup",
@@ -41,9 +50,11 @@ class RunPoint:
     """One run of the runs-over-time chart, oldest first in :attr:`ReportData.runs`.
 
     ``counts`` maps every :class:`Outcome` value to its number of items (0 when none);
-    ``duration_ms`` is None for a run that never finished. ``failing`` are the node ids of
-    its failed and errored items (and collection errors), sorted, at most
-    :attr:`ReportData.failing_cap` of them, ``failing_omitted`` more left out.
+    ``duration_ms`` (finished minus started) is None for a run that never finished.
+    ``percent_covered`` is the run's total coverage as ``DataReader.coverage_trend`` reads
+    it (None without coverage). ``failing`` are the node ids of its failed and errored items
+    and of its collection errors, sorted (a collection error first on a tie), at most
+    :attr:`ReportData.run_failing_cap` of them, ``failing_omitted`` more left out.
     """
 
     run_id: RunId
@@ -61,7 +72,7 @@ class RunPoint:
 @attrs.frozen
 class MatrixCell:
     """One test in one run of the history matrix: its outcome, duration (ms) and attempts
-    (1 when it ran once; reruns and repeats add one each)."""
+    (1 when it ran once; reruns and repeats add one each: ``TestRecord.attempts + 1``)."""
 
     outcome: Outcome
     duration_ms: float
@@ -73,9 +84,13 @@ class MatrixRow:
     """One test's row of the history matrix. ``cells`` line up with
     :attr:`ReportData.matrix_run_ids` (None: the test has no item in that run).
 
-    ``classification`` and ``rule`` are its verdict in the newest run that holds it, with
-    ``because`` the verdict's evidence summary (a flaky verdict's reason); None for a test
-    the newest runs did not hold.
+    ``classification`` and ``rule`` are its verdict under the report's ``FlakyPolicy``:
+    in the newest reported run when that run holds the test (``DataReader.classify``),
+    otherwise ``flaky`` when its newest history window is (``DataReader.flaky_tests``),
+    otherwise None (no verdict: the newest run did not hold it and it is not flaky).
+    ``because`` is the verdict's evidence summary (a flaky verdict's reason, never empty
+    for one) and ``because_run_ids`` the runs that evidence rests on (ascending; ``()``
+    when none). ``failing_cells`` counts its failed and errored cells.
     """
 
     nodeid: str
@@ -83,14 +98,18 @@ class MatrixRow:
     rule: EvidenceRule | None
     because: str
     cells: tuple[MatrixCell | None, ...]
+    because_run_ids: tuple[RunId, ...] = ()
+    failing_cells: int = 0
 
 
 @attrs.frozen
 class SignatureGroup:
     """One failure signature (one root cause) with the tests it failed, newest last seen
-    first in :attr:`ReportData.signatures`. ``nodeids`` are the tests of the reported runs
-    that failed with it, sorted (at most :attr:`ReportData.failing_cap`, ``nodeids_omitted``
-    more)."""
+    first in :attr:`ReportData.signatures` (first and last seen are the signature's
+    ``first_seen_*`` / ``last_seen_*``). ``nodeids`` are the tests of the reported runs
+    that failed with it as their first error, sorted (at most
+    :attr:`ReportData.run_failing_cap`, ``nodeids_omitted`` more); empty when no reported
+    run did (the signature is older than the reported runs)."""
 
     signature: FailureSignature
     nodeids: tuple[str, ...]
@@ -99,12 +118,15 @@ class SignatureGroup:
 
 @attrs.frozen
 class SlowTest:
-    """One of the slowest items of the newest run, slowest first, with ``durations_ms`` its
-    duration in each of its stored history entries, oldest first (the trend)."""
+    """One of the slowest items of the newest run, slowest first (ties by node id), with
+    ``durations_ms`` its duration (ms) in each of its stored history entries, oldest first
+    (the trend; at most ``HISTORY_DEPTH``, ``()`` for a test without history, such as one of
+    a run still running). ``outcome`` is its outcome in the newest run."""
 
     nodeid: str
     duration_ms: float
     durations_ms: tuple[float, ...]
+    outcome: Outcome = Outcome.PASSED
 
 
 @attrs.frozen
@@ -124,10 +146,21 @@ HistoryStrip = tuple[StripEntry, ...]
 
 @attrs.frozen
 class FailingTest:
-    """One failing item of the newest run, with its error and its history strip.
+    """One failing item (or collection error) of the newest run, with its first error and
+    its history strip (``()`` for a collection error, which has no history).
 
-    ``frames`` are the error's stack frames, outermost first; ``text`` is the stored
-    traceback text (pytest's long representation, possibly truncated by the recorder).
+    ``classification`` / ``rule`` / ``because`` are its verdict in that run
+    (``DataReader.classify`` under the report's policy; None and ``""`` for a collection
+    error). ``message`` is the first error's message, at most ``MAX_REPORT_MESSAGE_CHARS``;
+    ``text`` the stored traceback text (pytest's long representation), its last
+    ``MAX_REPORT_TEXT_CHARS`` characters (where pytest prints the ``E`` lines);
+    ``text_truncated`` says that the store or the report cut either. ``frames`` are the
+    error's stack frames, outermost first: the innermost ``MAX_REPORT_FRAMES``,
+    ``frames_omitted`` outer ones left out. ``signature`` is the failure signature (``""``
+    without an error), ``is_new`` whether the run saw it first, ``streak`` the runs in a
+    row it has failed ending at this one and ``failing_since`` the streak's first run (see
+    ``FailureRecord``). ``phase`` is the first error's phase (``collect`` for a collection
+    error).
     """
 
     nodeid: str
@@ -141,24 +174,87 @@ class FailingTest:
     signature: str
     streak: int
     history: HistoryStrip
+    phase: Phase = Phase.CALL
+    rule: EvidenceRule | None = None
+    text_truncated: bool = False
+    frames_omitted: int = 0
+    is_new: bool = False
+    failing_since: RunId | None = None
+
+
+DEFAULT_REPORT_RUNS = 100
+"""The runs a report reads unless asked for another number (``collect_report(runs=...)``)."""
+
+MAX_REPORT_RUNS = 500
+"""The most runs one report reads: the issue's largest report (500 runs of 2,000 tests) whole.
+With every cap at its default a report of that many runs stays under 2 MB of HTML."""
+
+MAX_REPORT_MESSAGE_CHARS = 500
+"""The longest error message a failing test's section shows (characters; the start kept)."""
+
+MAX_REPORT_TEXT_CHARS = 2_000
+"""The longest traceback text a failing test's section shows (characters; the end kept)."""
+
+MAX_REPORT_FRAMES = 20
+"""The most stack frames a failing test's section shows (the innermost kept)."""
+
+
+@attrs.frozen
+class ReportCaps:
+    """How much of each section a report holds; whatever a cap leaves out is counted in the
+    section's ``*_omitted``. The defaults keep a report of ``MAX_REPORT_RUNS`` runs of
+    2,000 tests each under 2 MB of HTML (``benchmarks/report.py`` measures it):
+
+    - ``matrix_runs``: columns of the history matrix (30 runs);
+    - ``matrix_rows``: rows of the history matrix (200 tests: 6,000 cells);
+    - ``failing``: sections of failing tests of the newest run (100, each at most
+      ``MAX_REPORT_TEXT_CHARS`` of text and ``MAX_REPORT_FRAMES`` frames);
+    - ``run_failing``: failing node ids kept per run and per signature group (10);
+    - ``signatures``: failure signature groups (50);
+    - ``slowest``: slowest tests of the newest run (20);
+    - ``coverage_files``: files with the lowest coverage (30).
+
+    Each is an ``int`` from 1 to 1,000.
+    """
+
+    matrix_runs: int = 30
+    matrix_rows: int = 200
+    failing: int = 100
+    run_failing: int = 10
+    signatures: int = 50
+    slowest: int = 20
+    coverage_files: int = 30
+
+
+DEFAULT_REPORT_CAPS = ReportCaps()
+"""The caps ``collect_report`` uses unless given others."""
 
 
 @attrs.frozen
 class ReportData:
     """Everything one report shows about one project.
 
-    - ``runs``: the newest reported runs, oldest first (the runs-over-time chart);
+    - ``runs``: the newest reported runs (at most ``collect_report(runs=...)``), oldest
+      first by (start, id) (the runs-over-time chart);
     - ``matrix_run_ids``: the runs of the matrix's columns, oldest first (the newest of
-      ``runs``, at most ``matrix_runs_cap``); ``matrix``: its rows, failing and flaky tests
-      first, at most ``matrix_rows_cap`` (``matrix_omitted`` stable tests left out);
-    - ``signatures``: failure signature groups of the project, newest last seen first;
-    - ``slowest``: the slowest items of the newest run;
-    - ``coverage_files``: the newest run's measured files with the lowest coverage first
-      (empty without coverage), ``coverage_run_id`` the run they were read from;
-    - ``failing_tests``: a section per failing item of the newest run (at most
-      ``failing_cap``, ``failing_omitted`` more).
+      ``runs``, at most ``matrix_runs_cap``); ``matrix``: its rows, one per test with an
+      item in one of those runs, in this order: failing in the newest run
+      (``new_failure``, ``persistent_failure``), then ``flaky``, then ``recovered``, then
+      tests with a failing cell, then the rest; within each, most failing cells first, then
+      by node id. At most ``matrix_rows_cap`` rows, ``matrix_omitted`` tests left out (the
+      last in this order);
+    - ``signatures``: failure signature groups of the project, newest last seen first, at
+      most ``signatures_cap`` (``signatures_omitted`` older ones left out);
+    - ``slowest``: the slowest items of the newest run, at most ``slowest_cap``;
+    - ``coverage_files``: the measured files of ``coverage_run_id`` (the newest reported run
+      with coverage, None when none has) with the lowest coverage first (ties by path), at
+      most ``coverage_files_cap`` (``coverage_files_omitted`` more); empty without coverage;
+    - ``failing_tests``: a section per failing item and collection error of the newest run,
+      in ``DataReader.failures`` order (by node id), at most ``failing_cap``
+      (``failing_omitted`` more).
 
-    ``generated_at_ms`` is when it was collected; ``runstore_version`` the package version.
+    ``generated_at_ms`` is when it was collected (epoch ms); ``runstore_version`` the package
+    version; ``policy_window`` the history window the verdicts judged (``FlakyPolicy``).
     """
 
     project: str
@@ -177,3 +273,10 @@ class ReportData:
     failing_cap: int
     matrix_runs_cap: int
     matrix_rows_cap: int
+    signatures_omitted: int = 0
+    coverage_files_omitted: int = 0
+    run_failing_cap: int = DEFAULT_REPORT_CAPS.run_failing
+    signatures_cap: int = DEFAULT_REPORT_CAPS.signatures
+    slowest_cap: int = DEFAULT_REPORT_CAPS.slowest
+    coverage_files_cap: int = DEFAULT_REPORT_CAPS.coverage_files
+    policy_window: int = DEFAULT_HISTORY_WINDOW

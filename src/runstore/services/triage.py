@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import attrs
-from returns.result import Failure, Result, Success
+from returns.result import Result
 
+from runstore.services._compose import composed, stop, value
 from runstore.services._test_runs_rules import run_is_partial
 from runstore.services.errors import InvalidInput
 from runstore.services.pagination import MAX_PAGE_SIZE, check_limit
@@ -304,24 +305,6 @@ def group_failures(failures: Sequence[TriageFailure]) -> tuple[FailureGroup, ...
 # -- composition ------------------------------------------------------------------------------
 
 
-class _Stop(Exception):
-    """Carries a reader's Failure out of :func:`_compose` (never escapes this module)."""
-
-    def __init__(self, error: DataReaderError) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-def _value(result: Result[T, DataReaderError]) -> T:
-    if isinstance(result, Failure):
-        raise _Stop(result.failure())
-    return result.unwrap()
-
-
-def _stop(error: DataReaderError) -> NoReturn:
-    raise _Stop(error)
-
-
 _FIRST_PAGE = 20
 """Runs read on the first page when looking for the green run (it is usually recent)."""
 
@@ -334,7 +317,7 @@ def _green_before(reader: DataReader, run: RunSummary) -> RunSummary | None:
     cursor: str | None = None
     limit = _FIRST_PAGE
     while True:
-        page = _value(reader.list_runs(run.project, status=RunStatus.PASSED, limit=limit,
+        page = value(reader.list_runs(run.project, status=RunStatus.PASSED, limit=limit,
                                        cursor=cursor))
         for listed in page.items:
             if (listed.started_at_ms, listed.id) < before and is_green(listed):
@@ -350,7 +333,7 @@ def _since_green(
     green = _green_before(reader, run)
     if green is None:
         return None
-    compared = _value(reader.compare(green.id, run.id))
+    compared = value(reader.compare(green.id, run.id))
     changed: tuple[str, ...] | None = None
     commit = green.environment.git_commit
     if changed_files is not None and commit is not None:
@@ -367,11 +350,11 @@ def _since_green(
 def _summary(reader: DataReader, project: str | None, run_id: RunId | None) -> RunSummary:
     if run_id is None:
         if project is None:
-            _stop(InvalidInput("project", "give a project or a run id"))
-        return _value(reader.latest_run(project))
-    summary = _value(reader.get_run(run_id))
+            stop(InvalidInput("project", "give a project or a run id"))
+        return value(reader.latest_run(project))
+    summary = value(reader.get_run(run_id))
     if project is not None and summary.project != project:
-        _stop(InvalidInput("run_id", f"run {run_id} belongs to another project"))
+        stop(InvalidInput("run_id", f"run {run_id} belongs to another project"))
     return summary
 
 
@@ -383,11 +366,11 @@ def _compose(
     changed_files: ChangedSince | None,
     policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
 ) -> Triage:
-    limit = _value(check_limit(slowest, field="slowest"))
+    limit = value(check_limit(slowest, field="slowest"))
     run = _summary(reader, project, run_id)
-    verdicts = {v.nodeid: v for v in _value(reader.classify_unstable(run.id, policy=policy))}
+    verdicts = {v.nodeid: v for v in value(reader.classify_unstable(run.id, policy=policy))}
     failures = _ordered([_failure(f, verdicts.get(f.nodeid))
-                         for f in _value(reader.failures(run.id))])
+                         for f in value(reader.failures(run.id))])
     failing = {f.nodeid for f in failures if not f.is_collection_error}
     return Triage(
         run=run,
@@ -398,7 +381,7 @@ def _compose(
             for v in sorted(verdicts.values(), key=lambda v: v.nodeid)
             if v.classification is Classification.FLAKY
         ),
-        slowest=_value(reader.slowest(run.id, limit=limit)),
+        slowest=value(reader.slowest(run.id, limit=limit)),
         since_green=_since_green(reader, run, failing, changed_files),
     )
 
@@ -425,7 +408,6 @@ def triage_run(
     when the project has no run, ``NotFound("run", id)`` when the run is missing (pruned
     while triage read it, too); ``Busy`` and ``StorageFailure`` from the reader.
     """
-    try:
-        return Success(_compose(reader, project, run_id, slowest, changed_files, policy))
-    except _Stop as stopped:
-        return Failure(stopped.error)
+    return composed(
+        lambda: _compose(reader, project, run_id, slowest, changed_files, policy)
+    )

@@ -1,0 +1,425 @@
+"""Collect a :class:`ReportData` from a ``DataReader``: what ``runstore report`` draws.
+
+:func:`collect_report` reads through the public ``DataReader`` methods only, so every layer
+(memory, SQLite, PostgreSQL, a third party's) gives the same report. Each read is its own
+snapshot: a report of a project whose runs are still being written may show parts of
+different moments; a finished project's report is the same on every call (``generated_at_ms``
+aside). The rules it adds (which rows lead the matrix, what each cap keeps) are in the
+docstrings of :mod:`runstore.report._model`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+from returns.result import Failure, Result, Success
+
+import runstore
+from runstore.report._model import (
+    DEFAULT_REPORT_CAPS,
+    DEFAULT_REPORT_RUNS,
+    MAX_REPORT_FRAMES,
+    MAX_REPORT_MESSAGE_CHARS,
+    MAX_REPORT_RUNS,
+    MAX_REPORT_TEXT_CHARS,
+    FailingTest,
+    MatrixCell,
+    MatrixRow,
+    ReportCaps,
+    ReportData,
+    RunPoint,
+    SignatureGroup,
+    SlowTest,
+    StripEntry,
+)
+from runstore.services._compose import composed, stop, value
+from runstore.services._primitives import check_int
+from runstore.services._test_runs_rules import check_flaky_policy, valid_project
+from runstore.services.errors import InvalidInput, NotFound
+from runstore.services.pagination import MAX_PAGE_SIZE
+from runstore.services.test_runs import (
+    DEFAULT_FLAKY_POLICY,
+    FAILING_OUTCOMES,
+    Classification,
+    DataReader,
+    DataReaderError,
+    Evidence,
+    FailureRecord,
+    FailureSignature,
+    FlakyPolicy,
+    Outcome,
+    Phase,
+    RunId,
+    RunSummary,
+    TestClassification,
+    TestRecord,
+)
+
+__all__ = ["collect_report"]
+
+Progress = Callable[[int, int], None]
+"""Told ``(done, total)`` after each step of a collection (``total`` is fixed per call)."""
+
+_STEPS = 7
+"""The steps :func:`collect_report` reports: runs, coverage trend, failing items of the runs,
+the matrix, verdicts, signatures, the newest run's slowest, coverage and failing tests."""
+
+_FAILING_NOW = frozenset({Classification.NEW_FAILURE, Classification.PERSISTENT_FAILURE})
+
+_RANKS = {Classification.FLAKY: 1, Classification.RECOVERED: 2}
+"""A matrix row's place after the tests failing now (0): flaky, recovered; then 3 for tests
+with a failing cell and 4 for the rest."""
+
+
+def collect_report(
+    reader: DataReader,
+    project: str,
+    *,
+    runs: int = DEFAULT_REPORT_RUNS,
+    policy: FlakyPolicy = DEFAULT_FLAKY_POLICY,
+    now_ms: int | None = None,
+    progress: Progress | None = None,
+    caps: ReportCaps = DEFAULT_REPORT_CAPS,
+) -> Result[ReportData, DataReaderError]:
+    """Read the report of ``project``'s newest ``runs`` runs (1 to ``MAX_REPORT_RUNS``) from
+    ``reader``, its verdicts judged under ``policy``, each section cut by ``caps`` (see
+    :class:`ReportData` for what each section holds and its order).
+
+    ``now_ms`` (epoch ms, >= 0) is the report's ``generated_at_ms``, the clock's time when
+    None. ``progress(done, total)``, when given, is called after each step, ``done`` from 1
+    to ``total``.
+
+    Failures: ``InvalidInput`` (checked first, nothing read) for a project that is not a
+    ``str`` or holds a lone surrogate, ``runs`` outside ``1..MAX_REPORT_RUNS``, a policy out
+    of its ranges (``policy.<field>``), a ``now_ms`` that is not an ``int >= 0`` or None, a
+    ``progress`` that is not callable or None, caps that are not a ``ReportCaps`` of ints in
+    ``1..1000`` (``caps.<field>``); ``NotFound("project", project)`` when the project has no
+    run; ``Busy`` and ``StorageFailure`` from the reader.
+    """
+    checked = _check(project, runs, policy, now_ms, progress, caps)
+    if isinstance(checked, Failure):
+        return Failure(checked.failure())
+    name, count, chosen, generated = checked.unwrap()
+    tell: Progress = progress if progress is not None else _silent
+    return composed(lambda: _Collector(reader, name, chosen, caps, tell).collect(count, generated))
+
+
+def _silent(done: int, total: int) -> None:
+    """The progress of a caller that asked for none."""
+
+
+def _check(
+    project: object,
+    runs: object,
+    policy: object,
+    now_ms: object,
+    progress: object,
+    caps: object,
+) -> Result[tuple[str, int, FlakyPolicy, int], InvalidInput]:
+    """The checked arguments (project, run count, policy, the report's epoch ms), or the
+    first refusal in argument order."""
+    name = valid_project(project)
+    if isinstance(name, Failure):
+        return Failure(name.failure())
+    count = check_int(runs, "runs", minimum=1, maximum=MAX_REPORT_RUNS)
+    if isinstance(count, Failure):
+        return Failure(count.failure())
+    chosen = check_flaky_policy(policy)
+    if isinstance(chosen, Failure):
+        return Failure(chosen.failure())
+    generated = (
+        Success(int(time.time() * 1000)) if now_ms is None
+        else check_int(now_ms, "now_ms", minimum=0)
+    )
+    if isinstance(generated, Failure):
+        return Failure(generated.failure())
+    if progress is not None and not callable(progress):
+        return Failure(InvalidInput("progress", "must be callable or None"))
+    refused = _check_caps(caps)
+    if refused is not None:
+        return Failure(refused)
+    return Success((name.unwrap(), count.unwrap(), chosen.unwrap(), generated.unwrap()))
+
+
+def _check_caps(caps: object) -> InvalidInput | None:
+    """Why ``caps`` is no ``ReportCaps`` of ints in ``1..MAX_PAGE_SIZE``, or None."""
+    if not isinstance(caps, ReportCaps):
+        return InvalidInput("caps", f"must be a ReportCaps, got {type(caps).__name__}")
+    for field in attrs.fields(ReportCaps):
+        checked: Result[int, InvalidInput] = check_int(
+            getattr(caps, field.name), f"caps.{field.name}", minimum=1, maximum=MAX_PAGE_SIZE
+        )
+        if isinstance(checked, Failure):
+            refusal: InvalidInput = checked.failure()
+            return refusal
+    return None
+
+
+class _Collector:
+    """One collection: the reader, the project, the policy and caps, and the steps done."""
+
+    def __init__(
+        self, reader: DataReader, project: str, policy: FlakyPolicy, caps: ReportCaps,
+        progress: Progress,
+    ) -> None:
+        self.reader = reader
+        self.project = project
+        self.policy = policy
+        self.caps = caps
+        self.progress = progress
+        self.done = 0
+
+    def step(self) -> None:
+        self.done += 1
+        self.progress(self.done, _STEPS)
+
+    def collect(self, count: int, generated_at_ms: int) -> ReportData:
+        caps = self.caps
+        summaries = self.summaries(count)
+        self.step()
+        covered = self.coverage_trend(count)
+        self.step()
+        failing = {run.id: self.failing_of(run) for run in summaries}
+        self.step()
+        newest = summaries[-1]
+        matrix_runs = tuple(r.id for r in summaries[-caps.matrix_runs:])
+        cells = self.cells(matrix_runs)
+        self.step()
+        verdicts = self.verdicts(newest)
+        flaky = {f.nodeid: f.because for f in value(
+            self.reader.flaky_tests(self.project, policy=self.policy))}
+        rows = _matrix(matrix_runs, cells, verdicts, flaky)
+        self.step()
+        signatures, signatures_omitted = self.signatures(failing)
+        self.step()
+        coverage_run = next((r.id for r in reversed(summaries) if r.id in covered), None)
+        files = () if coverage_run is None else tuple(sorted(
+            value(self.reader.coverage(coverage_run)).files,
+            key=lambda f: (f.percent_covered, f.path),
+        ))
+        failing_tests = [
+            self.failing_test(record, verdicts.get(record.nodeid))
+            for record in failing[newest.id][: caps.failing]
+        ]
+        report = ReportData(
+            project=self.project,
+            generated_at_ms=generated_at_ms,
+            runstore_version=runstore.__version__,
+            runs=tuple(self.point(run, covered.get(run.id), failing[run.id]) for run in summaries),
+            matrix_run_ids=matrix_runs,
+            matrix=tuple(rows[: caps.matrix_rows]),
+            matrix_omitted=max(0, len(rows) - caps.matrix_rows),
+            signatures=signatures,
+            slowest=self.slowest(newest.id),
+            coverage_run_id=coverage_run,
+            coverage_files=files[: caps.coverage_files],
+            failing_tests=tuple(failing_tests),
+            failing_omitted=max(0, len(failing[newest.id]) - caps.failing),
+            failing_cap=caps.failing,
+            matrix_runs_cap=caps.matrix_runs,
+            matrix_rows_cap=caps.matrix_rows,
+            signatures_omitted=signatures_omitted,
+            coverage_files_omitted=max(0, len(files) - caps.coverage_files),
+            run_failing_cap=caps.run_failing,
+            signatures_cap=caps.signatures,
+            slowest_cap=caps.slowest,
+            coverage_files_cap=caps.coverage_files,
+            policy_window=self.policy.window,
+        )
+        self.step()
+        return report
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def summaries(self, count: int) -> list[RunSummary]:
+        """The newest ``count`` runs, oldest first; ``NotFound`` for a project without runs."""
+        newest: list[RunSummary] = []
+        cursor: str | None = None
+        while len(newest) < count:
+            page = value(self.reader.list_runs(
+                self.project, limit=min(MAX_PAGE_SIZE, count - len(newest)), cursor=cursor
+            ))
+            newest.extend(page.items)
+            if not page.has_more:
+                break
+            cursor = page.next_cursor
+        if not newest:
+            stop(NotFound("project", self.project))
+        return newest[::-1]
+
+    def coverage_trend(self, count: int) -> dict[RunId, float]:
+        return {
+            p.run_id: p.percent_covered
+            for p in value(self.reader.coverage_trend(self.project, limit=count))
+        }
+
+    def failing_of(self, run: RunSummary) -> tuple[FailureRecord, ...]:
+        if run.collection_errors == 0 and not any(
+            run.counts.get(o.value, 0) for o in FAILING_OUTCOMES
+        ):
+            return ()
+        return value(self.reader.failures(run.id))
+
+    def cells(self, run_ids: Sequence[RunId]) -> dict[RunId, dict[str, TestRecord]]:
+        return {
+            run_id: {t.nodeid: t for t in value(self.reader.tests(run_id))} for run_id in run_ids
+        }
+
+    def verdicts(self, run: RunSummary) -> dict[str, TestClassification]:
+        return {
+            v.nodeid: v for v in value(self.reader.classify(run.id, policy=self.policy))
+        }
+
+    def signatures(
+        self, failing: dict[RunId, tuple[FailureRecord, ...]]
+    ) -> tuple[tuple[SignatureGroup, ...], int]:
+        """The newest ``caps.signatures`` signature groups and how many older ones there are."""
+        wanted = self.caps.signatures
+        kept: list[FailureSignature] = []
+        omitted = 0
+        cursor: str | None = None
+        while True:
+            page = value(self.reader.failure_signatures(
+                self.project, limit=MAX_PAGE_SIZE, cursor=cursor
+            ))
+            room = max(0, wanted - len(kept))
+            kept.extend(page.items[:room])
+            omitted += max(0, len(page.items) - room)
+            if not page.has_more:
+                break
+            cursor = page.next_cursor
+        tests: dict[str, set[str]] = {}
+        for records in failing.values():
+            for record in records:
+                if record.signature:
+                    tests.setdefault(record.signature, set()).add(record.nodeid)
+        cap = self.caps.run_failing
+        groups = []
+        for signature in kept:
+            nodeids = sorted(tests.get(signature.signature, ()))
+            groups.append(SignatureGroup(
+                signature, tuple(nodeids[:cap]), max(0, len(nodeids) - cap)
+            ))
+        return tuple(groups), omitted
+
+    def slowest(self, run_id: RunId) -> tuple[SlowTest, ...]:
+        return tuple(
+            SlowTest(
+                item.nodeid, item.duration_ms,
+                tuple(e.duration_ms for e in self.history(item.nodeid)), item.outcome,
+            )
+            for item in value(self.reader.slowest(run_id, limit=self.caps.slowest))
+        )
+
+    def history(self, nodeid: str) -> tuple[StripEntry, ...]:
+        """The test's stored history, oldest first (``()`` without any)."""
+        found = self.reader.history(self.project, nodeid)
+        if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
+            return ()
+        return tuple(
+            StripEntry(e.run_id, e.outcome, e.duration_ms, e.recorded_at_ms)
+            for e in reversed(value(found))
+        )
+
+    # -- records ----------------------------------------------------------------------------
+
+    def point(
+        self, run: RunSummary, covered: float | None, failing: Sequence[FailureRecord]
+    ) -> RunPoint:
+        nodeids = sorted({f.nodeid for f in failing})
+        cap = self.caps.run_failing
+        return RunPoint(
+            run_id=run.id,
+            started_at_ms=run.started_at_ms,
+            duration_ms=(
+                None if run.finished_at_ms is None
+                else float(run.finished_at_ms - run.started_at_ms)
+            ),
+            status=run.status,
+            counts={o.value: run.counts.get(o.value, 0) for o in Outcome},
+            collection_errors=run.collection_errors,
+            percent_covered=covered,
+            git_commit=run.environment.git_commit,
+            failing=tuple(nodeids[:cap]),
+            failing_omitted=max(0, len(nodeids) - cap),
+        )
+
+    def failing_test(
+        self, record: FailureRecord, verdict: TestClassification | None
+    ) -> FailingTest:
+        collection = record.phase is Phase.COLLECT
+        text = record.text[-MAX_REPORT_TEXT_CHARS:]
+        frames = record.frames[-MAX_REPORT_FRAMES:]
+        because = None if verdict is None or collection else verdict.because
+        return FailingTest(
+            nodeid=record.nodeid,
+            outcome=record.outcome,
+            classification=None if because is None or verdict is None
+            else verdict.classification,
+            because="" if because is None else because.summary,
+            exception_type=record.exception_type,
+            message=record.message[:MAX_REPORT_MESSAGE_CHARS],
+            text=text,
+            frames=frames,
+            signature=record.signature,
+            streak=record.streak,
+            history=() if collection else self.history(record.nodeid),
+            phase=record.phase,
+            rule=None if because is None else because.rule,
+            text_truncated=(
+                record.text_truncated or record.message_truncated or len(text) < len(record.text)
+                or len(record.message) > MAX_REPORT_MESSAGE_CHARS
+            ),
+            frames_omitted=len(record.frames) - len(frames),
+            is_new=record.is_new,
+            failing_since=record.failing_since,
+        )
+
+
+def _matrix(
+    run_ids: Sequence[RunId],
+    cells: dict[RunId, dict[str, TestRecord]],
+    verdicts: dict[str, TestClassification],
+    flaky: dict[str, Evidence],
+) -> list[MatrixRow]:
+    """Every row of the matrix in the report's order (see ``ReportData.matrix``)."""
+    nodeids = sorted({n for by_nodeid in cells.values() for n in by_nodeid})
+    rows = []
+    for nodeid in nodeids:
+        line = tuple(_cell(cells[run_id].get(nodeid)) for run_id in run_ids)
+        failing = sum(1 for c in line if c is not None and c.outcome in FAILING_OUTCOMES)
+        verdict = verdicts.get(nodeid)
+        evidence: Evidence | None
+        classification: Classification | None
+        if verdict is not None:
+            classification, evidence = verdict.classification, verdict.because
+        elif nodeid in flaky:
+            classification, evidence = Classification.FLAKY, flaky[nodeid]
+        else:
+            classification, evidence = None, None
+        rows.append(MatrixRow(
+            nodeid=nodeid,
+            classification=classification,
+            rule=None if evidence is None else evidence.rule,
+            because="" if evidence is None else evidence.summary,
+            cells=line,
+            because_run_ids=() if evidence is None else evidence.run_ids,
+            failing_cells=failing,
+        ))
+    rows.sort(key=lambda r: (_rank(r), -r.failing_cells, r.nodeid))
+    return rows
+
+
+def _rank(row: MatrixRow) -> int:
+    if row.classification in _FAILING_NOW:
+        return 0
+    if row.classification is not None and row.classification in _RANKS:
+        return _RANKS[row.classification]
+    return 3 if row.failing_cells else 4
+
+
+def _cell(item: TestRecord | None) -> MatrixCell | None:
+    return None if item is None else MatrixCell(item.outcome, item.duration_ms, item.attempts + 1)
+
