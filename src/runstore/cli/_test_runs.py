@@ -26,6 +26,16 @@ import attrs
 import click
 from returns.result import Failure
 
+from runstore.cli._charts import (
+    BAR_WIDTH,
+    Glyphs,
+    bar_counts,
+    glyphs_for,
+    outcome_strip,
+    sparkline,
+    stacked_bar,
+    styled,
+)
 from runstore.cli._discover import configured_policy
 from runstore.cli._guard import opened
 from runstore.cli._output import (
@@ -75,6 +85,7 @@ from runstore.services.test_runs import (
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "Services",
@@ -488,10 +499,15 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+def _outcome_counts(counts: dict[str, int]) -> list[str]:
+    """``counts`` (outcome value -> items) as words, in ``Outcome`` order, zeros left out."""
+    return [_plural(counts[o.value], "error") if o is Outcome.ERROR
+            else f"{counts[o.value]} {o.value}"
+            for o in Outcome if counts.get(o.value, 0)]
+
+
 def _counts_text(summary: RunSummary) -> str:
-    parts = [_plural(summary.counts[o.value], "error") if o is Outcome.ERROR
-             else f"{summary.counts[o.value]} {o.value}"
-             for o in Outcome if summary.counts.get(o.value, 0)]
+    parts = _outcome_counts(summary.counts)
     if summary.collection_errors:
         parts.append(_plural(summary.collection_errors, "collection error"))
     return ", ".join(parts) or "no items"
@@ -507,7 +523,8 @@ def _table(*columns: str) -> Table:
 def _row(table: Table, *cells: object) -> None:
     from rich.text import Text
 
-    table.add_row(*(Text("" if c is None else visible(str(c))) for c in cells))
+    table.add_row(*(c if isinstance(c, Text) else Text("" if c is None else visible(str(c)))
+                    for c in cells))
 
 
 def _print(*renderables: object) -> None:
@@ -531,13 +548,17 @@ def _print(*renderables: object) -> None:
             out.print(renderable)
 
 
+def _took_ms(summary: RunSummary) -> int | None:
+    """How long the run took (ms): None while it has not finished."""
+    if summary.finished_at_ms is None:
+        return None
+    return summary.finished_at_ms - summary.started_at_ms
+
+
 def _run_heading(summary: RunSummary) -> str:
-    duration = (
-        None if summary.finished_at_ms is None else summary.finished_at_ms - summary.started_at_ms
-    )
     lines = [
         f"run {summary.id}  {summary.project}  {summary.status.value}  "
-        f"started {_when(summary.started_at_ms)}  took {_seconds(duration)}",
+        f"started {_when(summary.started_at_ms)}  took {_seconds(_took_ms(summary))}",
         f"{_plural(summary.total, 'item')}: {_counts_text(summary)}",
     ]
     subtests = ", ".join(f"{summary.subtests[k]} {k}" for k in _SUBTEST_KEYS
@@ -572,6 +593,29 @@ def _selection_text(selection: Selection) -> str:
     if selection.deselected:
         parts.append(f"({selection.deselected} deselected)")
     return " ".join(parts)
+
+
+def _glyphs() -> Glyphs:
+    """The chart characters standard output's encoding can write (:func:`glyphs_for`)."""
+    return glyphs_for(getattr(sys.stdout, "encoding", None))
+
+
+def _span(values: Iterable[float | None], shown: Callable[[float], str],
+          nothing: str = "no values") -> str:
+    """The range a sparkline of ``values`` is scaled over, as ``shown`` writes a value:
+    "LOW to HIGH", one value when they are equal, ``nothing`` without a finite value."""
+    present = [v for v in values if v is not None and math.isfinite(v)]
+    if not present:
+        return nothing
+    low, high = shown(min(present)), shown(max(present))
+    return low if low == high else f"{low} to {high}"
+
+
+def _chart_line(label: str, chart: str | Text, note: str) -> Text:
+    """One line of a chart: its ``label`` in a column of its own, the chart, a ``note``."""
+    from rich.text import Text
+
+    return Text.assemble(f"{label:<10}", chart, "  ", note)
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -618,9 +662,8 @@ def runs(project: str | None, all_projects: bool, limit: int, session_id: str | 
             return
         table = _table("run", "project", "status", "started", "took", "items", "counts")
         for run in page.items:
-            took = None if run.finished_at_ms is None else run.finished_at_ms - run.started_at_ms
             _row(table, run.id, run.project, run.status.value, _when(run.started_at_ms),
-                 _seconds(took), run.total, _counts_text(run))
+                 _seconds(_took_ms(run)), run.total, _counts_text(run))
         _print(table)
         if page.has_more:
             _print(f"(more runs: raise --limit above {limit})")
@@ -1205,6 +1248,11 @@ def history(nodeid: str, project: str | None) -> None:
 
     NODEID is a node id or a unique part of one.
 
+    Text output starts with two charts, oldest to newest: a strip of one character per
+    outcome (passed ✓, failed ✗, error E, skipped s, xfailed x, xpassed X; where standard
+    output cannot write those, pytest's . F E s x X) and a sparkline of the durations,
+    scaled between the shortest and the longest shown beside it.
+
     Each row keeps the first error message of a failing outcome, the git commit (with
     "+dirty" for uncommitted changes), the code fingerprint of the code the test ran (its
     first 12 hex digits under "code") and the failed rerun attempts before the final one;
@@ -1224,13 +1272,32 @@ def history(nodeid: str, project: str | None) -> None:
             return
         table = _table("run", "outcome", "took", "recorded", "commit", "code", "reruns",
                        "message")
+        charts = _history_charts(entries, _glyphs())
         for entry in entries:
             commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
             _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
                  entry.outcome.value, _seconds(entry.duration_ms), _when(entry.recorded_at_ms),
                  commit, (entry.fingerprint or "")[:12], entry.rerun_failures or "",
                  _first_line(entry.message or ""))
-        _print(resolved, table)
+        _print(resolved, *charts, table)
+
+
+def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs) -> list[Text]:
+    """The outcome strip and the duration sparkline of ``entries`` (newest first, as
+    ``DataReader.history`` gives them), drawn oldest to newest; none without entries."""
+    if not entries:
+        return []
+    oldest = entries[::-1]
+    counts: dict[str, int] = {}
+    for entry in oldest:
+        counts[entry.outcome.value] = counts.get(entry.outcome.value, 0) + 1
+    durations = [e.duration_ms for e in oldest]
+    strip = styled(outcome_strip((e.outcome for e in oldest), glyphs), glyphs)
+    return [
+        _chart_line("outcome", strip,
+                    f"oldest {glyphs.arrow} newest: {', '.join(_outcome_counts(counts))}"),
+        _chart_line("took", sparkline(durations, glyphs), _span(durations, _seconds)),
+    ]
 
 
 def _history_of(
@@ -1440,19 +1507,66 @@ def trends_document(
     """The ``trends`` JSON document (schema ``trends.json``, without ``schema_version``):
     the newest ``limit`` runs of the project, oldest first; refusals as
     :func:`failures_document`."""
+    return _trends_json(*_trend_runs(services, project, limit))
+
+
+def _trend_runs(
+    services: Services, project: str | None, limit: int
+) -> tuple[str, list[RunSummary], dict[RunId, float]]:
+    """The project, its newest ``limit`` runs oldest first, and their coverage (percent) by
+    run id (runs without coverage left out)."""
     name = _project(services, project)
     page = services.get(services.reader.list_runs(name, limit=limit))
     points = services.get(services.reader.coverage_trend(name, limit=limit))
-    covered = {p.run_id: p.percent_covered for p in points}
-    ordered = list(reversed(page.items))
+    return name, list(reversed(page.items)), {p.run_id: p.percent_covered for p in points}
+
+
+def _failing_items(summary: RunSummary) -> int:
+    return sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+
+
+def _trends_json(
+    name: str, ordered: list[RunSummary], covered: dict[RunId, float]
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = [
         {"run_id": int(r.id), "started_at_ms": r.started_at_ms, "status": r.status.value,
          "counts": {o.value: r.counts.get(o.value, 0) for o in Outcome}, "total": r.total,
-         "failing": sum(r.counts.get(o.value, 0) for o in FAILING_OUTCOMES),
-         "percent_covered": covered.get(r.id)}
+         "failing": _failing_items(r), "percent_covered": covered.get(r.id)}
         for r in ordered
     ]
     return {"project": name, "runs": rows}
+
+
+def _percent(value: float) -> str:
+    return f"{value:.1f}%"
+
+
+def _trend_charts(
+    ordered: list[RunSummary], covered: dict[RunId, float], glyphs: Glyphs
+) -> list[Text]:
+    """Sparklines of the runs' failing items, durations and coverage, oldest to newest
+    (one cell per run, a gap where a run has no value); none without runs."""
+    if not ordered:
+        return []
+    failing: list[float | None] = [_failing_items(r) for r in ordered]
+    took: list[float | None] = [_took_ms(r) for r in ordered]
+    cover = [covered.get(r.id) for r in ordered]
+    return [
+        _chart_line("failing", sparkline(failing, glyphs), _span(failing, lambda v: str(int(v)))),
+        _chart_line("took", sparkline(took, glyphs), _span(took, _seconds, "not finished")),
+        _chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage")),
+    ]
+
+
+def _bar_legend(glyphs: Glyphs) -> Text:
+    """The header of the outcome bars' column: each segment's character and what it is."""
+    from rich.text import Text
+
+    legend = Text()
+    for char, name in zip(glyphs.bar, ("passed", "failing", "skipped"), strict=True):
+        legend.append_text(styled(char, glyphs)).append(f" {name} ")
+    legend.rstrip()
+    return legend
 
 
 @click.command()
@@ -1462,6 +1576,11 @@ def trends_document(
 def trends(project: str | None, limit: int) -> None:
     """Show how the recent runs of a project went: counts and coverage, oldest first.
 
+    Text output starts with sparklines of the runs' failing items, durations and coverage
+    (one cell per run, oldest to newest, scaled between the smallest and the largest value
+    shown beside each; a gap for a run without one), and draws each run's items as a bar of
+    20 cells: passed (and xpassed), failing (failed, error), skipped (and xfailed).
+
     \b
     JSON: {"project": NAME, "runs": [{"run_id", "started_at_ms", "status", "counts",
            "total", "failing", "percent_covered" (null without coverage)}]}
@@ -1469,17 +1588,21 @@ def trends(project: str | None, limit: int) -> None:
       runstore trends --limit 10
     """
     with _services() as services:
-        document = trends_document(services, project, limit)
-        name, rows = document["project"], document["runs"]
+        name, ordered, covered = _trend_runs(services, project, limit)
         if services.output_format == "json":
-            emit_json(document)
+            emit_json(_trends_json(name, ordered, covered))
             return
-        table = _table("run", "started", "status", "items", "failing", "coverage")
-        for row in rows:
-            cover = row["percent_covered"]
-            _row(table, row["run_id"], _when(row["started_at_ms"]), row["status"], row["total"],
-                 row["failing"], "-" if cover is None else f"{cover:.1f}%")
-        _print(f"{name}: last {len(rows)} runs, oldest first", table)
+        glyphs = _glyphs()
+        table = _table("run", "started", "status", "items", "failing", "coverage", "took")
+        table.add_column(_bar_legend(glyphs), no_wrap=True, min_width=BAR_WIDTH)
+        for run in ordered:
+            cover = covered.get(run.id)
+            bar = stacked_bar(bar_counts(run.counts), BAR_WIDTH, glyphs)
+            _row(table, run.id, _when(run.started_at_ms), run.status.value, run.total,
+                 _failing_items(run), "-" if cover is None else _percent(cover),
+                 _seconds(_took_ms(run)), styled(bar, glyphs))
+        _print(f"{name}: last {len(ordered)} runs, oldest first",
+               *_trend_charts(ordered, covered, glyphs), table)
 
 
 @click.command()

@@ -1,0 +1,158 @@
+"""The whole text output of ``runstore trends`` and ``runstore history``, charts included,
+against snapshot files in ``snapshots/`` (at ``COLUMNS=100``, in UTC, on recorded runs whose
+times are fixed), in Unicode and in the ASCII fallback.
+
+A changed rendering fails here with a diff; when the change is meant, rewrite the files with
+``RUNSTORE_UPDATE_SNAPSHOTS=1`` and read the new ones before committing them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from runstore.cli import cli
+from runstore.layers import build, sqlite
+from runstore.services.test_runs import (
+    DataStore,
+    FileCoverage,
+    Outcome,
+    RunStart,
+    RunStatus,
+    TestResult,
+)
+from runstore.testing import make_item
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+ENV = {"COLUMNS": "100", "TZ": "UTC"}
+
+TOTAL = "tests/test_cart.py::test_total"
+
+# Per run: test_total's outcome and duration (ms), the run's seconds (None: still running),
+# its coverage of cart.py (lines missed of 40; None: no coverage).
+PLAN: list[tuple[Outcome, float, int | None, int | None]] = [
+    (Outcome.PASSED, 35.0, 12, 8),
+    (Outcome.FAILED, 30.0, 14, 8),
+    (Outcome.PASSED, 40.0, 13, 6),
+    (Outcome.ERROR, 90.0, 25, None),
+    (Outcome.PASSED, 45.0, 15, 4),
+    (Outcome.FAILED, 35.0, 16, 4),
+    (Outcome.PASSED, 50.0, 11, 2),
+    (Outcome.PASSED, 40.0, None, None),
+]
+
+
+def _items(run: int, total: Outcome, total_ms: float) -> list[TestResult]:
+    items = [
+        make_item("tests/test_cart.py::test_add", duration_ms=3.0),
+        make_item(TOTAL, total, duration_ms=total_ms, message=f"assert {457 + run} == 457"),
+        make_item("tests/test_cart.py::test_slow", duration_ms=800.0),
+        make_item("tests/test_rates.py::test_live", Outcome.SKIPPED),
+        make_item("tests/test_rates.py::test_known_bug", Outcome.XFAILED),
+    ]
+    if run % 3 == 0:
+        items.append(make_item("tests/test_rates.py::test_fixed_bug", Outcome.XPASSED))
+    return items
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """Eight runs of ``shop`` (the last one still running) whose ``test_total`` fails and
+    errs now and then, with coverage in five of them."""
+    path = tmp_path / "runstore.db"
+    with build(sqlite(path)) as container:
+        store = container.get(DataStore)
+        for run, (total, total_ms, seconds, missed) in enumerate(PLAN):
+            started = T0 + timedelta(minutes=run)
+            run_id = store.begin_run(RunStart("shop", f"inv-{run}", started)).unwrap()
+            store.record_results(run_id, _items(run, total, total_ms)).unwrap()
+            if missed is not None:
+                store.write_coverage(run_id, [FileCoverage(
+                    "src/shop/cart.py", 40, missed, 0, 0, 0, tuple(range(1, missed + 1)))]
+                ).unwrap()
+            if seconds is not None:
+                status = RunStatus.PASSED if total is Outcome.PASSED else RunStatus.FAILED
+                store.finish_run(run_id, status, started + timedelta(seconds=seconds)).unwrap()
+    return path
+
+
+@pytest.fixture(autouse=True)
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Local time is UTC while a test runs (the tables show local times)."""
+    for name, value in ENV.items():
+        monkeypatch.setenv(name, value)
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _output(db: Path, *args: str, charset: str = "utf-8") -> str:
+    result = CliRunner(charset=charset).invoke(cli, ["--db", str(db), *args],
+                                               catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def _trimmed(text: str) -> str:
+    """``text`` without the spaces rich pads a table's last column with (an editor would
+    trim them from the file too)."""
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())
+
+
+def assert_snapshot(name: str, text: str) -> None:
+    """``text`` (trailing spaces trimmed) is the content of ``snapshots/NAME.txt``; with
+    ``RUNSTORE_UPDATE_SNAPSHOTS=1`` the file is written instead."""
+    path = SNAPSHOTS / f"{name}.txt"
+    text = _trimmed(text)
+    if os.environ.get("RUNSTORE_UPDATE_SNAPSHOTS") == "1":
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"no snapshot {path.name}: run with RUNSTORE_UPDATE_SNAPSHOTS=1"
+    expected = path.read_text(encoding="utf-8")
+    diff = "\n".join(difflib.unified_diff(expected.splitlines(), text.splitlines(),
+                                          f"{path.name} (snapshot)", "output", lineterm=""))
+    assert text == expected, f"the output differs from {path.name}:\n{diff}"
+
+
+def test_trends_text(db: Path) -> None:
+    assert_snapshot("trends", _output(db, "trends"))
+
+
+def test_history_text(db: Path) -> None:
+    assert_snapshot("history", _output(db, "history", "test_total"))
+
+
+def test_trends_text_in_ascii(db: Path) -> None:
+    text = _output(db, "trends", charset="ascii")
+    assert text.isascii()
+    assert_snapshot("trends-ascii", text)
+
+
+def test_history_text_in_ascii(db: Path) -> None:
+    text = _output(db, "history", "test_total", charset="ascii")
+    assert text.isascii()
+    assert_snapshot("history-ascii", text)
+
+
+def test_an_ascii_standard_output_gets_the_ascii_charts(db: Path) -> None:
+    """The fallback follows the real standard output's encoding, as a user's
+    ``PYTHONIOENCODING=ascii`` (or a C locale without coercion to UTF-8) sets it."""
+    env = {**os.environ, **ENV, "PYTHONIOENCODING": "ascii"}
+    done = subprocess.run(
+        [sys.executable, "-c", "from runstore.cli import cli; cli.main()", "--db", str(db),
+         "history", "test_total"],
+        capture_output=True, env=env, check=False, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert_snapshot("history-ascii", done.stdout.decode("ascii"))
