@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import pty
+import re
 import subprocess
 import sys
 import time
@@ -156,3 +158,42 @@ def test_an_ascii_standard_output_gets_the_ascii_charts(db: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert_snapshot("history-ascii", done.stdout.decode("ascii"))
+
+
+def _on_a_terminal(db: Path, *args: str) -> str:
+    """What ``runstore --db DB ARGS`` writes to a pseudo-terminal of ``COLUMNS`` columns."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    env.update(ENV, TERM="xterm-256color")
+    leader, follower = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-c", "from runstore.cli import cli; cli.main()", "--db", str(db),
+         *args],
+        stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.DEVNULL, env=env,
+    ) as child:
+        os.close(follower)  # read while it writes: a full terminal buffer would block it
+        written = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other end is closed: all is read
+                break
+            if not chunk:
+                break
+            written += chunk
+        os.close(leader)
+        assert child.wait(timeout=120) == 0
+    return written.decode("utf-8").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("trends", ("trends",)), ("history", ("history", "test_total")),
+], ids=["trends", "history"])
+def test_a_terminal_gets_the_same_charts_in_colour(
+    db: Path, name: str, args: tuple[str, ...]
+) -> None:
+    """On a terminal of 100 columns nothing wraps: the output is the snapshot's, coloured
+    (failing cells in red, passed in green)."""
+    shown = _on_a_terminal(db, *args)
+    assert "\x1b[1;31m✗" in shown
+    assert "\x1b[32m" in shown
+    assert_snapshot(name, re.sub(r"\x1b\[[0-9;]*m", "", shown))

@@ -13,6 +13,7 @@ writes only to a terminal. rich is imported only by :func:`styled`.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -242,6 +243,6 @@ def styled(chart: str, glyphs: Glyphs = UNICODE) -> Text:
     colours = {glyphs.outcomes[o]: style for o, style in _OUTCOME_STYLES.items()}
     colours.update(zip(glyphs.bar, _BAR_STYLES, strict=True))
     text = Text()
-    for char in chart:
-        text.append(char, colours.get(char))
+    for char, run in itertools.groupby(chart):
+        text.append(char * len(list(run)), colours.get(char))
     return text

@@ -612,9 +612,13 @@ def _span(values: Iterable[float | None], shown: Callable[[float], str],
 
 
 def _chart_line(label: str, chart: str | Text, note: str) -> Text:
-    """One line of a chart: its ``label`` in a column of its own, the chart, a ``note``."""
+    """One line of a chart: its ``label`` in a column of its own, the chart, a ``note``;
+    the note alone when the chart has no value to show (only gaps)."""
     from rich.text import Text
 
+    plain = chart if isinstance(chart, str) else chart.plain
+    if not plain.strip():
+        return Text(f"{label:<10}{note}")
     return Text.assemble(f"{label:<10}", chart, "  ", note)
 
 
@@ -1249,9 +1253,10 @@ def history(nodeid: str, project: str | None) -> None:
     NODEID is a node id or a unique part of one.
 
     Text output starts with two charts, oldest to newest: a strip of one character per
-    outcome (passed ✓, failed ✗, error E, skipped s, xfailed x, xpassed X; where standard
-    output cannot write those, pytest's . F E s x X) and a sparkline of the durations,
-    scaled between the shortest and the longest shown beside it.
+    outcome (a check mark passed, a ballot X failed, then pytest's E error, s skipped,
+    x xfailed, X xpassed; pytest's . and F where standard output cannot write the marks)
+    and a sparkline of the durations, scaled between the shortest and the longest shown
+    beside it.
 
     Each row keeps the first error message of a failing outcome, the git commit (with
     "+dirty" for uncommitted changes), the code fingerprint of the code the test ran (its
@@ -1545,7 +1550,8 @@ def _trend_charts(
     ordered: list[RunSummary], covered: dict[RunId, float], glyphs: Glyphs
 ) -> list[Text]:
     """Sparklines of the runs' failing items, durations and coverage, oldest to newest
-    (one cell per run, a gap where a run has no value); none without runs."""
+    (one cell per run, a gap where a run has no value), and the legend of the outcome
+    bars; none without runs."""
     if not ordered:
         return []
     failing: list[float | None] = [_failing_items(r) for r in ordered]
@@ -1555,16 +1561,17 @@ def _trend_charts(
         _chart_line("failing", sparkline(failing, glyphs), _span(failing, lambda v: str(int(v)))),
         _chart_line("took", sparkline(took, glyphs), _span(took, _seconds, "not finished")),
         _chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage")),
+        _bar_legend(glyphs),
     ]
 
 
 def _bar_legend(glyphs: Glyphs) -> Text:
-    """The header of the outcome bars' column: each segment's character and what it is."""
+    """The legend of the outcome bars' column: each segment's character and what it is."""
     from rich.text import Text
 
-    legend = Text()
+    legend = Text(f"{'outcomes':<10}")
     for char, name in zip(glyphs.bar, ("passed", "failing", "skipped"), strict=True):
-        legend.append_text(styled(char, glyphs)).append(f" {name} ")
+        legend.append_text(styled(char, glyphs)).append(f" {name}  ")
     legend.rstrip()
     return legend
 
@@ -1594,7 +1601,7 @@ def trends(project: str | None, limit: int) -> None:
             return
         glyphs = _glyphs()
         table = _table("run", "started", "status", "items", "failing", "coverage", "took")
-        table.add_column(_bar_legend(glyphs), no_wrap=True, min_width=BAR_WIDTH)
+        table.add_column("outcomes", no_wrap=True, min_width=BAR_WIDTH)
         for run in ordered:
             cover = covered.get(run.id)
             bar = stacked_bar(bar_counts(run.counts), BAR_WIDTH, glyphs)
