@@ -8,6 +8,7 @@ from any layer and render, or test either half, on its own.
 from __future__ import annotations
 
 from runstore.report._collect import collect_report
+from runstore.report._html import render_html
 from runstore.report._model import (
     DEFAULT_REPORT_CAPS,
     DEFAULT_REPORT_RUNS,
@@ -45,4 +46,5 @@ __all__ = [
     "SlowTest",
     "StripEntry",
     "collect_report",
+    "render_html",
 ]

@@ -1,0 +1,282 @@
+"""The geometry of the report's inline SVG charts: pure functions from numbers to coordinates.
+
+Nothing here writes markup: each function returns plain records (numbers, SVG path data and
+point lists made only of digits, spaces, commas, dots and path letters) that the template
+draws, so every text that came from a store is escaped in one place, the template. The
+charts use a fixed ``viewBox`` (``CHART_WIDTH`` x ``CHART_HEIGHT`` user units) and scale to
+the page's width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import attrs
+
+__all__ = [
+    "CHART_HEIGHT",
+    "CHART_WIDTH",
+    "STACK_ORDER",
+    "Bar",
+    "Frame",
+    "LineChart",
+    "Point",
+    "RunsChart",
+    "Tick",
+    "line_chart",
+    "nice_ceiling",
+    "runs_chart",
+    "sparkline",
+]
+
+CHART_WIDTH = 960
+CHART_HEIGHT = 240
+_LEFT, _RIGHT, _TOP, _BOTTOM = 44.0, 56.0, 10.0, 26.0
+_MAX_SLOT = 40.0
+"""Widest column per run (user units): a handful of runs do not become slabs."""
+_MIN_SEGMENT = 1.5
+"""Least height of a non-zero segment, so 1 failure among 5,000 passes still shows."""
+
+STACK_ORDER = ("failed", "error", "xpassed", "passed", "xfailed", "skipped")
+"""Outcomes stacked in a run's bar, bottom up: failures sit on the axis where the eye
+starts."""
+
+
+@attrs.frozen
+class Tick:
+    """One axis label at ``y`` (or ``x``) with its ``label``."""
+
+    at: float
+    label: str
+
+
+@attrs.frozen
+class Frame:
+    """The plot area inside the ``viewBox``: left, top, right and bottom edges."""
+
+    left: float
+    top: float
+    right: float
+    bottom: float
+
+
+@attrs.frozen
+class Bar:
+    """One run's column: ``x`` and ``width`` of its hit area, ``index`` into the runs."""
+
+    index: int
+    x: float
+    width: float
+
+
+@attrs.frozen
+class RunsChart:
+    """The runs-over-time chart: one :class:`Bar` per run, the stacked segments as one path
+    per outcome (``segments``: ``(outcome, path data)``, outcomes of :data:`STACK_ORDER` that
+    occur), the duration line as polylines (one per stretch of runs with a duration),
+    ``count_ticks`` on the left axis, ``duration_ticks`` on the right (``durations_ms``
+    values, labelled by ``format_ms``) and ``x_ticks`` (run indexes) under the bars."""
+
+    frame: Frame
+    bars: tuple[Bar, ...]
+    segments: tuple[tuple[str, str], ...]
+    duration_lines: tuple[str, ...]
+    count_ticks: tuple[Tick, ...]
+    duration_ticks: tuple[Tick, ...]
+    x_ticks: tuple[Tick, ...]
+
+
+@attrs.frozen
+class Point:
+    """One value of a line chart at (``x``, ``y``); ``index`` into the values."""
+
+    index: int
+    x: float
+    y: float
+
+
+@attrs.frozen
+class LineChart:
+    """A line over runs: ``lines`` (polyline points, one per stretch of known values),
+    ``points`` (one per known value), the left axis ``ticks`` and ``x_ticks``."""
+
+    frame: Frame
+    lines: tuple[str, ...]
+    points: tuple[Point, ...]
+    ticks: tuple[Tick, ...]
+    x_ticks: tuple[Tick, ...]
+
+
+def _num(value: float) -> str:
+    """``value`` as SVG wants it: at most one decimal, no trailing ``.0``."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value`` (1 for
+    ``value`` <= 0): an axis top a person reads at a glance."""
+    if value <= 0 or not math.isfinite(value):
+        return 1.0
+    power = 10.0 ** math.floor(math.log10(value))
+    for step in (1.0, 2.0, 2.5, 5.0, 10.0):
+        if step * power >= value * (1 - 1e-9):
+            return step * power
+    return 10.0 * power  # pragma: no cover - the loop always returns
+
+
+def _frame(height: float = CHART_HEIGHT) -> Frame:
+    return Frame(_LEFT, _TOP, CHART_WIDTH - _RIGHT, height - _BOTTOM)
+
+
+def _slots(count: int, frame: Frame) -> float:
+    """The width each of ``count`` columns gets (at most ``_MAX_SLOT``)."""
+    return min((frame.right - frame.left) / max(count, 1), _MAX_SLOT)
+
+
+def _x_ticks(count: int, frame: Frame, slot: float, most: int = 6) -> tuple[Tick, ...]:
+    """Up to ``most`` evenly spread column indexes (first and last included), as
+    ``Tick(x centre, str(index))``; the template names the run of each index."""
+    if count == 0:
+        return ()
+    step = max(1, math.ceil((count - 1) / max(most - 1, 1)))
+    indexes = sorted({*range(0, count, step), count - 1})
+    if len(indexes) > 1 and indexes[-1] - indexes[-2] < step / 2:
+        del indexes[-2]  # the last tick would crowd its neighbour
+    return tuple(Tick(frame.left + slot * (i + 0.5), str(i)) for i in indexes)
+
+
+def _stack(counts: dict[str, int], scale: float) -> list[tuple[str, float]]:
+    """Heights of one bar's non-zero segments in :data:`STACK_ORDER`; each at least
+    ``_MIN_SEGMENT``, the difference taken from the tallest so the bar keeps its height."""
+    heights = [(name, counts.get(name, 0) * scale) for name in STACK_ORDER
+               if counts.get(name, 0) > 0]
+    if len(heights) < 2:
+        return heights
+    grown = [(name, max(h, _MIN_SEGMENT)) for name, h in heights]
+    extra = sum(g for _, g in grown) - sum(h for _, h in heights)
+    tallest = max(range(len(grown)), key=lambda i: grown[i][1])
+    name, height = grown[tallest]
+    grown[tallest] = (name, max(height - extra, _MIN_SEGMENT))
+    return grown
+
+
+def _polylines(points: Sequence[tuple[float, float] | None]) -> tuple[str, ...]:
+    """``points`` as polylines, a new one after every gap (None); a lone point is drawn as a
+    short level stroke so it stays visible."""
+    lines: list[str] = []
+    stretch: list[tuple[float, float]] = []
+    for point in (*points, None):
+        if point is not None:
+            stretch.append(point)
+            continue
+        if len(stretch) == 1:
+            x, y = stretch[0]
+            stretch = [(x - 2, y), (x + 2, y)]
+        if stretch:
+            lines.append(" ".join(f"{_num(x)},{_num(y)}" for x, y in stretch))
+        stretch = []
+    return tuple(lines)
+
+
+def runs_chart(
+    counts: Sequence[dict[str, int]],
+    durations_ms: Sequence[float | None],
+    format_ms: object = None,
+) -> RunsChart:
+    """The geometry of the runs-over-time chart for runs oldest first: ``counts[i]`` the
+    items of run ``i`` by outcome, ``durations_ms[i]`` its duration (None: unknown, a gap in
+    the line). Bars share one count scale (the tallest run fills the plot), the line its
+    own (the longest run at the top). ``format_ms`` labels the right axis (a callable from
+    ms to text; None: plain milliseconds).
+
+    Raises:
+        ValueError: ``counts`` and ``durations_ms`` differ in length (a programmer error).
+    """
+    if len(counts) != len(durations_ms):
+        raise ValueError("one duration per run")
+    label = format_ms if callable(format_ms) else (lambda ms: f"{ms:g} ms")
+    frame = _frame()
+    height = frame.bottom - frame.top
+    slot = _slots(len(counts), frame)
+    gap = min(slot * 0.2, 4.0)
+    top_count = nice_ceiling(max((sum(c.values()) for c in counts), default=0))
+    known = [d for d in durations_ms if d is not None and math.isfinite(d)]
+    top_ms = nice_ceiling(max(known, default=0.0))
+    paths: dict[str, list[str]] = {name: [] for name in STACK_ORDER}
+    bars: list[Bar] = []
+    line: list[tuple[float, float] | None] = []
+    for i, (run_counts, duration) in enumerate(zip(counts, durations_ms, strict=True)):
+        x = frame.left + slot * i
+        bars.append(Bar(i, x, slot))
+        y = frame.bottom
+        for name, h in _stack(run_counts, height / top_count):
+            y -= h
+            paths[name].append(f"M{_num(x + gap / 2)} {_num(y)}h{_num(slot - gap)}v{_num(h)}"
+                               f"h-{_num(slot - gap)}z")
+        if duration is None or not math.isfinite(duration):
+            line.append(None)
+        else:
+            line.append((x + slot / 2, frame.bottom - height * duration / top_ms))
+    count_ticks = tuple(Tick(frame.bottom - height * f, f"{top_count * f:g}")
+                        for f in (0.0, 0.5, 1.0))
+    duration_ticks = tuple(Tick(frame.bottom - height * f, str(label(top_ms * f)))
+                           for f in (0.0, 0.5, 1.0)) if known else ()
+    return RunsChart(
+        frame=frame,
+        bars=tuple(bars),
+        segments=tuple((name, "".join(paths[name])) for name in STACK_ORDER if paths[name]),
+        duration_lines=_polylines(line),
+        count_ticks=count_ticks,
+        duration_ticks=duration_ticks,
+        x_ticks=_x_ticks(len(counts), frame, slot),
+    )
+
+
+def line_chart(values: Sequence[float | None], *, low: float = 0.0, high: float = 100.0,
+               height: float = 180.0) -> LineChart:
+    """The geometry of a line over runs oldest first (coverage percentages): values between
+    ``low`` and ``high`` (clamped), None a gap. The axis starts at the lowest known value
+    rounded down to a multiple of 10 (so 92-95 % is not a flat line at the top), never
+    below ``low``."""
+    frame = _frame(height)
+    slot = _slots(len(values), frame)
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    bottom = max(low, math.floor(min(known, default=low) / 10.0) * 10.0)
+    if bottom >= high:
+        bottom = max(low, high - 10.0)
+    span = frame.bottom - frame.top
+    points: list[Point] = []
+    line: list[tuple[float, float] | None] = []
+    for i, value in enumerate(values):
+        if value is None or not math.isfinite(value):
+            line.append(None)
+            continue
+        clamped = min(max(value, bottom), high)
+        point = Point(i, frame.left + slot * (i + 0.5),
+                      frame.bottom - span * (clamped - bottom) / (high - bottom))
+        points.append(point)
+        line.append((point.x, point.y))
+    ticks = tuple(Tick(frame.bottom - span * f, f"{bottom + (high - bottom) * f:g}")
+                  for f in (0.0, 0.5, 1.0))
+    return LineChart(frame, _polylines(line), tuple(points), ticks,
+                     _x_ticks(len(values), frame, slot))
+
+
+def sparkline(values: Sequence[float], width: float = 120.0, height: float = 22.0) -> str:
+    """Polyline points of ``values`` (oldest first) in a ``width`` x ``height`` box, the
+    smallest at the bottom and the largest at the top (a flat series is a level line
+    through the middle); ``""`` without values."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return ""
+    if len(finite) == 1:
+        finite = finite * 2
+    low, high = min(finite), max(finite)
+    pad = 2.0
+    step = (width - 2 * pad) / (len(finite) - 1)
+    span = height - 2 * pad
+    def y(v: float) -> float:
+        return height / 2 if high == low else height - pad - span * (v - low) / (high - low)
+    return " ".join(f"{_num(pad + step * i)},{_num(y(v))}" for i, v in enumerate(finite))
