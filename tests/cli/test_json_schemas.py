@@ -68,6 +68,9 @@ CASES: list[tuple[str, list[str], int]] = [
     ("tests-for.json", ["tests-for", "src/zoo.py", "--project", "zoo"], 0),
     ("tests-for.json", ["tests-for", "zoo.py:4", "--project", "zoo", "--runs", "1"], 0),
     ("error.json", ["tests-for", "c.py", "--project", "commit"], 1),
+    ("report.json", ["report", "--project", "zoo", "-o", "REPORT"], 0),
+    ("error.json", ["report", "--project", "nope", "-o", "REPORT"], 1),
+    ("error.json", ["report", "-o", "-"], 2),
     ("trends.json", ["trends", "--project", "zoo"], 0),
     ("diff.json", ["diff", "4", "5"], 0),
     ("triage.json", ["triage", "4"], 0),
@@ -138,7 +141,7 @@ def db(zoo_db: Path, tmp_path: Path) -> Path:
 def _invoke(db: Path, args: list[str]) -> tuple[int, Any]:
     folder = db.parent
     places = {"TRANSCRIPT": folder / "session.jsonl", "OUT": folder / "out.jsonl",
-              "QFILE": folder / "quarantine.toml",
+              "QFILE": folder / "quarantine.toml", "REPORT": folder / "report.html",
               "SELF": db, "NEW": folder / "copy.db"}
     args = [str(places[a]) if a in places else a for a in args]
     result = CliRunner().invoke(cli, ["--db", str(db), "--format", "json", *args],

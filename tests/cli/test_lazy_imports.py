@@ -1,5 +1,6 @@
-"""The CLI loads rich only to render text, never loads jsonschema (a test-only tool), and a
-test-run command loads no module of another domain (agents, sessions, the ledger)."""
+"""The CLI loads rich only to render text, never loads jsonschema (a test-only tool) nor
+jinja2 (the report's alone: tests/cli/test_report_cli.py), and a test-run command loads no
+module of another domain (agents, sessions, the ledger)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _imported(*args: str) -> tuple[int, list[str]]:
 
 def _loaded(*args: str) -> tuple[int, list[str]]:
     code, modules = _imported(*args)
-    return code, [m for m in ("rich", "jsonschema") if m in modules]
+    return code, [m for m in ("rich", "jsonschema", "jinja2") if m in modules]
 
 
 @pytest.fixture(scope="module")

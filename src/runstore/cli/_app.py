@@ -25,6 +25,7 @@ _COMMANDS = {
     "tests-for": "runstore.cli._tests_for:tests_for",
     "quarantine": "runstore.cli._quarantine:quarantine",
     "signatures": "runstore.cli._signatures:signatures",
+    "report": "runstore.cli._report:report",
     **{name: f"runstore.cli._test_runs:{name}" for name in _TEST_RUNS},
 }
 """Where each command lives, imported when it runs (see :class:`JsonErrorsGroup`)."""

@@ -1,0 +1,124 @@
+"""``runstore report``: write a project's HTML report, one self-contained file.
+
+The report is collected through ``DataReader`` (``runstore.report.collect_report``) and
+rendered by ``runstore.report.render_html``; both, and Jinja2 with them, are imported only
+when the command runs, so no other command loads them. Exit codes as every query command
+(``runstore.cli._test_runs``): 0 written, 1 refused (no database, unknown project, busy or
+broken database, a file that cannot be written), 2 usage error (``--runs`` out of range,
+``-o -`` with ``--format json``). JSON shape: ``report.json`` in ``runstore/cli/schemas/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import click
+
+from runstore.cli._output import emit_json, progress_on_terminal, say
+from runstore.cli._settings import format_option, settings
+from runstore.cli._test_runs import Services, _project, _services, project_option
+
+__all__ = ["DEFAULT_FILE", "report"]
+
+DEFAULT_FILE = "runstore-report.html"
+"""Where the report goes unless ``-o`` says: this file in the current folder."""
+
+_MAX_RUNS = 500
+"""``runstore.report.MAX_REPORT_RUNS``, repeated so that ``--help`` loads no report code
+(a test checks that the two agree)."""
+_DEFAULT_RUNS = 100
+"""``runstore.report.DEFAULT_REPORT_RUNS`` (checked as ``_MAX_RUNS``)."""
+
+
+def _size(count: int) -> str:
+    """A file size as a person reads it: ``812 bytes``, ``48.3 kB``, ``1.82 MB`` (SI units)."""
+    if count < 1000:
+        return f"{count} byte{'s' if count != 1 else ''}"
+    if count < 1_000_000:
+        return f"{count / 1000:.1f} kB"
+    return f"{count / 1_000_000:.2f} MB"
+
+
+def _html(services: Services, project: str | None, runs: int) -> tuple[str, str, int]:
+    """The page of ``project`` (None: the default project) over its newest ``runs`` runs:
+    (the project, the HTML, how many runs it covers); a refusal ends the command."""
+    from runstore.report import collect_report, render_html
+
+    name = _project(services, project)
+    with progress_on_terminal("collecting the report", None) as advance:
+        data = services.get(collect_report(services.reader, name, runs=runs,
+                                           policy=services.policy, progress=advance))
+    return name, render_html(data), len(data.runs)
+
+
+def _write(services: Services, output: str, page: bytes) -> None:
+    """Write ``page`` to ``output`` whole or not at all: into ``output.partial`` beside it,
+    then renamed over it; a folder that is missing or not writable ends the command."""
+    partial = f"{output}.partial"
+    try:
+        with open(partial, "wb") as out:
+            out.write(page)
+        os.replace(partial, output)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        services.fail(f"cannot write {output}: {exc.strerror or exc}")
+
+
+@click.command()
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=DEFAULT_FILE,
+    show_default=True,
+    metavar="FILE",
+    help="File to write (its folder must exist); - writes the page to standard output.",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(1, _MAX_RUNS),
+    default=_DEFAULT_RUNS,
+    show_default=True,
+    metavar="N",
+    help=f"The newest N runs the report covers (1 to {_MAX_RUNS}).",
+)
+@project_option
+@format_option
+def report(output: str, runs: int, project: str | None) -> None:
+    """Write a project's HTML report: one file that opens offline in any browser.
+
+    It shows the runs over time (items by outcome and duration; a run with failures links
+    to its failing tests), a history matrix of tests by run with each cell's outcome,
+    duration and attempts (failing and flaky tests first, each flaky verdict with its
+    reason), failure signature groups with first and last seen, the slowest tests and
+    their trend, coverage per run and the least covered files, and a section per failing
+    test of the newest run (history, error, frames, traceback). The page loads nothing
+    from the network and reads without JavaScript. Verdicts follow the flaky policy of
+    [tool.runstore.flaky] in pyproject.toml.
+
+    \b
+    JSON (schema report.json): {"project", "path", "bytes", "runs"}
+           (path: the file written, absolute; bytes: its size; runs: the runs covered)
+    Example:
+      runstore report --runs 50 -o report.html
+    """
+    if output == "-" and settings().output_format == "json":
+        raise click.UsageError("-o - writes the page to standard output; with --format "
+                               "json write it to a file (-o FILE)")
+    with _services() as services:
+        name, html, covered = _html(services, project, runs)
+        page = html.encode("utf-8")
+        if output == "-":
+            click.echo(page, nl=False)  # bytes: written as they are, whatever the locale
+            return
+        _write(services, output, page)
+    path = Path(output).resolve()
+    if settings().output_format == "json":
+        emit_json({"project": name, "path": str(path), "bytes": len(page), "runs": covered})
+        return
+    say(f"wrote {output} ({_size(len(page))}): {covered} run{'s' if covered != 1 else ''} "
+        f"of {name}")
+    say(f"open {path.as_uri()}")

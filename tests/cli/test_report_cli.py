@@ -1,0 +1,161 @@
+"""``runstore report``: writes the page whole (or to standard output), answers its JSON, and
+refuses an unknown project (exit 1) or a bad ``--runs`` (exit 2) without writing anything."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _zoo import seed_zoo  # beside this file
+from click.testing import CliRunner, Result
+from test_json_schemas import validate  # beside this file
+
+from runstore.cli import cli
+from runstore.cli._report import _DEFAULT_RUNS, _MAX_RUNS, DEFAULT_FILE
+from runstore.report import DEFAULT_REPORT_RUNS, MAX_REPORT_RUNS
+
+
+@pytest.fixture(scope="module")
+def zoo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return seed_zoo(tmp_path_factory.mktemp("zoo") / "runstore.db")
+
+
+@pytest.fixture
+def db(zoo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the zoo database in a folder of its own, the current folder."""
+    copy = tmp_path / "runstore.db"
+    shutil.copyfile(zoo_db, copy)
+    monkeypatch.chdir(tmp_path)
+    return copy
+
+
+def _run(db: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--db", str(db), *args], catch_exceptions=False)
+
+
+def _written(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.suffix != ".db")
+
+
+def test_it_writes_the_page_to_the_default_file_and_says_where(db: Path) -> None:
+    done = _run(db, "report", "--project", "zoo")
+    assert done.exit_code == 0, done.output
+    page = db.parent / DEFAULT_FILE
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!doctype html>")
+    for part in ("runs-chart", "matrix", "signatures", "slowest", "coverage", "failing"):
+        assert f'id="{part}"' in html
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"wrote {DEFAULT_FILE} (")
+    assert lines[0].endswith("kB): 5 runs of zoo")
+    assert lines[1] == f"open {page.resolve().as_uri()}"
+    assert _written(db.parent) == [DEFAULT_FILE]  # no partial file left behind
+
+
+def test_dash_writes_the_page_to_standard_output_and_no_file(db: Path) -> None:
+    done = _run(db, "report", "--project", "zoo", "-o", "-")
+    assert done.exit_code == 0
+    assert done.stdout.startswith("<!doctype html>")
+    assert done.stdout.rstrip().endswith("</html>")
+    assert _written(db.parent) == []
+
+
+def test_the_json_document_names_the_file_its_size_and_the_runs(db: Path) -> None:
+    done = _run(db, "--format", "json", "report", "--project", "zoo", "-o", "out.html",
+                "--runs", "2")
+    assert done.exit_code == 0
+    document = json.loads(done.stdout)
+    validate("report.json", document)
+    written = db.parent / "out.html"
+    assert document == {"schema_version": 1, "project": "zoo",
+                        "path": str(written.resolve()), "bytes": written.stat().st_size,
+                        "runs": 2}
+    assert written.read_text(encoding="utf-8").count('<rect class="hit"') == 2
+
+
+def test_it_replaces_an_existing_file_whole(db: Path) -> None:
+    old = db.parent / "r.html"
+    old.write_text("x" * 1_000_000, encoding="utf-8")
+    assert _run(db, "report", "--project", "zoo", "-o", "r.html").exit_code == 0
+    assert old.read_text(encoding="utf-8").startswith("<!doctype html>")
+
+
+def test_an_unknown_project_is_refused_naming_the_known_ones(db: Path) -> None:
+    done = _run(db, "report", "--project", "nope")
+    assert done.exit_code == 1
+    assert "no runs of project 'nope'" in done.stderr
+    assert "(projects: commit, zoo)" in done.stderr
+    assert _written(db.parent) == []
+
+
+def test_several_projects_without_project_are_refused(db: Path) -> None:
+    done = _run(db, "report")
+    assert done.exit_code == 1
+    assert "several projects" in done.stderr
+    assert "--project" in done.stderr
+    assert _written(db.parent) == []
+
+
+@pytest.mark.parametrize("runs", ["0", "501", "-3", "x", ""])
+def test_a_bad_runs_is_a_usage_error_and_writes_nothing(db: Path, runs: str) -> None:
+    done = _run(db, "report", "--project", "zoo", "--runs", runs)
+    assert done.exit_code == 2
+    assert "'--runs'" in done.stderr
+    assert _written(db.parent) == []
+
+
+def test_dash_with_json_is_a_usage_error(db: Path) -> None:
+    done = _run(db, "--format", "json", "report", "--project", "zoo", "-o", "-")
+    assert done.exit_code == 2
+    validate("error.json", json.loads(done.stdout))
+    assert "-o -" in done.stderr
+
+
+def test_a_folder_that_does_not_exist_is_refused(db: Path) -> None:
+    done = _run(db, "report", "--project", "zoo", "-o", "missing/r.html")
+    assert done.exit_code == 1
+    assert "cannot write missing/r.html" in done.stderr
+    assert _written(db.parent) == []
+
+
+def test_no_database_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    done = _run(tmp_path / "absent.db", "report")
+    assert done.exit_code == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_option_limits_are_the_collectors() -> None:
+    assert (_DEFAULT_RUNS, _MAX_RUNS) == (DEFAULT_REPORT_RUNS, MAX_REPORT_RUNS)
+
+
+_PROBE = """
+import json, sys
+from runstore.cli import cli
+try:
+    cli.main(sys.argv[1:], prog_name="runstore")
+except SystemExit as done:
+    code = done.code
+print(json.dumps({"code": code, "jinja2": "jinja2" in sys.modules}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "loads"),
+    [
+        (["--help"], False),  # imports every command's module, runstore.cli._report too
+        (["report", "--help"], False),
+        (["--format", "json", "runs", "--project", "zoo"], False),
+        (["trends", "--project", "zoo"], False),
+        (["report", "--project", "zoo", "-o", "-"], True),
+    ],
+)
+def test_only_the_report_loads_jinja2(db: Path, args: list[str], loads: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE, "--db", str(db), *args],
+                          capture_output=True, text=True, check=False, timeout=120)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    assert report == {"code": 0, "jinja2": loads}
