@@ -95,8 +95,10 @@ def _digest(text: str) -> str:
 
 
 def format_ms(ms: float) -> str:
-    """A duration in milliseconds as a person reads it: ``0.42 ms``, ``37 ms``, ``4.2 s``,
-    ``3 min 07 s``, ``2 h 05 min``."""
+    """A duration in milliseconds as a person reads it: ``0 ms``, ``0.42 ms``, ``37 ms``,
+    ``4.20 s``, ``12.3 s``, ``3 min 07 s``, ``2 h 05 min``."""
+    if ms == 0:
+        return "0 ms"
     if ms < 1:
         return f"{ms:.2f} ms"
     if ms < 10:
@@ -125,9 +127,13 @@ def _counts_line(counts: dict[str, int], collection_errors: int) -> str:
     return ", ".join(parts) or "no items"
 
 
+def _failing(run: RunPoint) -> int:
+    """Failed and errored items of ``run`` and its collection errors."""
+    return sum(run.counts.get(o, 0) for o in FAILING_OUTCOMES) + run.collection_errors
+
+
 def _has_failures(run: RunPoint) -> bool:
-    return bool(run.failing or run.failing_omitted or run.collection_errors
-                or any(run.counts.get(o) for o in FAILING_OUTCOMES))
+    return bool(run.failing or run.failing_omitted or _failing(run))
 
 
 def _bar_title(run: RunPoint) -> str:
@@ -230,7 +236,8 @@ def render_html(data: ReportData) -> str:
     """
     runs = data.runs
     chart = runs_chart([r.counts | {"error": r.counts.get("error", 0) + r.collection_errors}
-                        for r in runs], [r.duration_ms for r in runs], format_ms)
+                        for r in runs], [r.duration_ms for r in runs],
+                       [_failing(r) for r in runs], format_ms)
     covered = [r.percent_covered for r in runs]
     sectioned = {int(r.run_id) for r in runs if _has_failures(r)}
     failing_ids = frozenset(t.nodeid for t in data.failing_tests)

@@ -10,7 +10,7 @@ the page's width.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -31,8 +31,11 @@ __all__ = [
 ]
 
 CHART_WIDTH = 960
-CHART_HEIGHT = 240
+CHART_HEIGHT = 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 44.0, 56.0, 10.0, 26.0
+_BAND = 56.0
+"""Height of the failing band under the runs chart's bars (user units)."""
+_BAND_GAP = 18.0
 _MAX_SLOT = 40.0
 """Widest column per run (user units): a handful of runs do not become slabs."""
 _MIN_SEGMENT = 1.5
@@ -76,9 +79,16 @@ class RunsChart:
     per outcome (``segments``: ``(outcome, path data)``, outcomes of :data:`STACK_ORDER` that
     occur), the duration line as polylines (one per stretch of runs with a duration),
     ``count_ticks`` on the left axis, ``duration_ticks`` on the right (``durations_ms``
-    values, labelled by ``format_ms``) and ``x_ticks`` (run indexes) under the bars."""
+    values, labelled by ``format_ms``) and ``x_ticks`` (run indexes) under the bars.
+
+    Under the bars, in ``band``, the failing items of each run on a scale of their own
+    (``failing_path``, ``failing_ticks``): one failure among thousands of passes is a sliver
+    of a bar but a full column there."""
 
     frame: Frame
+    band: Frame
+    failing_path: str
+    failing_ticks: tuple[Tick, ...]
     bars: tuple[Bar, ...]
     segments: tuple[tuple[str, str], ...]
     duration_lines: tuple[str, ...]
@@ -183,21 +193,24 @@ def _polylines(points: Sequence[tuple[float, float] | None]) -> tuple[str, ...]:
 def runs_chart(
     counts: Sequence[dict[str, int]],
     durations_ms: Sequence[float | None],
-    format_ms: object = None,
+    failing: Sequence[int],
+    format_ms: Callable[[float], str] = lambda ms: f"{ms:g} ms",
 ) -> RunsChart:
     """The geometry of the runs-over-time chart for runs oldest first: ``counts[i]`` the
     items of run ``i`` by outcome, ``durations_ms[i]`` its duration (None: unknown, a gap in
-    the line). Bars share one count scale (the tallest run fills the plot), the line its
-    own (the longest run at the top). ``format_ms`` labels the right axis (a callable from
-    ms to text; None: plain milliseconds).
+    the line), ``failing[i]`` its failing items (the band under the bars). Bars share one
+    count scale (the tallest run fills the plot), the line its own (the longest run at the
+    top), the band a third. ``format_ms`` labels the right axis.
 
     Raises:
-        ValueError: ``counts`` and ``durations_ms`` differ in length (a programmer error).
+        ValueError: the three sequences differ in length (a programmer error).
     """
-    if len(counts) != len(durations_ms):
-        raise ValueError("one duration per run")
-    label = format_ms if callable(format_ms) else (lambda ms: f"{ms:g} ms")
-    frame = _frame()
+    if not len(counts) == len(durations_ms) == len(failing):
+        raise ValueError("one duration and one failing count per run")
+    label = format_ms
+    whole = _frame()
+    frame = Frame(whole.left, whole.top, whole.right, whole.bottom - _BAND - _BAND_GAP)
+    band = Frame(whole.left, whole.bottom - _BAND, whole.right, whole.bottom)
     height = frame.bottom - frame.top
     slot = _slots(len(counts), frame)
     gap = min(slot * 0.2, 4.0)
@@ -219,18 +232,28 @@ def runs_chart(
             line.append(None)
         else:
             line.append((x + slot / 2, frame.bottom - height * duration / top_ms))
+    top_failing = nice_ceiling(max(failing, default=0))
+    band_scale = (band.bottom - band.top) / top_failing
+    failing_path = "".join(
+        f"M{_num(bar.x + gap / 2)} {_num(band.bottom - n * band_scale)}h{_num(slot - gap)}"
+        f"V{_num(band.bottom)}h-{_num(slot - gap)}z"
+        for bar, n in zip(bars, failing, strict=True) if n > 0)
+    failing_ticks = (Tick(band.bottom, "0"), Tick(band.top, f"{top_failing:g}"))
     count_ticks = tuple(Tick(frame.bottom - height * f, f"{top_count * f:g}")
                         for f in (0.0, 0.5, 1.0))
     duration_ticks = tuple(Tick(frame.bottom - height * f, str(label(top_ms * f)))
                            for f in (0.0, 0.5, 1.0)) if known else ()
     return RunsChart(
         frame=frame,
+        band=band,
+        failing_path=failing_path,
+        failing_ticks=failing_ticks,
         bars=tuple(bars),
         segments=tuple((name, "".join(paths[name])) for name in STACK_ORDER if paths[name]),
         duration_lines=_polylines(line),
         count_ticks=count_ticks,
         duration_ticks=duration_ticks,
-        x_ticks=_x_ticks(len(counts), frame, slot),
+        x_ticks=_x_ticks(len(counts), band, slot),
     )
 
 
@@ -277,6 +300,7 @@ def sparkline(values: Sequence[float], width: float = 120.0, height: float = 22.
     pad = 2.0
     step = (width - 2 * pad) / (len(finite) - 1)
     span = height - 2 * pad
+
     def y(v: float) -> float:
         return height / 2 if high == low else height - pad - span * (v - low) / (high - low)
     return " ".join(f"{_num(pad + step * i)},{_num(y(v))}" for i, v in enumerate(finite))
