@@ -67,6 +67,7 @@ from runstore.services.test_runs import (
     RunStatus,
     RunSummary,
     Selection,
+    TestCell,
     TestClassification,
     TestDetail,
     TestLines,
@@ -255,6 +256,11 @@ class PassThrough:
         self, project: str, nodeids: Iterable[str]
     ) -> Result[frozenset[str], DataReaderError]:
         return self.inner_reader.known_tests(project, nodeids)
+
+    def run_cells(
+        self, run_ids: Iterable[RunId], *, outcomes: frozenset[Outcome] | None = None
+    ) -> Result[tuple[TestCell, ...], DataReaderError]:
+        return self.inner_reader.run_cells(run_ids, outcomes=outcomes)
 
     def failure_signatures(
         self, project: str, *, limit: int = 20, cursor: str | None = None

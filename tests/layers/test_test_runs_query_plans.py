@@ -146,6 +146,9 @@ OTHERS: dict[str, Callable[[Populated], Any]] = {
     "find_tests": lambda p: p.reader.find_tests("project-0", "test_1"),
     "known_tests": lambda p: p.reader.known_tests(
         "project-0", [f"tests/test_m{i}.py::test_{i}[0]" for i in range(50)]),
+    "run_cells": lambda p: p.reader.run_cells([p.other, p.run]),
+    "run_cells of failing items": lambda p: p.reader.run_cells(
+        [p.other, p.run], outcomes=frozenset({Outcome.FAILED, Outcome.ERROR})),
 }
 
 

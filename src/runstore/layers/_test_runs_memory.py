@@ -87,6 +87,7 @@ from runstore.services.test_runs import (
     RunStatus,
     RunSummary,
     Selection,
+    TestCell,
     TestDetail,
     TestRecord,
 )
@@ -710,6 +711,20 @@ class InMemoryDataReader(_Facts, DataReaderBase):
         return [
             self._record(run_id, c)
             for c in self._state.cases_by_node(run_id)
+            if outcomes is None or c.outcome in outcomes
+        ]
+
+    def _cells(
+        self, run_ids: Sequence[int], outcomes: frozenset[Outcome] | None
+    ) -> Iterable[TestCell]:
+        cases = self._state.cases
+        return [
+            TestCell(
+                RunId(run_id), c.nodeid, c.outcome, c.duration_ms, len(c.attempts),
+                c.errors[0].signature if c.errors and c.outcome in FAILING_OUTCOMES else "",
+            )
+            for run_id in run_ids
+            for c in cases.get(run_id, {}).values()
             if outcomes is None or c.outcome in outcomes
         ]
 

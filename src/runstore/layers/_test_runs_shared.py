@@ -65,6 +65,7 @@ from runstore.services._test_runs_rules import (
     WindowEntry,
     check_abort,
     check_batch,
+    check_cells,
     check_finish,
     check_flaky_policy,
     check_known,
@@ -134,6 +135,7 @@ from runstore.services.test_runs import (
     RunStatus,
     RunSummary,
     Selection,
+    TestCell,
     TestClassification,
     TestDetail,
     TestLines,
@@ -537,6 +539,13 @@ class DataReaderBase(_TestRuns):
         """The items of a stored run (only those with ``outcomes`` when given)."""
 
     @abstractmethod
+    def _cells(
+        self, run_ids: Sequence[int], outcomes: frozenset[Outcome] | None
+    ) -> Iterable[TestCell]:
+        """The items of those of ``run_ids`` that are stored runs (only those with
+        ``outcomes`` when given) as ``TestCell``s, in any order."""
+
+    @abstractmethod
     def _failing(self, run: RunFacts) -> Sequence[FailingItem]:
         """The failing items of a stored run, each with its history entries of runs with a
         lower id (or pruned), newest first."""
@@ -683,6 +692,19 @@ class DataReaderBase(_TestRuns):
             return Success(tuple(sorted(self._tests(run.id, only), key=lambda r: r.nodeid)))
 
         return self._on_run("tests", run_id, valid_outcomes(outcomes), tests)
+
+    def run_cells(
+        self, run_ids: Iterable[RunId], *, outcomes: frozenset[Outcome] | None = None
+    ) -> Result[tuple[TestCell, ...], DataReaderError]:
+        """See ``DataReader.run_cells``: :func:`check_cells`, then one read of the cells,
+        sorted by (run id, node id) here so that every backend orders node ids alike."""
+        return self._read(
+            "run_cells",
+            check_cells(run_ids, outcomes),
+            lambda args: Success(tuple(sorted(
+                self._cells(*args) if args[0] else (), key=lambda c: (c.run_id, c.nodeid)
+            ))),
+        )
 
     def failures(self, run_id: RunId) -> Result[tuple[FailureRecord, ...], DataReaderError]:
         """See ``DataReader.failures``: ``is_new`` from the signatures frozen when the run

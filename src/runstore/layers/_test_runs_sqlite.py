@@ -69,6 +69,7 @@ from runstore.services._test_runs_rules import (
 )
 from runstore.services.clock import Clock
 from runstore.services.test_runs import (
+    FAILING_OUTCOMES,
     HISTORY_DEPTH,
     AttemptSource,
     ChangedFile,
@@ -89,6 +90,7 @@ from runstore.services.test_runs import (
     RunSummary,
     Selection,
     StackFrame,
+    TestCell,
     TestDetail,
     TestRecord,
 )
@@ -1177,6 +1179,34 @@ class SqliteDataReader(_Facts, DataReaderBase):
         return self._records(
             run_id, f" AND c.outcome IN ({marks})", sorted(o.value for o in outcomes)
         )
+
+    def _cells(
+        self, run_ids: Sequence[int], outcomes: frozenset[Outcome] | None
+    ) -> Iterable[TestCell]:
+        """One statement: the items of the runs (the ``(run_id, test_id)`` unique index, or
+        the partial index of failing items when only failing outcomes are asked), the node
+        id by key, and a failing item's first error's signature by ``test_errors_by_case``."""
+        sql = (
+            "SELECT c.run_id, t.nodeid, c.outcome, c.duration_ms, c.attempts,"
+            f" CASE WHEN c.outcome IN {_FAILING_SQL} THEN (SELECT e.signature FROM test_errors e"
+            "  WHERE e.case_id = c.id AND e.attempt = 0 AND e.ordinal = 0 AND e.subtest IS NULL"
+            "  ORDER BY e.depth LIMIT 1) END"
+            " FROM test_cases c JOIN tests t ON t.id = c.test_id"
+            " WHERE c.run_id IN (SELECT value FROM json_each(?))"
+        )
+        params: list[Any] = [json.dumps(list(run_ids))]
+        if outcomes is not None:
+            if not outcomes:
+                return ()
+            if outcomes <= FAILING_OUTCOMES:  # the partial index's own condition
+                sql += f" AND c.outcome IN {_FAILING_SQL}"
+            sql += " AND c.outcome IN (SELECT value FROM json_each(?))"
+            params.append(json.dumps(sorted(o.value for o in outcomes)))
+        return [
+            TestCell(RunId(run_id), nodeid, _OUTCOME[outcome], duration, attempts, signature or "")
+            for run_id, nodeid, outcome, duration, attempts, signature
+            in self._db.execute(sql, params)
+        ]
 
     def _heads(self, source: str, where: str, params: Sequence[Any]) -> dict[int, PreparedError]:
         """First-error chains keyed by owner. ``source`` is the FROM clause naming the owner

@@ -36,7 +36,11 @@ from runstore.report._model import (
 )
 from runstore.services._compose import composed, stop, value
 from runstore.services._primitives import check_int
-from runstore.services._test_runs_rules import check_flaky_policy, valid_project
+from runstore.services._test_runs_rules import (
+    EXECUTED_OUTCOMES,
+    check_flaky_policy,
+    valid_project,
+)
 from runstore.services.errors import InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 from runstore.services.test_runs import (
@@ -46,6 +50,7 @@ from runstore.services.test_runs import (
     DataReader,
     DataReaderError,
     Evidence,
+    EvidenceRule,
     FailureRecord,
     FailureSignature,
     FlakyPolicy,
@@ -53,8 +58,8 @@ from runstore.services.test_runs import (
     Phase,
     RunId,
     RunSummary,
+    TestCell,
     TestClassification,
-    TestRecord,
 )
 
 __all__ = ["collect_report"]
@@ -63,8 +68,8 @@ Progress = Callable[[int, int], None]
 """Told ``(done, total)`` after each step of a collection (``total`` is fixed per call)."""
 
 _STEPS = 7
-"""The steps :func:`collect_report` reports: runs, coverage trend, failing items of the runs,
-the matrix, verdicts, signatures, the newest run's slowest, coverage and failing tests."""
+"""The steps :func:`collect_report` reports: the runs, their failing items, the matrix's
+cells, the verdicts and rows, the signatures, coverage and the slowest, the failing tests."""
 
 _FAILING_NOW = frozenset({Classification.NEW_FAILURE, Classification.PERSISTENT_FAILURE})
 
@@ -178,19 +183,29 @@ class _Collector:
     def collect(self, count: int, generated_at_ms: int) -> ReportData:
         caps = self.caps
         summaries = self.summaries(count)
-        self.step()
         covered = self.coverage_trend(count)
         self.step()
-        failing = {run.id: self.failing_of(run) for run in summaries}
-        self.step()
         newest = summaries[-1]
-        matrix_runs = tuple(r.id for r in summaries[-caps.matrix_runs:])
-        cells = self.cells(matrix_runs)
+        collection = {
+            run.id: value(self.reader.failures(run.id)) for run in summaries
+            if run.collection_errors or (run.id == newest.id and _has_failing(run))
+        }
+        failing = _failing_by_run(
+            summaries,
+            value(self.reader.run_cells(
+                [r.id for r in summaries if _has_failing(r)], outcomes=FAILING_OUTCOMES
+            )),
+            collection,
+        )
         self.step()
-        verdicts = self.verdicts(newest)
-        flaky = {f.nodeid: f.because for f in value(
-            self.reader.flaky_tests(self.project, policy=self.policy))}
-        rows = _matrix(matrix_runs, cells, verdicts, flaky)
+        matrix_runs = tuple(r.id for r in summaries[-caps.matrix_runs:])
+        cells = value(self.reader.run_cells(matrix_runs))
+        self.step()
+        verdicts = {
+            v.nodeid: v
+            for v in value(self.reader.classify_unstable(newest.id, policy=self.policy))
+        }
+        rows, rows_omitted = self.matrix(newest.id, matrix_runs, cells, verdicts)
         self.step()
         signatures, signatures_omitted = self.signatures(failing)
         self.step()
@@ -199,24 +214,28 @@ class _Collector:
             value(self.reader.coverage(coverage_run)).files,
             key=lambda f: (f.percent_covered, f.path),
         ))
-        failing_tests = [
+        slowest = self.slowest(newest.id)
+        self.step()
+        failures_now = collection.get(newest.id, ())
+        failing_tests = tuple(
             self.failing_test(record, verdicts.get(record.nodeid))
-            for record in failing[newest.id][: caps.failing]
-        ]
-        report = ReportData(
+            for record in failures_now[: caps.failing]
+        )
+        self.step()
+        return ReportData(
             project=self.project,
             generated_at_ms=generated_at_ms,
             runstore_version=runstore.__version__,
             runs=tuple(self.point(run, covered.get(run.id), failing[run.id]) for run in summaries),
             matrix_run_ids=matrix_runs,
-            matrix=tuple(rows[: caps.matrix_rows]),
-            matrix_omitted=max(0, len(rows) - caps.matrix_rows),
+            matrix=tuple(rows),
+            matrix_omitted=rows_omitted,
             signatures=signatures,
-            slowest=self.slowest(newest.id),
+            slowest=slowest,
             coverage_run_id=coverage_run,
             coverage_files=files[: caps.coverage_files],
-            failing_tests=tuple(failing_tests),
-            failing_omitted=max(0, len(failing[newest.id]) - caps.failing),
+            failing_tests=failing_tests,
+            failing_omitted=max(0, len(failures_now) - caps.failing),
             failing_cap=caps.failing,
             matrix_runs_cap=caps.matrix_runs,
             matrix_rows_cap=caps.matrix_rows,
@@ -228,8 +247,6 @@ class _Collector:
             coverage_files_cap=caps.coverage_files,
             policy_window=self.policy.window,
         )
-        self.step()
-        return report
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -255,27 +272,55 @@ class _Collector:
             for p in value(self.reader.coverage_trend(self.project, limit=count))
         }
 
-    def failing_of(self, run: RunSummary) -> tuple[FailureRecord, ...]:
-        if run.collection_errors == 0 and not any(
-            run.counts.get(o.value, 0) for o in FAILING_OUTCOMES
-        ):
-            return ()
-        return value(self.reader.failures(run.id))
-
-    def cells(self, run_ids: Sequence[RunId]) -> dict[RunId, dict[str, TestRecord]]:
-        return {
-            run_id: {t.nodeid: t for t in value(self.reader.tests(run_id))} for run_id in run_ids
+    def matrix(
+        self,
+        newest: RunId,
+        run_ids: Sequence[RunId],
+        cells: Sequence[TestCell],
+        verdicts: dict[str, TestClassification],
+    ) -> tuple[list[MatrixRow], int]:
+        """The first ``caps.matrix_rows`` rows of the matrix in the report's order (see
+        ``ReportData.matrix``) and how many more there are; cells are drawn for the kept
+        rows only."""
+        by_test: dict[str, list[TestCell]] = {}
+        for cell in cells:
+            by_test.setdefault(cell.nodeid, []).append(cell)
+        held = {c.nodeid: c.outcome for c in cells if c.run_id == newest}
+        flaky = {} if len(held) == len(by_test) else {
+            f.nodeid: f.because
+            for f in value(self.reader.flaky_tests(self.project, policy=self.policy))
         }
-
-    def verdicts(self, run: RunSummary) -> dict[str, TestClassification]:
-        return {
-            v.nodeid: v for v in value(self.reader.classify(run.id, policy=self.policy))
-        }
+        judged: list[tuple[int, int, str, Classification | None, Evidence | None]] = []
+        for nodeid, items in by_test.items():
+            classification, evidence = _verdict(nodeid, verdicts, held, flaky)
+            failing = sum(1 for c in items if c.outcome in FAILING_OUTCOMES)
+            judged.append((_rank(classification, failing), -failing, nodeid, classification,
+                           evidence))
+        judged.sort(key=lambda j: j[:3])
+        column = {run_id: i for i, run_id in enumerate(run_ids)}
+        rows = []
+        for _, failing, nodeid, classification, evidence in judged[: self.caps.matrix_rows]:
+            line: list[MatrixCell | None] = [None] * len(run_ids)
+            for cell in by_test[nodeid]:
+                line[column[cell.run_id]] = MatrixCell(
+                    cell.outcome, cell.duration_ms, cell.attempts + 1
+                )
+            rows.append(MatrixRow(
+                nodeid=nodeid,
+                classification=classification,
+                rule=None if evidence is None else evidence.rule,
+                because="" if evidence is None else evidence.summary,
+                cells=tuple(line),
+                because_run_ids=() if evidence is None else evidence.run_ids,
+                failing_cells=-failing,
+            ))
+        return rows, max(0, len(judged) - self.caps.matrix_rows)
 
     def signatures(
-        self, failing: dict[RunId, tuple[FailureRecord, ...]]
+        self, failing: dict[RunId, list[tuple[str, str]]]
     ) -> tuple[tuple[SignatureGroup, ...], int]:
-        """The newest ``caps.signatures`` signature groups and how many older ones there are."""
+        """The newest ``caps.signatures`` signature groups and how many older ones there are;
+        ``failing`` is each reported run's ``(node id, signature)`` of its failing items."""
         wanted = self.caps.signatures
         kept: list[FailureSignature] = []
         omitted = 0
@@ -291,17 +336,15 @@ class _Collector:
                 break
             cursor = page.next_cursor
         tests: dict[str, set[str]] = {}
-        for records in failing.values():
-            for record in records:
-                if record.signature:
-                    tests.setdefault(record.signature, set()).add(record.nodeid)
+        for pairs in failing.values():
+            for nodeid, hashed in pairs:
+                if hashed:
+                    tests.setdefault(hashed, set()).add(nodeid)
         cap = self.caps.run_failing
         groups = []
-        for signature in kept:
-            nodeids = sorted(tests.get(signature.signature, ()))
-            groups.append(SignatureGroup(
-                signature, tuple(nodeids[:cap]), max(0, len(nodeids) - cap)
-            ))
+        for found in kept:
+            nodeids = sorted(tests.get(found.signature, ()))
+            groups.append(SignatureGroup(found, tuple(nodeids[:cap]), max(0, len(nodeids) - cap)))
         return tuple(groups), omitted
 
     def slowest(self, run_id: RunId) -> tuple[SlowTest, ...]:
@@ -326,9 +369,9 @@ class _Collector:
     # -- records ----------------------------------------------------------------------------
 
     def point(
-        self, run: RunSummary, covered: float | None, failing: Sequence[FailureRecord]
+        self, run: RunSummary, covered: float | None, failing: Sequence[tuple[str, str]]
     ) -> RunPoint:
-        nodeids = sorted({f.nodeid for f in failing})
+        nodeids = sorted({nodeid for nodeid, _ in failing})
         cap = self.caps.run_failing
         return RunPoint(
             run_id=run.id,
@@ -378,48 +421,52 @@ class _Collector:
         )
 
 
-def _matrix(
-    run_ids: Sequence[RunId],
-    cells: dict[RunId, dict[str, TestRecord]],
-    verdicts: dict[str, TestClassification],
+def _has_failing(run: RunSummary) -> bool:
+    return any(run.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+
+
+def _failing_by_run(
+    runs: Sequence[RunSummary],
+    cells: Sequence[TestCell],
+    failures: dict[RunId, tuple[FailureRecord, ...]],
+) -> dict[RunId, list[tuple[str, str]]]:
+    """Each run's failing items (``cells``) and collection errors (from ``failures``) as
+    ``(node id, signature)``."""
+    failing: dict[RunId, list[tuple[str, str]]] = {run.id: [] for run in runs}
+    for cell in cells:
+        failing[cell.run_id].append((cell.nodeid, cell.signature))
+    for run_id, records in failures.items():
+        failing[run_id].extend(
+            (f.nodeid, f.signature) for f in records if f.phase is Phase.COLLECT
+        )
+    return failing
+
+
+def _verdict(
+    nodeid: str,
+    unstable: dict[str, TestClassification],
+    held: dict[str, Outcome],
     flaky: dict[str, Evidence],
-) -> list[MatrixRow]:
-    """Every row of the matrix in the report's order (see ``ReportData.matrix``)."""
-    nodeids = sorted({n for by_nodeid in cells.values() for n in by_nodeid})
-    rows = []
-    for nodeid in nodeids:
-        line = tuple(_cell(cells[run_id].get(nodeid)) for run_id in run_ids)
-        failing = sum(1 for c in line if c is not None and c.outcome in FAILING_OUTCOMES)
-        verdict = verdicts.get(nodeid)
-        evidence: Evidence | None
-        classification: Classification | None
-        if verdict is not None:
-            classification, evidence = verdict.classification, verdict.because
-        elif nodeid in flaky:
-            classification, evidence = Classification.FLAKY, flaky[nodeid]
-        else:
-            classification, evidence = None, None
-        rows.append(MatrixRow(
-            nodeid=nodeid,
-            classification=classification,
-            rule=None if evidence is None else evidence.rule,
-            because="" if evidence is None else evidence.summary,
-            cells=line,
-            because_run_ids=() if evidence is None else evidence.run_ids,
-            failing_cells=failing,
-        ))
-    rows.sort(key=lambda r: (_rank(r), -r.failing_cells, r.nodeid))
-    return rows
+) -> tuple[Classification | None, Evidence | None]:
+    """A matrix row's verdict (see ``MatrixRow``): ``unstable`` are the newest run's verdicts
+    that are not stable, ``held`` the outcome of each of its items, ``flaky`` the project's
+    flaky tests' evidence."""
+    if nodeid in unstable:
+        return unstable[nodeid].classification, unstable[nodeid].because
+    if nodeid in held:  # every other verdict of the run is stable, by the rule it names
+        executed = held[nodeid] in EXECUTED_OUTCOMES
+        return Classification.STABLE, Evidence(
+            EvidenceRule.NO_FAILURE if executed else EvidenceRule.NOT_EXECUTED
+        )
+    if nodeid in flaky:
+        return Classification.FLAKY, flaky[nodeid]
+    return None, None
 
 
-def _rank(row: MatrixRow) -> int:
-    if row.classification in _FAILING_NOW:
+def _rank(classification: Classification | None, failing_cells: int) -> int:
+    """A matrix row's place: failing now 0, flaky 1, recovered 2, a failing cell 3, else 4."""
+    if classification in _FAILING_NOW:
         return 0
-    if row.classification is not None and row.classification in _RANKS:
-        return _RANKS[row.classification]
-    return 3 if row.failing_cells else 4
-
-
-def _cell(item: TestRecord | None) -> MatrixCell | None:
-    return None if item is None else MatrixCell(item.outcome, item.duration_ms, item.attempts + 1)
-
+    if classification is not None and classification in _RANKS:
+        return _RANKS[classification]
+    return 3 if failing_cells else 4

@@ -78,6 +78,7 @@ from runstore.services.test_runs import (
     FLAKY_RULES,
     HISTORY_DEPTH,
     MAX_CAPTURE_CHARS,
+    MAX_CELL_RUNS,
     MAX_CHANGED_FILES,
     MAX_FINGERPRINT_CHARS,
     MAX_FRAMES,
@@ -156,6 +157,7 @@ __all__ = [
     "WindowEntry",
     "check_abort",
     "check_batch",
+    "check_cells",
     "check_finish",
     "check_flaky_policy",
     "check_known",
@@ -2715,6 +2717,27 @@ def _encodes(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def check_cells(
+    run_ids: object, outcomes: object
+) -> Result[tuple[tuple[RunId, ...], frozenset[Outcome] | None], InvalidInput]:
+    """Check the arguments of ``run_cells``: the run ids (any iterable but a ``str``, of run
+    ids only, :func:`valid_run_id`; at most ``MAX_CELL_RUNS`` distinct), then the outcomes
+    (:func:`valid_outcomes`); the run ids to read deduplicated and ascending."""
+    if isinstance(run_ids, str | bytes) or not isinstance(run_ids, Iterable):
+        return Failure(InvalidInput("run_ids", f"must be run ids, got {_type_name(run_ids)}"))
+    wanted: set[RunId] = set()
+    for index, run_id in enumerate(run_ids):
+        checked = valid_run_id(run_id, f"run_ids[{index}]")
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        wanted.add(checked.unwrap())
+    if len(wanted) > MAX_CELL_RUNS:
+        return Failure(InvalidInput(
+            "run_ids", f"must name at most {MAX_CELL_RUNS} runs, got {len(wanted)}"
+        ))
+    return valid_outcomes(outcomes).map(lambda only: (tuple(sorted(wanted)), only))
 
 
 def session_id_problem(value: object, field: str = "start.session_id") -> InvalidInput | None:

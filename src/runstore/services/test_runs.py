@@ -61,6 +61,7 @@ __all__ = [
     "FLAKY_RULES",
     "HISTORY_DEPTH",
     "MAX_CAPTURE_CHARS",
+    "MAX_CELL_RUNS",
     "MAX_CHANGED_FILES",
     "MAX_FINGERPRINT_CHARS",
     "MAX_FRAMES",
@@ -105,6 +106,7 @@ __all__ = [
     "Selection",
     "StackFrame",
     "SubtestResult",
+    "TestCell",
     "TestClassification",
     "TestDetail",
     "TestLines",
@@ -144,6 +146,9 @@ folder, a build output nobody ignored) costs a run at most about 100 kB."""
 
 MAX_FINGERPRINT_CHARS = 128
 """Longest code fingerprint (``TestResult.fingerprint``), in hex digits: a 512-bit digest."""
+
+MAX_CELL_RUNS = 1_000
+"""The most runs one ``DataReader.run_cells`` call may read (as a page limit)."""
 
 MAX_SESSION_ID_CHARS = 256
 """Longest agent session id a run may name (``RunStart.session_id``), in characters: the
@@ -719,6 +724,25 @@ class TestRecord:
     fingerprint: str | None = None
     source: AttemptSource | None = None
     """Where an attempt record (``TestDetail.attempts``) came from; None on an item's own."""
+
+
+@attrs.frozen
+class TestCell:
+    """One item of one run in the few fields a history matrix draws
+    (``DataReader.run_cells``): its outcome, duration (ms), ``attempts`` (the earlier
+    attempts stored with it, as ``TestRecord.attempts``) and, for a failing item
+    (``failed``, ``error``), the failure signature of its first error, as
+    ``FailureRecord.signature`` has it (``""`` for any other item and for a failing one
+    stored without an error)."""
+
+    __test__ = False
+
+    run_id: RunId
+    nodeid: str
+    outcome: Outcome
+    duration_ms: float
+    attempts: int
+    signature: str = ""
 
 
 @attrs.frozen
@@ -1482,4 +1506,20 @@ class DataReader(Protocol):
         ``InvalidInput`` for a project that is not a valid name, or ``nodeids`` that is a
         ``str`` or holds something that is not one (field ``nodeids[i]``); ``Busy``;
         ``StorageFailure``."""
+        ...
+
+    def run_cells(
+        self, run_ids: Iterable[RunId], *, outcomes: frozenset[Outcome] | None = None
+    ) -> Result[tuple[TestCell, ...], DataReaderError]:
+        """The items of the runs ``run_ids`` (only those with ``outcomes`` when given) as
+        compact cells (``TestCell``: what a history matrix of tests by runs draws, without
+        phases, markers or payload), in one read, by run id, then node id. Repeated run ids
+        count once; an id no stored run has gives no cell (a run pruned since it was listed
+        is simply absent). Each cell equals the run's ``tests`` record in its fields, and a
+        failing cell's signature its ``failures`` record's.
+
+        Failures: ``InvalidInput`` for ``run_ids`` that is a ``str`` or not iterable, holds
+        more than ``MAX_CELL_RUNS`` distinct ids (field ``run_ids``) or something that is
+        not a run id (``run_ids[i]``), or ``outcomes`` that is not a set of ``Outcome`` or
+        None; ``Busy``; ``StorageFailure``."""
         ...

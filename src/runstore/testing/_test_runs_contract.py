@@ -56,6 +56,7 @@ from runstore.services.errors import IllegalTransition, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE, Page
 from runstore.services.test_runs import (
     DEFAULT_HISTORY_WINDOW,
+    FAILING_OUTCOMES,
     HISTORY_DEPTH,
     MAX_CAPTURE_CHARS,
     MAX_FRAMES,
@@ -90,6 +91,7 @@ from runstore.services.test_runs import (
 )
 from runstore.testing._shared import LayerFactory
 from runstore.testing._test_runs_attempts import AttemptsContract
+from runstore.testing._test_runs_cells import CellsContract
 from runstore.testing._test_runs_coverage import (
     COVERED_PATHS,
     TestCoverageContract,
@@ -919,6 +921,11 @@ class TestRunsMachine(RuleBasedStateMachine):
                 _check_rules(run, classified.unwrap())
             self._same(f"slowest({run}, 2)", r.slowest(s, limit=2), m.slowest(run, limit=2))
             self._same(f"coverage({run})", r.coverage(s), m.coverage(run))
+        every = [*self.runs, UNKNOWN_RUN]
+        for only in (None, FAILING_OUTCOMES, frozenset({Outcome.SKIPPED})):
+            self._same(f"run_cells(every run, outcomes={only})",
+                       r.run_cells([self._sut_id(run) for run in every], outcomes=only),
+                       m.run_cells(every, outcomes=only))
         if len(self.runs) >= 2:
             a, b = self.runs[-2], self.runs[-1]
             self._same(f"compare({a}, {b})", r.compare(self._sut_id(a), self._sut_id(b)),
@@ -1905,6 +1912,7 @@ class TestRunsStoreContract(SignaturesStoreContract, RunLinksStoreContract, _Con
 class TestRunsReaderContract(
     FingerprintContract,
     AttemptsContract,
+    CellsContract,
     QuarantineContract,
     FlakyPolicyContract,
     SignaturesReaderContract,
