@@ -34,6 +34,7 @@ from runstore.report._svg import (
     runs_chart,
     sparkline,
 )
+from runstore.services._primitives import named_error
 from runstore.services.test_runs import FAILING_OUTCOMES, Classification, Outcome, RunId
 
 __all__ = ["LETTERS", "format_ms", "nodeid_anchor", "render_html", "visible"]
@@ -198,6 +199,16 @@ def by_file(nodeids: Iterable[str]) -> list[tuple[str, list[tuple[str, str]]]]:
     return groups
 
 
+def error_parts(exception_type: str, message: str) -> tuple[str, str]:
+    """An error as (its type, the rest of its message) naming the type once: pytest's crash
+    message may already start with it (``ValueError: boom``), qualified or not
+    (:func:`~runstore.services._primitives.named_error`)."""
+    if exception_type and message and named_error(exception_type, message) == message:
+        head, _, rest = message.partition(":")
+        return head, rest.lstrip(" ")
+    return exception_type, message
+
+
 def _finalize(value: Any) -> Any:
     """Every value the template writes: text made :func:`visible` (markup passes as is)."""
     if isinstance(value, str) and not isinstance(value, Markup):
@@ -266,6 +277,7 @@ def render_html(data: ReportData) -> str:
         "height": CHART_HEIGHT,
         "counts_line": _counts_line,
         "by_file": by_file,
+        "error_parts": error_parts,
     }
     return _template().render(context)
 
