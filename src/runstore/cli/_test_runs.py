@@ -603,12 +603,20 @@ def _glyphs() -> Glyphs:
 def _span(values: Iterable[float | None], shown: Callable[[float], str],
           nothing: str = "no values") -> str:
     """The range a sparkline of ``values`` is scaled over, as ``shown`` writes a value:
-    "LOW to HIGH", one value when they are equal, ``nothing`` without a finite value."""
+    "LOW to HIGH", one value when all are equal, ``nothing`` without a finite value."""
     present = [v for v in values if v is not None and math.isfinite(v)]
     if not present:
         return nothing
-    low, high = shown(min(present)), shown(max(present))
-    return low if low == high else f"{low} to {high}"
+    low, high = min(present), max(present)
+    return shown(low) if low == high else f"{shown(low)} to {shown(high)}"
+
+
+def _duration(ms: float) -> str:
+    """``ms`` for a chart's range: in ms (one decimal below 10) under a second, else in
+    seconds with two decimals, so that a range of short tests is not "0.00s to 0.00s"."""
+    if ms < 10:
+        return f"{ms:.1f}ms"
+    return f"{ms:.0f}ms" if ms < 1000 else _seconds(ms)
 
 
 def _chart_line(label: str, chart: str | Text, note: str) -> Text:
@@ -1301,7 +1309,7 @@ def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs) -> list[T
     return [
         _chart_line("outcome", strip,
                     f"oldest {glyphs.arrow} newest: {', '.join(_outcome_counts(counts))}"),
-        _chart_line("took", sparkline(durations, glyphs), _span(durations, _seconds)),
+        _chart_line("took", sparkline(durations, glyphs), _span(durations, _duration)),
     ]
 
 
@@ -1559,7 +1567,7 @@ def _trend_charts(
     cover = [covered.get(r.id) for r in ordered]
     return [
         _chart_line("failing", sparkline(failing, glyphs), _span(failing, lambda v: str(int(v)))),
-        _chart_line("took", sparkline(took, glyphs), _span(took, _seconds, "not finished")),
+        _chart_line("took", sparkline(took, glyphs), _span(took, _duration, "not finished")),
         _chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage")),
         _bar_legend(glyphs),
     ]
