@@ -191,6 +191,10 @@ def test_a_flaky_verdict_is_shown_with_its_reason() -> None:
     assert "flaky" in matrix
     assert "passed on rerun" in matrix
     assert "passed on a rerun in run 2" in matrix
+    # and in full under the matrix, where no tooltip or cut line hides any of it
+    why = matrix[matrix.index("Why each flaky test is flaky"):]
+    assert "tests/test_b.py::test_flaky passed on rerun: passed on a rerun in run 2" in why
+    assert "test_a" not in why  # a failing test is not flaky
 
 
 def test_the_header_names_project_time_version_and_runs() -> None:
@@ -302,3 +306,32 @@ def test_visible_writes_hidden_characters_as_escapes() -> None:
     assert visible("a\r\nb\tc", lines=False) == "a\\r\\nb\\tc"
     assert visible("\x00\x7f\x9b\u202e\udcff") == "\\x00\\x7f\\x9b\\u202e\\udcff"
     assert visible("plain ü text") == "plain ü text"
+
+
+def test_every_stored_text_is_escaped_wherever_it_is_shown() -> None:
+    evil = "<script>x()</script>\x1b]8;;http://e\x07\x00\u202e\"'"
+    data = sample_report()
+    failing = data.failing_tests[0]
+    data = attrs.evolve(
+        data,
+        project=evil,
+        runstore_version=evil,
+        runs=tuple(attrs.evolve(r, git_commit=evil) for r in data.runs),
+        matrix=tuple(attrs.evolve(row, because=evil) for row in data.matrix),
+        signatures=tuple(attrs.evolve(g, signature=attrs.evolve(
+            g.signature, signature=evil, exception_type=evil, message=evil, frame=evil))
+            for g in data.signatures),
+        coverage_files=tuple(attrs.evolve(f, path=evil) for f in data.coverage_files),
+        failing_tests=(attrs.evolve(
+            failing, exception_type=evil, because=evil, signature=evil,
+            frames=tuple(attrs.evolve(fr, path=evil, function=evil) for fr in failing.frames)),),
+    )
+    html, page = _page(data)
+    assert "<script" not in html
+    for hidden in ("\x00", "\x1b", "\x07", "\u202e"):
+        assert hidden not in html
+    assert "http://e" not in "".join(re.findall(r"<[^>]*>", html))
+    assert "<script>x()</script>" in page.text("failing")
+    assert "<script>x()</script>" in page.text("signatures")
+    assert "<script>x()</script>" in page.text("coverage")
+    assert len(page.ids) == len(set(page.ids))
