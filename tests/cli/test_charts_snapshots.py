@@ -197,3 +197,11 @@ def test_a_terminal_gets_the_same_charts_in_colour(
     assert "\x1b[1;31m✗" in shown
     assert "\x1b[32m" in shown
     assert_snapshot(name, re.sub(r"\x1b\[[0-9;]*m", "", shown))
+
+
+@pytest.mark.parametrize(("name", "args"), [
+    ("trends-json", ("trends",)), ("history-json", ("history", "test_total")),
+], ids=["trends", "history"])
+def test_json_output_has_no_chart(db: Path, name: str, args: tuple[str, ...]) -> None:
+    """The charts are text only: the JSON documents are as they were before them."""
+    assert_snapshot(name, _output(db, "--format", "json", *args))
