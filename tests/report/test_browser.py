@@ -179,9 +179,11 @@ def chromium_or_stop() -> Path:
     chromium = find_chromium()
     if chromium is not None:
         return chromium
+    named = os.environ.get("RUNSTORE_TEST_CHROMIUM", "").strip()
     why = (
-        "no chromium: set RUNSTORE_TEST_CHROMIUM or install Debian's chromium (apt-get install "
-        "chromium; .ci/run does when it is missing)"
+        f"no chromium: RUNSTORE_TEST_CHROMIUM names no file ({named})" if named else
+        "no chromium on PATH: install Debian's chromium (apt-get install chromium; .ci/run "
+        "does when it is missing) or name one in RUNSTORE_TEST_CHROMIUM"
     )
     if in_ci():
         pytest.fail(f"{why}; CI runs the browser test, never skips it", pytrace=False)
