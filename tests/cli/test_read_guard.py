@@ -20,6 +20,7 @@ READ_COMMANDS = [
     ["slowest"],
     ["coverage"],
     ["trends"],
+    ["report", "-o", "-"],
     ["diff", "1", "2"],
     ["prune", "--keep-runs", "5", "--dry-run"],
     ["prune", "--keep-runs", "5"],
