@@ -85,6 +85,7 @@ from runstore.testing import (
 )
 from runstore.testing._test_runs_contract import T0_MS
 from runstore.testing._test_runs_policy import FlakyPolicyContract
+from runstore.testing._test_runs_prune import PruneProgressContract
 
 # -- delegation --------------------------------------------------------------------------------
 
@@ -131,8 +132,10 @@ class PassThrough:
     ) -> Result[int, DataStoreError]:
         return self.inner_store.write_coverage(run_id, files)
 
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
-        return self.inner_store.prune_runs(policy)
+    def prune_runs(
+        self, policy: RunRetentionPolicy, *, progress: Callable[[int, int], None] | None = None
+    ) -> Result[PruneRunsResult, DataStoreError]:
+        return self.inner_store.prune_runs(policy, progress=progress)
 
     def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
         return self.inner_store.plan_prune(policy)
@@ -381,8 +384,10 @@ class UntrimmedHistory(PassThrough):
                     self.full.setdefault((project, test.nodeid), []).insert(0, window[0])
         return finished
 
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
-        pruned = self.inner_store.prune_runs(policy)
+    def prune_runs(
+        self, policy: RunRetentionPolicy, *, progress: Callable[[int, int], None] | None = None
+    ) -> Result[PruneRunsResult, DataStoreError]:
+        pruned = self.inner_store.prune_runs(policy, progress=progress)
         for entries in self.full.values():
             for i, entry in enumerate(entries):
                 if entry.run_id is not None and isinstance(
@@ -402,7 +407,9 @@ class UntrimmedHistory(PassThrough):
 class CoverageDiesWithItsRun(PassThrough):
     """Prunes without moving a doomed run's coverage to a surviving run of its invocation."""
 
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+    def prune_runs(
+        self, policy: RunRetentionPolicy, *, progress: Callable[[int, int], None] | None = None
+    ) -> Result[PruneRunsResult, DataStoreError]:
         runs = self.inner_reader.list_runs(None, limit=MAX_PAGE_SIZE)
         if isinstance(runs, Success) and policy.keep_runs >= 1:
             by_project: dict[str, list[RunSummary]] = {}
@@ -413,7 +420,7 @@ class CoverageDiesWithItsRun(PassThrough):
                 for doomed in ordered[policy.keep_runs :]:
                     if doomed.status != RunStatus.RUNNING:
                         self.inner_store.write_coverage(doomed.id, ())
-        return self.inner_store.prune_runs(policy)
+        return self.inner_store.prune_runs(policy, progress=progress)
 
 
 class CleanBreakIsFlaky(PassThrough):
@@ -433,6 +440,20 @@ class CleanBreakIsFlaky(PassThrough):
         return self.inner_reader.classify(run_id, policy=policy).map(
             lambda items: tuple(map(mixed, items))
         )
+
+
+class ProgressOfEveryRun(PassThrough):
+    """Reports a prune's progress out of every run stored, not out of the runs it removes."""
+
+    def prune_runs(
+        self, policy: RunRetentionPolicy, *, progress: Callable[[int, int], None] | None = None
+    ) -> Result[PruneRunsResult, DataStoreError]:
+        stored = self.inner_reader.list_runs(None, limit=MAX_PAGE_SIZE)
+        every = len(stored.unwrap().items) if isinstance(stored, Success) else 0
+        pruned = self.inner_store.prune_runs(policy)
+        if progress is not None and isinstance(pruned, Success):
+            progress(pruned.unwrap().pruned_runs, every)
+        return pruned
 
 
 class NewNotFrozen(PassThrough):
@@ -659,6 +680,21 @@ def test_the_contract_catches_a_layer_that_keeps_all_history(
     with build(layer) as container, pytest.raises(AssertionError):
         contract.test_a_wider_window_reaches_older_evidence_in_the_deeper_history(
             container.get(DataStore), container.get(DataReader)
+        )
+
+
+@pytest.mark.parametrize("inner", ["memory", "postgres"])
+def test_the_contract_catches_a_layer_whose_prune_progress_counts_every_run(
+    request: pytest.FixtureRequest, inner: str
+) -> None:
+    """A prune's progress counted out of the stored runs, not the pruned ones, fails the
+    prune-progress case (a steered state machine catches it as well, but this case names the
+    rule)."""
+    factory = in_memory if inner == "memory" else request.getfixturevalue("postgres_layers")
+    contract = PruneProgressContract()
+    with pytest.raises(AssertionError, match=r"totals other than|the last call was"):
+        contract.test_prune_progress_counts_the_pruned_runs_and_changes_nothing_else(
+            broken(ProgressOfEveryRun, factory)
         )
 
 

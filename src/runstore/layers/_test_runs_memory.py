@@ -20,7 +20,7 @@ same rules (``runstore.services._test_runs_rules``):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -512,17 +512,18 @@ class InMemoryDataStore(_Facts, DataStoreBase):
         )
         return runs, (run_id for run_id, rows in state.coverage.items() if rows)
 
-    def _prune(self, plan: PrunePlan) -> int:
+    def _prune(self, plan: PrunePlan, removed: Callable[[int], None]) -> int:
         state = self._state
         for source, target in plan.moves:
             state.coverage[target] = state.coverage.pop(source)
         doomed = set(plan.doomed)
-        for run_id in plan.doomed:
+        for done, run_id in enumerate(plan.doomed, start=1):
             del state.runs[run_id]
             for table in (state.cases, state.collection, state.modules, state.coverage):
                 table.pop(run_id, None)
             state.test_coverage.pop(run_id, None)
             state.quarantined.pop(run_id, None)
+            removed(done)
         for check_id, check in list(state.fix_checks.items()):
             if check.result.run_id in doomed:  # the evidence outlives its run
                 state.fix_checks[check_id] = attrs.evolve(

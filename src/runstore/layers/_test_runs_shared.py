@@ -22,7 +22,7 @@ from typing import Protocol, TypeVar
 
 from returns.result import Failure, Result, Success
 
-from runstore.services._primitives import and_then
+from runstore.services._primitives import and_then, check_callable
 from runstore.services._quarantine_rules import (
     check_fix_check,
     check_fix_checks,
@@ -204,6 +204,37 @@ class _TestRuns(ABC):
         return new_signatures(signatures, first_seen, earlier_running, run_id)
 
 
+class _PruneProgress:
+    """Tell ``progress(done, total)`` how far a prune got, as ``DataStore.prune_runs`` says:
+    inside the unit, ``(done, total)`` for ``done < total`` only and never below a ``done``
+    already told (a unit run again after ``Busy`` plans again and repeats its first steps);
+    ``(total, total)`` once the unit committed."""
+
+    __slots__ = ("_progress", "_told", "_total")
+
+    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
+        self._progress = progress
+        self._total = 0
+        self._told = -1
+
+    def planned(self, total: int) -> None:
+        """The unit's plan removes ``total`` runs."""
+        self._total = total
+        self.removed(0)
+
+    def removed(self, done: int) -> None:
+        """``done`` runs of the plan are deleted (not yet committed)."""
+        if self._progress is not None and self._told < done < self._total:
+            self._told = done
+            self._progress(done, self._total)
+
+    def committed(self, result: PruneRunsResult) -> PruneRunsResult:
+        """The prune committed: the last call, then ``result`` unchanged."""
+        if self._progress is not None:
+            self._progress(self._total, self._total)
+        return result
+
+
 class DataStoreBase(_TestRuns):
     """:class:`DataStore` on a backend's hooks (see the module docstring)."""
 
@@ -266,9 +297,11 @@ class DataStoreBase(_TestRuns):
         """Every stored run as :func:`plan_prune` needs it, and the runs with coverage."""
 
     @abstractmethod
-    def _prune(self, plan: PrunePlan) -> int:
+    def _prune(self, plan: PrunePlan, removed: Callable[[int], None]) -> int:
         """Move the coverage and delete the runs ``plan`` names, then every file path nothing
-        refers to any more; return how many paths went."""
+        refers to any more; return how many paths went. ``removed(done)`` is called as the
+        runs go, with how many of ``plan.doomed`` are deleted so far (as often as the
+        backend can tell: per run or per batch of runs)."""
 
     @abstractmethod
     def _orphans_after(self, plan: PrunePlan) -> int:
@@ -399,16 +432,27 @@ class DataStoreBase(_TestRuns):
         runs, covered = self._prune_facts()
         return plan_prune(runs, covered, policy, self._clock.now_ms())
 
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+    def prune_runs(
+        self,
+        policy: RunRetentionPolicy,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Result[PruneRunsResult, DataStoreError]:
         """See ``DataStore.prune_runs``; the rules are :func:`plan_prune`'s. Files nothing
         refers to are removed on every call, also when no run was pruned."""
+        told = _PruneProgress(progress)
 
         def unit(policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
             plan = self._plan(policy)
-            return Success(PruneRunsResult(len(plan.doomed), self._prune(plan)))
+            told.planned(len(plan.doomed))
+            return Success(PruneRunsResult(len(plan.doomed), self._prune(plan, told.removed)))
 
         return and_then(
-            valid_policy(policy), lambda p: self._db.transact("prune_runs", lambda: unit(p))
+            check_callable(progress, "progress"),
+            lambda _: and_then(
+                valid_policy(policy),
+                lambda p: self._db.transact("prune_runs", lambda: unit(p)).map(told.committed),
+            ),
         )
 
     def plan_prune(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:

@@ -32,6 +32,7 @@ __all__ = [
     "MIN_INT64",
     "JsonValue",
     "and_then",
+    "check_callable",
     "check_int",
     "check_json",
     "check_optional",
@@ -168,6 +169,14 @@ def type_refusal(
         if problem is not None:
             return Failure(problem)
     return None
+
+
+def check_callable(value: T, field: str) -> Result[T, InvalidInput]:
+    """Return ``Success(value)`` for None or a callable (a callback such as ``progress``),
+    else ``InvalidInput(field, "must be callable or None, got TYPE")``."""
+    if value is None or callable(value):
+        return Success(value)
+    return Failure(InvalidInput(field, f"must be callable or None, got {type(value).__name__}"))
 
 
 def check_optional(

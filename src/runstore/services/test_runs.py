@@ -32,7 +32,7 @@ are every outcome except ``skipped`` and ``xfailed``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import NewType, Protocol, TypeAlias, runtime_checkable
@@ -1190,7 +1190,12 @@ class DataStore(Protocol):
         """
         ...
 
-    def prune_runs(self, policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
+    def prune_runs(
+        self,
+        policy: RunRetentionPolicy,
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> Result[PruneRunsResult, DataStoreError]:
         """Apply a retention policy in one unit of work (seed 000 semantics).
 
         Keeps the newest ``keep_runs`` runs per project by (start desc, id desc) and, with
@@ -1199,9 +1204,18 @@ class DataStore(Protocol):
         coverage. History rows and failure signatures survive (history with a NULL run).
         Then every ``files`` row nothing references is removed (on every call, also when no
         run was pruned). Running runs count in the ranking but are never removed.
+
+        ``progress(done, total)``, when given, is told how far the prune got, in runs:
+        ``total`` is the number of runs the plan removes (the result's ``pruned_runs``),
+        ``done`` how many of them are deleted so far (in the unit of work, not yet
+        committed). ``done`` never decreases, and the last call, ``(total, total)``, is made
+        once the prune has committed, so a returned Success always had one (also when
+        ``total`` is 0). A refused policy calls nothing; after a ``Busy`` or
+        ``StorageFailure`` the calls made stand but nothing was removed. The result is the
+        same with or without ``progress``.
         Failures: ``InvalidInput`` (``keep_runs`` outside ``[1, 2**63 - 1]``,
-        ``max_age_days`` not finite or outside ``(0, 1_000_000]``), ``Busy``,
-        ``StorageFailure``.
+        ``max_age_days`` not finite or outside ``(0, 1_000_000]``; ``progress`` neither None
+        nor callable), ``Busy``, ``StorageFailure``.
         """
         ...
 

@@ -105,6 +105,7 @@ from runstore.testing._test_runs_links import (
     session_ids,
 )
 from runstore.testing._test_runs_policy import FlakyPolicyContract
+from runstore.testing._test_runs_prune import PruneProgressContract, check_progress_calls
 from runstore.testing._test_runs_quarantine import QuarantineContract
 from runstore.testing._test_runs_signatures import (
     SignaturesReaderContract,
@@ -793,10 +794,15 @@ class TestRunsMachine(RuleBasedStateMachine):
         sut_plan = self.store.plan_prune(policy)
         model_plan = self.model_store.plan_prune(policy)
         self._same(f"plan_prune({policy})", sut_plan, model_plan)
-        sut = self.store.prune_runs(policy)
+        calls: list[tuple[int, int]] = []
+        sut = self.store.prune_runs(policy, progress=lambda d, t: calls.append((d, t)))
         model = self.model_store.prune_runs(policy)
         self._same(f"prune_runs({policy})", sut, model)
         assert sut == sut_plan, f"plan_prune({policy}) said {sut_plan}, prune_runs did {sut}"
+        if isinstance(sut, Success):
+            check_progress_calls(calls, sut.unwrap().pruned_runs)
+        else:
+            assert calls == [], f"prune_runs({policy}) failed after reporting {calls}"
 
     def whole_run_arguments(self) -> st.SearchStrategy[dict[str, Any]]:
         """Arguments of :meth:`whole_run`: a run begun, given one batch and finished."""
@@ -1271,7 +1277,9 @@ _BAD_ITEMS: dict[str, Callable[[TestResult], TestResult]] = {
 }
 
 
-class TestRunsStoreContract(SignaturesStoreContract, RunLinksStoreContract, _Contract):
+class TestRunsStoreContract(
+    SignaturesStoreContract, RunLinksStoreContract, PruneProgressContract, _Contract
+):
     """What every ``DataStore`` layer must do; subclass and define ``make_layer``.
 
     Includes the state machine (:meth:`test_state_machine_agrees_with_the_model`), run with
