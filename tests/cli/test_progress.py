@@ -16,12 +16,22 @@ import subprocess
 import sys
 import termios
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import attrs
 import pytest
 
 from runstore.cli._sessions import PROGRESS_FROM_BYTES
+from runstore.layers import DATA_STORE, build, sqlite
+from runstore.services.test_runs import (
+    Outcome,
+    Phase,
+    PhaseResult,
+    RunStart,
+    RunStatus,
+    TestResult,
+)
 
 _PROBE = """
 import json, sys
@@ -168,3 +178,70 @@ def test_sessions_import_of_a_small_file_shows_no_bar(tmp_path: Path) -> None:
                    terminal=True)
     assert ran.code == 0, ran.stderr
     assert_no_bar(ran, "importing")
+
+
+# -- prune ---------------------------------------------------------------------------------------
+
+
+def _recorded(path: Path, runs: int) -> Path:
+    """A database of ``runs`` finished runs of one project, each with two items."""
+    with build(sqlite(path)) as container:
+        store = container.get(DATA_STORE)
+        for n in range(runs):
+            run = store.begin_run(RunStart("shop", f"inv-{n}", datetime.fromtimestamp(
+                1_764_500_000 + n * 60, tz=UTC))).unwrap()
+            store.record_results(run, [
+                TestResult(f"tests/test_cart.py::test_{i}", "tests/test_cart.py", f"test_{i}",
+                           (PhaseResult(Phase.CALL, Outcome.PASSED, 1.0),))
+                for i in range(2)
+            ]).unwrap()
+            store.finish_run(run, RunStatus.PASSED, datetime.fromtimestamp(
+                1_764_500_000 + n * 60 + 1, tz=UTC)).unwrap()
+    return path
+
+
+def test_prune_draws_a_bar_of_the_runs_it_removes(tmp_path: Path) -> None:
+    db = _recorded(tmp_path / "runs.db", 40)
+    ran = runstore(tmp_path, "--db", str(db), "prune", "--keep-runs", "5", terminal=True)
+    assert ran.code == 0, ran.stderr
+    assert drew_bar(ran.stderr, "pruning runs")
+    assert "35/35" in ran.stderr  # runs removed out of the runs the plan removes
+    assert ran.stdout.startswith("removed 35 runs")
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_prune_shows_no_bar_piped_or_as_json(tmp_path: Path, terminal: bool) -> None:
+    db = _recorded(tmp_path / "runs.db", 12)
+    args: tuple[str, ...] = ("--format", "json") if terminal else ()
+    ran = runstore(tmp_path, "--db", str(db), *args, "prune", "--keep-runs", "5",
+                   terminal=terminal)
+    assert ran.code == 0, ran.stderr
+    assert_no_bar(ran, "pruning runs")
+    if terminal:
+        assert json.loads(ran.stdout)["pruned_runs"] == 7
+    else:
+        assert ran.stdout.startswith("removed 7 runs")
+
+
+# -- db copy -------------------------------------------------------------------------------------
+
+
+def test_db_copy_draws_a_bar_of_rows(tmp_path: Path) -> None:
+    source = _recorded(tmp_path / "source.db", 20)
+    ran = runstore(tmp_path, "db", "copy", str(source), str(tmp_path / "copy.db"),
+                   terminal=True)
+    assert ran.code == 0, ran.stderr
+    assert drew_bar(ran.stderr, "copying rows")
+    assert "verified: " in ran.stdout
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_db_copy_shows_no_bar_piped_or_as_json(tmp_path: Path, terminal: bool) -> None:
+    source = _recorded(tmp_path / "source.db", 5)
+    args: tuple[str, ...] = ("--format", "json") if terminal else ()
+    ran = runstore(tmp_path, *args, "db", "copy", str(source), str(tmp_path / "copy.db"),
+                   terminal=terminal)
+    assert ran.code == 0, ran.stderr
+    assert_no_bar(ran, "copying rows")
+    if terminal:
+        assert json.loads(ran.stdout)["copied"] is True

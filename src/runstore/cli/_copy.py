@@ -12,7 +12,7 @@ import click
 from returns.result import Failure
 
 from runstore.cli._db import db
-from runstore.cli._output import emit_json, fail, say
+from runstore.cli._output import emit_json, fail, progress_on_terminal, say
 from runstore.cli._settings import format_option, settings
 from runstore.layers import database_path_problem, scrub_database, shown_database
 
@@ -60,7 +60,8 @@ def copy(source: str, destination: str, partial: bool) -> None:
 
     cfg = settings()
     shown = {"source": shown_database(source), "destination": shown_database(destination)}
-    result = copy_database(source, destination, partial=partial)
+    with progress_on_terminal("copying rows", None) as advance:
+        result = copy_database(source, destination, partial=partial, progress=advance)
     if isinstance(result, Failure):
         reason = scrub_database(scrub_database(str(result.failure()), source), destination)
         fail(f"cannot copy: {reason}", output_format=cfg.output_format,

@@ -44,6 +44,7 @@ from runstore.cli._output import (
     emit_json,
     exit_on_refusal,
     plain_table,
+    progress_on_terminal,
     say,
     status_on_terminal,
     visible,
@@ -1731,12 +1732,12 @@ def prune(keep_runs: int, max_age_days: float | None, dry_run: bool) -> None:
     """
     policy = RunRetentionPolicy(keep_runs=keep_runs, max_age_days=max_age_days)
     with _services("read" if dry_run else "write") as services:
-        doing = "planning the prune" if dry_run else "pruning runs"
-        with status_on_terminal(f"{doing}..."):
-            if dry_run:
+        if dry_run:
+            with status_on_terminal("planning the prune..."):
                 outcome = services.get(services.store.plan_prune(policy))
-            else:
-                outcome = services.get(services.store.prune_runs(policy))
+        else:
+            with progress_on_terminal("pruning runs", None) as advance:
+                outcome = services.get(services.store.prune_runs(policy, progress=advance))
         if services.output_format == "json":
             emit_json({"dry_run": dry_run, "keep_runs": keep_runs, "max_age_days": max_age_days,
                        "pruned_runs": outcome.pruned_runs, "pruned_files": outcome.pruned_files})

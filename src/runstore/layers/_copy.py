@@ -52,7 +52,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.layers._progress import UnitProgress
 from runstore.migrations import JOURNAL_TABLE, POSTGRESQL_FOLDER, shipped_migrations
+from runstore.services._primitives import check_callable
 from runstore.services.errors import Busy, InvalidInput, OpenError, StorageFailure
 from runstore.services.health import ReadinessError
 
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
     from runstore.layers._sqlite_database import SqliteDatabase
 
 __all__ = [
+    "PROGRESS_ROWS",
     "CopiedTable",
     "CopyError",
     "CopyMismatch",
@@ -81,6 +84,10 @@ _SEARCH_INDEXES = re.compile(r"search_(?:failures|tests|entries)(?:_\w+)?")
 """The search indexes of migration 0012 (FTS5 tables and their shadow tables on SQLite,
 token tables on PostgreSQL): never copied, since the destination's triggers index the
 copied rows as they are written, in its own backend's form."""
+
+
+PROGRESS_ROWS = 10_000
+"""Rows a copy writes between two progress reports (besides one after each table)."""
 
 
 def _not_copied(name: str) -> bool:
@@ -590,15 +597,28 @@ def _same_target(source: str, destination: str) -> bool:
 
 
 def copy_database(
-    source: str, destination: str, *, partial: bool = False
+    source: str,
+    destination: str,
+    *,
+    partial: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Result[CopyReport, CopyError]:
     """Copy every record of the runstore database ``source`` into the empty one
     ``destination`` (each a SQLite path or a ``postgresql://`` URL), following the rules of
     the module docstring; return what was copied.
 
+    ``progress(done, total)``, when given, is told how far the copy got, in rows: ``total``
+    the rows of the tables copied (counted first, in the source's snapshot: the report's
+    ``rows``), ``done`` the rows written so far (every :data:`PROGRESS_ROWS` rows and after
+    each table). ``done`` never decreases; the last call, ``(total, total)``, is made once
+    the copy is verified and committed, so a returned Success always had one. A refusal
+    before the destination's unit of work calls nothing; calls made before a later Failure
+    stand, but nothing was kept.
+
     Failures, each leaving the destination without any copied row:
 
-    - ``InvalidInput``: ``source`` and ``destination`` name the same database.
+    - ``InvalidInput``: ``source`` and ``destination`` name the same database; ``progress``
+      neither None nor callable.
     - From the source: ``NotARunstoreDatabase`` (missing, or another program's), and
       ``PendingMigrations``, ``UnknownMigration``, ``HalfAppliedMigration`` (its schema is
       not this code's current one: migrate it first, or upgrade runstore).
@@ -610,6 +630,9 @@ def copy_database(
     """
     if _same_target(source, destination):
         return Failure(InvalidInput("destination", "the destination is the source itself"))
+    checked = check_callable(progress, "progress")
+    if isinstance(checked, Failure):
+        return checked
     opened_source = _open_source(source)
     if isinstance(opened_source, Failure):
         return opened_source
@@ -620,7 +643,7 @@ def copy_database(
             return opened_destination
         dst = opened_destination.unwrap()
         try:
-            return _copy(src, dst, partial=partial)
+            return _copy(src, dst, partial=partial, told=UnitProgress(progress))
         finally:
             dst.close()
     finally:
@@ -786,7 +809,9 @@ def table_checksums(
         side.close()
 
 
-def _copy(src: _Side, dst: _Side, *, partial: bool) -> Result[CopyReport, CopyError]:
+def _copy(
+    src: _Side, dst: _Side, *, partial: bool, told: UnitProgress
+) -> Result[CopyReport, CopyError]:
     reference = _fresh_reference()
     try:
         fresh = reference.tables()
@@ -830,22 +855,26 @@ def _copy(src: _Side, dst: _Side, *, partial: bool) -> Result[CopyReport, CopyEr
             holding = tuple(t.name for t in kept if _data_rows(dst, t, reference, fresh))
             if holding:
                 return Failure(DestinationNotEmpty(dst.shown, holding))
-            return src.read("copy: read source", lambda: _write_all(src, dst, plan, src_tables))
+            return src.read(
+                "copy: read source", lambda: _write_all(src, dst, plan, src_tables, told)
+            )
 
         written = dst.transact("copy", write)
         if isinstance(written, Failure):
             return written
-        report: CopyReport = written.unwrap()
+        report: CopyReport = told.committed(written.unwrap())
         return Success(attrs.evolve(report, not_copied=tuple(left)))
     finally:
         reference.close()
 
 
 def _write_all(
-    src: _Side, dst: _Side, plan: _Plan, src_tables: dict[str, _Table]
+    src: _Side, dst: _Side, plan: _Plan, src_tables: dict[str, _Table], told: UnitProgress
 ) -> Result[CopyReport, CopyError]:
     copied: list[CopiedTable] = []
     later: list[tuple[_Table, tuple[str, ...], list[Row]]] = []
+    told.planned(sum(src.count(table.name) for table in plan.order))
+    done = 0
     for table in plan.order:
         digest = _Digest()
         held = tuple(
@@ -856,10 +885,13 @@ def _write_all(
         if any(fk.parent == table.name for fk in table.foreign_keys):
             rows = _parents_first(list(rows), table.columns, table)
         dst.delete_all(table.name)
-        dst.insert(table.name, table.columns, _prepared(rows, table, held, digest, updates))
+        prepared = _prepared(rows, table, held, digest, updates, told, done)
+        dst.insert(table.name, table.columns, prepared)
         if updates:
             later.append((table, held, updates))
         copied.append(CopiedTable(table.name, digest.rows, digest.hexdigest))
+        done += digest.rows
+        told.reached(done)
     for table, held, updates in later:
         dst.update(table.name, held, table.primary_key, updates)
     counters: list[CounterSet] = []
@@ -878,14 +910,24 @@ def _write_all(
 
 
 def _prepared(
-    rows: Iterable[Row], table: _Table, held: tuple[str, ...], digest: _Digest, updates: list[Row]
+    rows: Iterable[Row],
+    table: _Table,
+    held: tuple[str, ...],
+    digest: _Digest,
+    updates: list[Row],
+    told: UnitProgress,
+    before: int,
 ) -> Iterator[Row]:
     """``rows`` as written: each added to ``digest``; the ``held`` columns (a foreign key
-    that closes a cycle) written NULL and kept in ``updates`` (values, then the key)."""
+    that closes a cycle) written NULL and kept in ``updates`` (values, then the key);
+    ``told`` the rows written (``before`` those of earlier tables) every
+    :data:`PROGRESS_ROWS` rows."""
     at = [table.columns.index(c) for c in held]
     key = [table.columns.index(c) for c in table.primary_key]
     for row in rows:
         digest.add(row)
+        if digest.rows % PROGRESS_ROWS == 0:
+            told.reached(before + digest.rows)
         if at and any(row[i] is not None for i in at):
             updates.append(tuple(row[i] for i in at) + tuple(row[i] for i in key))
             row = tuple(None if i in at else v for i, v in enumerate(row))

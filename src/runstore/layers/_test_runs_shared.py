@@ -22,6 +22,7 @@ from typing import Protocol, TypeVar
 
 from returns.result import Failure, Result, Success
 
+from runstore.layers._progress import UnitProgress
 from runstore.services._primitives import and_then, check_callable
 from runstore.services._quarantine_rules import (
     check_fix_check,
@@ -202,37 +203,6 @@ class _TestRuns(ABC):
             earlier_running |= self._run_signatures(other)
         first_seen = self._first_seen(project, signatures)
         return new_signatures(signatures, first_seen, earlier_running, run_id)
-
-
-class _PruneProgress:
-    """Tell ``progress(done, total)`` how far a prune got, as ``DataStore.prune_runs`` says:
-    inside the unit, ``(done, total)`` for ``done < total`` only and never below a ``done``
-    already told (a unit run again after ``Busy`` plans again and repeats its first steps);
-    ``(total, total)`` once the unit committed."""
-
-    __slots__ = ("_progress", "_told", "_total")
-
-    def __init__(self, progress: Callable[[int, int], None] | None) -> None:
-        self._progress = progress
-        self._total = 0
-        self._told = -1
-
-    def planned(self, total: int) -> None:
-        """The unit's plan removes ``total`` runs."""
-        self._total = total
-        self.removed(0)
-
-    def removed(self, done: int) -> None:
-        """``done`` runs of the plan are deleted (not yet committed)."""
-        if self._progress is not None and self._told < done < self._total:
-            self._told = done
-            self._progress(done, self._total)
-
-    def committed(self, result: PruneRunsResult) -> PruneRunsResult:
-        """The prune committed: the last call, then ``result`` unchanged."""
-        if self._progress is not None:
-            self._progress(self._total, self._total)
-        return result
 
 
 class DataStoreBase(_TestRuns):
@@ -440,12 +410,12 @@ class DataStoreBase(_TestRuns):
     ) -> Result[PruneRunsResult, DataStoreError]:
         """See ``DataStore.prune_runs``; the rules are :func:`plan_prune`'s. Files nothing
         refers to are removed on every call, also when no run was pruned."""
-        told = _PruneProgress(progress)
+        told = UnitProgress(progress)
 
         def unit(policy: RunRetentionPolicy) -> Result[PruneRunsResult, DataStoreError]:
             plan = self._plan(policy)
             told.planned(len(plan.doomed))
-            return Success(PruneRunsResult(len(plan.doomed), self._prune(plan, told.removed)))
+            return Success(PruneRunsResult(len(plan.doomed), self._prune(plan, told.reached)))
 
         return and_then(
             check_callable(progress, "progress"),
