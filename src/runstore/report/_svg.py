@@ -19,6 +19,7 @@ __all__ = [
     "CHART_WIDTH",
     "STACK_ORDER",
     "Bar",
+    "ColumnTick",
     "Frame",
     "LineChart",
     "Point",
@@ -55,6 +56,14 @@ class Tick:
 
 
 @attrs.frozen
+class ColumnTick:
+    """A label under column ``index`` (a run), centred at ``at``."""
+
+    at: float
+    index: int
+
+
+@attrs.frozen
 class Frame:
     """The plot area inside the ``viewBox``: left, top, right and bottom edges."""
 
@@ -79,7 +88,7 @@ class RunsChart:
     per outcome (``segments``: ``(outcome, path data)``, outcomes of :data:`STACK_ORDER` that
     occur), the duration line as polylines (one per stretch of runs with a duration),
     ``count_ticks`` on the left axis, ``duration_ticks`` on the right (``durations_ms``
-    values, labelled by ``format_ms``) and ``x_ticks`` (run indexes) under the bars.
+    values, labelled by ``format_ms``) and ``x_ticks`` (runs to name) under the bars.
 
     Under the bars, in ``band``, the failing items of each run on a scale of their own
     (``failing_path``, ``failing_ticks``): one failure among thousands of passes is a sliver
@@ -94,7 +103,7 @@ class RunsChart:
     duration_lines: tuple[str, ...]
     count_ticks: tuple[Tick, ...]
     duration_ticks: tuple[Tick, ...]
-    x_ticks: tuple[Tick, ...]
+    x_ticks: tuple[ColumnTick, ...]
 
 
 @attrs.frozen
@@ -115,7 +124,7 @@ class LineChart:
     lines: tuple[str, ...]
     points: tuple[Point, ...]
     ticks: tuple[Tick, ...]
-    x_ticks: tuple[Tick, ...]
+    x_ticks: tuple[ColumnTick, ...]
 
 
 def _num(value: float) -> str:
@@ -145,16 +154,16 @@ def _slots(count: int, frame: Frame) -> float:
     return min((frame.right - frame.left) / max(count, 1), _MAX_SLOT)
 
 
-def _x_ticks(count: int, frame: Frame, slot: float, most: int = 6) -> tuple[Tick, ...]:
-    """Up to ``most`` evenly spread column indexes (first and last included), as
-    ``Tick(x centre, str(index))``; the template names the run of each index."""
+def _x_ticks(count: int, frame: Frame, slot: float, most: int = 6) -> tuple[ColumnTick, ...]:
+    """Up to ``most`` evenly spread columns (the first and the last included), each at its
+    centre; the template names the run of each."""
     if count == 0:
         return ()
     step = max(1, math.ceil((count - 1) / max(most - 1, 1)))
     indexes = sorted({*range(0, count, step), count - 1})
     if len(indexes) > 1 and indexes[-1] - indexes[-2] < step / 2:
         del indexes[-2]  # the last tick would crowd its neighbour
-    return tuple(Tick(frame.left + slot * (i + 0.5), str(i)) for i in indexes)
+    return tuple(ColumnTick(frame.left + slot * (i + 0.5), i) for i in indexes)
 
 
 def _stack(counts: dict[str, int], scale: float) -> list[tuple[str, float]]:
