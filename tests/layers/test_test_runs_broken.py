@@ -261,9 +261,10 @@ class PassThrough:
         return self.inner_reader.known_tests(project, nodeids)
 
     def run_cells(
-        self, run_ids: Iterable[RunId], *, outcomes: frozenset[Outcome] | None = None
+        self, run_ids: Iterable[RunId], *, nodeids: Iterable[str] | None = None,
+        outcomes: frozenset[Outcome] | None = None,
     ) -> Result[tuple[TestCell, ...], DataReaderError]:
-        return self.inner_reader.run_cells(run_ids, outcomes=outcomes)
+        return self.inner_reader.run_cells(run_ids, nodeids=nodeids, outcomes=outcomes)
 
     def failure_signatures(
         self, project: str, *, limit: int = 20, cursor: str | None = None

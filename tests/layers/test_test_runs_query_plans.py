@@ -149,6 +149,8 @@ OTHERS: dict[str, Callable[[Populated], Any]] = {
     "run_cells": lambda p: p.reader.run_cells([p.other, p.run]),
     "run_cells of failing items": lambda p: p.reader.run_cells(
         [p.other, p.run], outcomes=frozenset({Outcome.FAILED, Outcome.ERROR})),
+    "run_cells of given tests": lambda p: p.reader.run_cells(
+        [p.other, p.run], nodeids=[f"tests/test_m{i}.py::test_{i}[0]" for i in range(50)]),
 }
 
 

@@ -21,6 +21,7 @@ from runstore.report import (
     MAX_REPORT_MESSAGE_CHARS,
     MAX_REPORT_RUNS,
     MAX_REPORT_TEXT_CHARS,
+    MAX_STRIP_RUNS,
     ReportCaps,
     ReportData,
     collect_report,
@@ -168,6 +169,19 @@ def test_failing_sections_are_the_newest_runs_failures_with_history_and_verdict(
     assert [e.outcome for e in broken.history] == [
         Outcome.PASSED, Outcome.PASSED, Outcome.FAILED, Outcome.FAILED]
     assert [e.run_id for e in broken.history] == list(data.matrix_run_ids)
+    assert [e.recorded_at_ms for e in broken.history] == [
+        p.started_at_ms + 30_000 for p in data.runs]
+
+
+def test_a_strip_reaches_back_over_the_newest_reported_runs() -> None:
+    with opened() as c:
+        record_histories(c.get(DataStore), {"t.py::a": "P" * (MAX_STRIP_RUNS + 2) + "F"})
+        data = collected(c.get(DataReader))
+    (section,) = data.failing_tests
+    assert [e.run_id for e in section.history] == [
+        p.run_id for p in data.runs[-MAX_STRIP_RUNS:]]
+    assert section.history[-1].outcome is Outcome.FAILED
+    assert len(data.slowest[0].durations_ms) == MAX_STRIP_RUNS
 
 
 def test_signature_groups_name_the_tests_that_failed_with_them() -> None:
@@ -196,7 +210,7 @@ def test_the_slowest_tests_of_the_newest_run_with_their_trend() -> None:
     assert slowest.nodeid == "t.py::broken"  # ties by node id
     assert slowest.durations_ms == (10.0, 20.0, 30.0, 40.0)
     skipped = next(s for s in data.slowest if s.nodeid == "t.py::skipped")
-    assert skipped.durations_ms == ()  # skipped outcomes are not history
+    assert skipped.durations_ms == (10.0, 20.0, 30.0, 40.0)  # every run holding it
     assert skipped.outcome is Outcome.SKIPPED
 
 
@@ -329,8 +343,9 @@ def test_every_cap_and_order_holds_for_any_history(
     lines: dict[str, str], runs: int, caps: ReportCaps
 ) -> None:
     """For any recorded history: sections within their caps, each omitted count exactly what
-    the store holds beyond it, matrix rows in the documented order, their cells the items
-    ``tests`` lists, and every flaky verdict with a reason."""
+    the store holds beyond it, matrix rows (the newest run's tests and those failing in a
+    column) in the documented order, their cells the items ``tests`` lists, and every flaky
+    verdict with a reason."""
     histories = {"t.py::anchor": "PPPPP", **lines}  # every run holds at least one item
     with opened() as c:
         record_histories(c.get(DataStore), histories)
@@ -341,7 +356,11 @@ def test_every_cap_and_order_holds_for_any_history(
         assert data.matrix_run_ids == tuple(r.run_id for r in data.runs[-caps.matrix_runs:])
         items = {run: {t.nodeid: t for t in reader.tests(run).unwrap()}
                  for run in data.matrix_run_ids}
-        tested = set().union(*items.values())
+        newest = data.runs[-1].run_id
+        tested = set(items[newest]) | {
+            nodeid for by_test in items.values() for nodeid, item in by_test.items()
+            if item.outcome in FAILING_OUTCOMES
+        }
         assert len(data.matrix) == min(caps.matrix_rows, len(tested))
         assert len(data.matrix) + data.matrix_omitted == len(tested)
         for row in data.matrix:
@@ -355,7 +374,6 @@ def test_every_cap_and_order_holds_for_any_history(
         keys = [(_rank(r.classification, r.failing_cells), -r.failing_cells, r.nodeid)
                 for r in data.matrix]
         assert keys == sorted(keys)
-        newest = data.runs[-1].run_id
         failures = reader.failures(newest).unwrap()
         assert len(data.failing_tests) + data.failing_omitted == len(failures)
         assert [f.nodeid for f in data.failing_tests] == [f.nodeid for f in failures][
@@ -476,3 +494,12 @@ def test_every_layer_collects_the_same_report(other_layer: LayerFactory) -> None
     assert expected.failing_tests
     assert expected.matrix
     assert expected.signatures
+
+
+def test_a_test_only_an_older_column_holds_passing_has_no_row() -> None:
+    with opened() as c:
+        record_histories(c.get(DataStore), {"t.py::kept": "PPP", "t.py::removed": "PP.",
+                                            "t.py::failed": "F.."})
+        data = collected(c.get(DataReader))
+    assert [r.nodeid for r in data.matrix] == ["t.py::failed", "t.py::kept"]
+    assert data.matrix_omitted == 0

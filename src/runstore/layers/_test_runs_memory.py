@@ -716,9 +716,13 @@ class InMemoryDataReader(_Facts, DataReaderBase):
         ]
 
     def _cells(
-        self, run_ids: Sequence[int], outcomes: frozenset[Outcome] | None
+        self,
+        run_ids: Sequence[int],
+        nodeids: Sequence[str] | None,
+        outcomes: frozenset[Outcome] | None,
     ) -> Iterable[TestCell]:
         cases = self._state.cases
+        wanted = None if nodeids is None else frozenset(nodeids)
         return [
             TestCell(
                 RunId(run_id), c.nodeid, c.outcome, c.duration_ms, len(c.attempts),
@@ -726,7 +730,8 @@ class InMemoryDataReader(_Facts, DataReaderBase):
             )
             for run_id in run_ids
             for c in cases.get(run_id, {}).values()
-            if outcomes is None or c.outcome in outcomes
+            if (outcomes is None or c.outcome in outcomes)
+            and (wanted is None or c.nodeid in wanted)
         ]
 
     def _failing(self, run: RunFacts) -> Sequence[FailingItem]:

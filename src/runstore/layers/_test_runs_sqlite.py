@@ -1189,20 +1189,34 @@ class SqliteDataReader(_Facts, DataReaderBase):
         )
 
     def _cells(
-        self, run_ids: Sequence[int], outcomes: frozenset[Outcome] | None
+        self,
+        run_ids: Sequence[int],
+        nodeids: Sequence[str] | None,
+        outcomes: frozenset[Outcome] | None,
     ) -> Iterable[TestCell]:
         """One statement: the items of the runs (the ``(run_id, test_id)`` unique index, or
-        the partial index of failing items when only failing outcomes are asked), the node
-        id by key, and a failing item's first error's signature by ``test_errors_by_case``."""
-        sql = (
+        the partial index of failing items when only failing outcomes are asked) and their
+        node ids by key; with ``nodeids``, each run's tests by ``(project, nodeid)`` and their
+        items by ``(run_id, test_id)`` instead, so the cost follows the tests asked for, not
+        the size of the runs. A failing item's first error's signature by
+        ``test_errors_by_case``."""
+        columns = (
             "SELECT c.run_id, t.nodeid, c.outcome, c.duration_ms, c.attempts,"
             f" CASE WHEN c.outcome IN {_FAILING_SQL} THEN (SELECT e.signature FROM test_errors e"
             "  WHERE e.case_id = c.id AND e.attempt = 0 AND e.ordinal = 0 AND e.subtest IS NULL"
             "  ORDER BY e.depth LIMIT 1) END"
-            " FROM test_cases c JOIN tests t ON t.id = c.test_id"
-            " WHERE c.run_id IN (SELECT value FROM json_each(?))"
         )
-        params: list[Any] = [json.dumps(list(run_ids))]
+        params: list[Any] = []
+        if nodeids is None:
+            sql = (f"{columns} FROM test_cases c JOIN tests t ON t.id = c.test_id"
+                   " WHERE c.run_id IN (SELECT value FROM json_each(?))")
+        else:
+            sql = (f"{columns} FROM test_runs r CROSS JOIN tests t ON t.project = r.project"
+                   "  AND t.nodeid IN (SELECT value FROM json_each(?))"
+                   " CROSS JOIN test_cases c ON c.run_id = r.id AND c.test_id = t.id"
+                   " WHERE r.id IN (SELECT value FROM json_each(?))")
+            params.append(json.dumps(list(nodeids)))
+        params.append(json.dumps(list(run_ids)))
         if outcomes is not None:
             if not outcomes:
                 return ()

@@ -24,7 +24,9 @@ from runstore.report._model import (
     MAX_REPORT_MESSAGE_CHARS,
     MAX_REPORT_RUNS,
     MAX_REPORT_TEXT_CHARS,
+    MAX_STRIP_RUNS,
     FailingTest,
+    HistoryStrip,
     MatrixCell,
     MatrixRow,
     ReportCaps,
@@ -68,8 +70,8 @@ Progress = Callable[[int, int], None]
 """Told ``(done, total)`` after each step of a collection (``total`` is fixed per call)."""
 
 _STEPS = 7
-"""The steps :func:`collect_report` reports: the runs, their failing items, the matrix's
-cells, the verdicts and rows, the signatures, coverage and the slowest, the failing tests."""
+"""The steps :func:`collect_report` reports: the runs, their failing items, the verdicts,
+the matrix, the signatures, coverage and the slowest, the failing tests."""
 
 _FAILING_NOW = frozenset({Classification.NEW_FAILURE, Classification.PERSISTENT_FAILURE})
 
@@ -190,22 +192,18 @@ class _Collector:
             run.id: value(self.reader.failures(run.id)) for run in summaries
             if run.collection_errors or (run.id == newest.id and _has_failing(run))
         }
-        failing = _failing_by_run(
-            summaries,
-            value(self.reader.run_cells(
-                [r.id for r in summaries if _has_failing(r)], outcomes=FAILING_OUTCOMES
-            )),
-            collection,
-        )
+        failing_items = value(self.reader.run_cells(
+            [r.id for r in summaries if _has_failing(r)], outcomes=FAILING_OUTCOMES
+        ))
+        failing = _failing_by_run(summaries, failing_items, collection)
         self.step()
         matrix_runs = tuple(r.id for r in summaries[-caps.matrix_runs:])
-        cells = value(self.reader.run_cells(matrix_runs))
-        self.step()
         verdicts = {
             v.nodeid: v
             for v in value(self.reader.classify_unstable(newest.id, policy=self.policy))
         }
-        rows, rows_omitted = self.matrix(newest.id, matrix_runs, cells, verdicts)
+        self.step()
+        rows, rows_omitted = self.matrix(newest.id, matrix_runs, failing_items, verdicts)
         self.step()
         signatures, signatures_omitted = self.signatures(failing)
         self.step()
@@ -214,12 +212,17 @@ class _Collector:
             value(self.reader.coverage(coverage_run)).files,
             key=lambda f: (f.percent_covered, f.path),
         ))
-        slowest = self.slowest(newest.id)
-        self.step()
+        slowest = value(self.reader.slowest(newest.id, limit=caps.slowest))
         failures_now = collection.get(newest.id, ())
+        sections = failures_now[: caps.failing]
+        strips = self.strips(summaries[-MAX_STRIP_RUNS:], [
+            *(r.nodeid for r in sections if r.phase is not Phase.COLLECT),
+            *(t.nodeid for t in slowest),
+        ])
+        self.step()
         failing_tests = tuple(
-            self.failing_test(record, verdicts.get(record.nodeid))
-            for record in failures_now[: caps.failing]
+            self.failing_test(record, verdicts.get(record.nodeid), strips)
+            for record in sections
         )
         self.step()
         return ReportData(
@@ -231,7 +234,11 @@ class _Collector:
             matrix=tuple(rows),
             matrix_omitted=rows_omitted,
             signatures=signatures,
-            slowest=slowest,
+            slowest=tuple(
+                SlowTest(t.nodeid, t.duration_ms,
+                         tuple(e.duration_ms for e in strips.get(t.nodeid, ())), t.outcome)
+                for t in slowest
+            ),
             coverage_run_id=coverage_run,
             coverage_files=files[: caps.coverage_files],
             failing_tests=failing_tests,
@@ -276,45 +283,51 @@ class _Collector:
         self,
         newest: RunId,
         run_ids: Sequence[RunId],
-        cells: Sequence[TestCell],
+        failing: Sequence[TestCell],
         verdicts: dict[str, TestClassification],
     ) -> tuple[list[MatrixRow], int]:
         """The first ``caps.matrix_rows`` rows of the matrix in the report's order (see
-        ``ReportData.matrix``) and how many more there are; cells are drawn for the kept
-        rows only."""
-        by_test: dict[str, list[TestCell]] = {}
-        for cell in cells:
-            by_test.setdefault(cell.nodeid, []).append(cell)
-        held = {c.nodeid: c.outcome for c in cells if c.run_id == newest}
-        flaky = {} if len(held) == len(by_test) else {
+        ``ReportData.matrix``) and how many more there are. The rows are chosen from the
+        newest run's cells and the failing items of the reported runs (``failing``); then
+        the cells of the chosen rows alone are read, in one read."""
+        held = {c.nodeid: c.outcome for c in value(self.reader.run_cells([newest]))}
+        failing_cells: dict[str, int] = dict.fromkeys(held, 0)
+        columns = set(run_ids)
+        for cell in failing:
+            if cell.run_id in columns:
+                failing_cells[cell.nodeid] = failing_cells.get(cell.nodeid, 0) + 1
+        flaky = {} if len(held) == len(failing_cells) else {
             f.nodeid: f.because
             for f in value(self.reader.flaky_tests(self.project, policy=self.policy))
         }
         judged: list[tuple[int, int, str, Classification | None, Evidence | None]] = []
-        for nodeid, items in by_test.items():
+        for nodeid, count in failing_cells.items():
             classification, evidence = _verdict(nodeid, verdicts, held, flaky)
-            failing = sum(1 for c in items if c.outcome in FAILING_OUTCOMES)
-            judged.append((_rank(classification, failing), -failing, nodeid, classification,
+            judged.append((_rank(classification, count), -count, nodeid, classification,
                            evidence))
         judged.sort(key=lambda j: j[:3])
+        kept = judged[: self.caps.matrix_rows]
         column = {run_id: i for i, run_id in enumerate(run_ids)}
-        rows = []
-        for _, failing, nodeid, classification, evidence in judged[: self.caps.matrix_rows]:
-            line: list[MatrixCell | None] = [None] * len(run_ids)
-            for cell in by_test[nodeid]:
-                line[column[cell.run_id]] = MatrixCell(
-                    cell.outcome, cell.duration_ms, cell.attempts + 1
-                )
-            rows.append(MatrixRow(
+        lines: dict[str, list[MatrixCell | None]] = {
+            j[2]: [None] * len(run_ids) for j in kept
+        }
+        for cell in value(self.reader.run_cells(run_ids, nodeids=list(lines))) if kept else ():
+            lines[cell.nodeid][column[cell.run_id]] = MatrixCell(
+                cell.outcome, cell.duration_ms, cell.attempts + 1
+            )
+        rows = [
+            MatrixRow(
                 nodeid=nodeid,
                 classification=classification,
                 rule=None if evidence is None else evidence.rule,
                 because="" if evidence is None else evidence.summary,
-                cells=tuple(line),
+                cells=tuple(lines[nodeid]),
                 because_run_ids=() if evidence is None else evidence.run_ids,
-                failing_cells=-failing,
-            ))
-        return rows, max(0, len(judged) - self.caps.matrix_rows)
+                failing_cells=-count,
+            )
+            for _, count, nodeid, classification, evidence in kept
+        ]
+        return rows, len(judged) - len(kept)
 
     def signatures(
         self, failing: dict[RunId, list[tuple[str, str]]]
@@ -347,24 +360,24 @@ class _Collector:
             groups.append(SignatureGroup(found, tuple(nodeids[:cap]), max(0, len(nodeids) - cap)))
         return tuple(groups), omitted
 
-    def slowest(self, run_id: RunId) -> tuple[SlowTest, ...]:
-        return tuple(
-            SlowTest(
-                item.nodeid, item.duration_ms,
-                tuple(e.duration_ms for e in self.history(item.nodeid)), item.outcome,
+    def strips(self, runs: Sequence[RunSummary], nodeids: Sequence[str]) -> dict[
+        str, HistoryStrip
+    ]:
+        """The strip of each of ``nodeids`` over ``runs`` (oldest first), in one read."""
+        if not nodeids:
+            return {}
+        ended = {r.id: r.started_at_ms if r.finished_at_ms is None else r.finished_at_ms
+                 for r in runs}
+        strips: dict[str, list[StripEntry]] = {}
+        for cell in value(self.reader.run_cells(list(ended), nodeids=nodeids)):
+            strips.setdefault(cell.nodeid, []).append(
+                StripEntry(cell.run_id, cell.outcome, cell.duration_ms, ended[cell.run_id])
             )
-            for item in value(self.reader.slowest(run_id, limit=self.caps.slowest))
-        )
-
-    def history(self, nodeid: str) -> tuple[StripEntry, ...]:
-        """The test's stored history, oldest first (``()`` without any)."""
-        found = self.reader.history(self.project, nodeid)
-        if isinstance(found, Failure) and isinstance(found.failure(), NotFound):
-            return ()
-        return tuple(
-            StripEntry(e.run_id, e.outcome, e.duration_ms, e.recorded_at_ms)
-            for e in reversed(value(found))
-        )
+        order = {run_id: i for i, run_id in enumerate(ended)}
+        return {
+            nodeid: tuple(sorted(entries, key=lambda e: order[e.run_id]))  # type: ignore[index]
+            for nodeid, entries in strips.items()
+        }
 
     # -- records ----------------------------------------------------------------------------
 
@@ -390,7 +403,10 @@ class _Collector:
         )
 
     def failing_test(
-        self, record: FailureRecord, verdict: TestClassification | None
+        self,
+        record: FailureRecord,
+        verdict: TestClassification | None,
+        strips: dict[str, HistoryStrip],
     ) -> FailingTest:
         collection = record.phase is Phase.COLLECT
         text = record.text[-MAX_REPORT_TEXT_CHARS:]
@@ -408,7 +424,7 @@ class _Collector:
             frames=frames,
             signature=record.signature,
             streak=record.streak,
-            history=() if collection else self.history(record.nodeid),
+            history=() if collection else strips.get(record.nodeid, ()),
             phase=record.phase,
             rule=None if because is None else because.rule,
             text_truncated=(

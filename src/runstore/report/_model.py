@@ -32,6 +32,7 @@ __all__ = [
     "MAX_REPORT_MESSAGE_CHARS",
     "MAX_REPORT_RUNS",
     "MAX_REPORT_TEXT_CHARS",
+    "MAX_STRIP_RUNS",
     "FailingTest",
     "HistoryStrip",
     "MatrixCell",
@@ -119,9 +120,9 @@ class SignatureGroup:
 @attrs.frozen
 class SlowTest:
     """One of the slowest items of the newest run, slowest first (ties by node id), with
-    ``durations_ms`` its duration (ms) in each of its stored history entries, oldest first
-    (the trend; at most ``HISTORY_DEPTH``, ``()`` for a test without history, such as one of
-    a run still running). ``outcome`` is its outcome in the newest run."""
+    ``durations_ms`` its duration (ms) in each of the newest ``MAX_STRIP_RUNS`` reported
+    runs that hold it, oldest first (the trend; the newest run's duration last).
+    ``outcome`` is its outcome in the newest run."""
 
     nodeid: str
     duration_ms: float
@@ -131,8 +132,10 @@ class SlowTest:
 
 @attrs.frozen
 class StripEntry:
-    """One entry of a test's history strip: the run (None once pruned), its outcome,
-    duration (ms) and when it was recorded."""
+    """One entry of a test's history strip: the run, the test's outcome and duration (ms)
+    in it, and when the run finished (epoch ms; when it started, for a run still running).
+    ``run_id`` is None only in a strip made from stored history whose run was pruned (the
+    report's strips are made from its runs, which are all stored)."""
 
     run_id: RunId | None
     outcome: Outcome
@@ -141,7 +144,13 @@ class StripEntry:
 
 
 HistoryStrip = tuple[StripEntry, ...]
-"""A test's stored history, oldest first (at most ``HISTORY_DEPTH`` entries)."""
+"""A test's outcomes in the newest ``MAX_STRIP_RUNS`` reported runs that hold it, oldest
+first: one entry per run with an item of the test (skipped ones too), read with the matrix's
+``DataReader.run_cells``, so the strip lines up with the runs chart."""
+
+MAX_STRIP_RUNS = 50
+"""The runs a history strip or a slowest test's trend reaches back (the newest reported
+ones): as many as history keeps per test (``HISTORY_DEPTH``)."""
 
 
 @attrs.frozen
@@ -238,10 +247,11 @@ class ReportData:
       first by (start, id) (the runs-over-time chart);
     - ``matrix_run_ids``: the runs of the matrix's columns, oldest first (the newest of
       ``runs``, at most ``matrix_runs_cap``); ``matrix``: its rows, one per test with an
-      item in one of those runs, in this order: failing in the newest run
-      (``new_failure``, ``persistent_failure``), then ``flaky``, then ``recovered``, then
-      tests with a failing cell, then the rest; within each, most failing cells first, then
-      by node id. At most ``matrix_rows_cap`` rows, ``matrix_omitted`` tests left out (the
+      item in the newest run or a failed or errored item in one of those runs (a test that
+      only an older column holds, passing, has no row), in this order: failing in the newest
+      run (``new_failure``, ``persistent_failure``), then ``flaky``, then ``recovered``,
+      then tests with a failing cell, then the rest; within each, most failing cells first,
+      then by node id. At most ``matrix_rows_cap`` rows, ``matrix_omitted`` tests left out (the
       last in this order);
     - ``signatures``: failure signature groups of the project, newest last seen first, at
       most ``signatures_cap`` (``signatures_omitted`` older ones left out);

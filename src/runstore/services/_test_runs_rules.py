@@ -2720,11 +2720,15 @@ def _encodes(text: str) -> bool:
 
 
 def check_cells(
-    run_ids: object, outcomes: object
-) -> Result[tuple[tuple[RunId, ...], frozenset[Outcome] | None], InvalidInput]:
+    run_ids: object, nodeids: object, outcomes: object
+) -> Result[
+    tuple[tuple[RunId, ...], tuple[str, ...] | None, frozenset[Outcome] | None], InvalidInput
+]:
     """Check the arguments of ``run_cells``: the run ids (any iterable but a ``str``, of run
-    ids only, :func:`valid_run_id`; at most ``MAX_CELL_RUNS`` distinct), then the outcomes
-    (:func:`valid_outcomes`); the run ids to read deduplicated and ascending."""
+    ids only, :func:`valid_run_id`; at most ``MAX_CELL_RUNS`` distinct), the node ids (None,
+    or as :func:`check_known` checks them), then the outcomes (:func:`valid_outcomes`); the
+    run ids to read deduplicated and ascending, the node ids deduplicated without those no
+    write could store."""
     if isinstance(run_ids, str | bytes) or not isinstance(run_ids, Iterable):
         return Failure(InvalidInput("run_ids", f"must be run ids, got {_type_name(run_ids)}"))
     wanted: set[RunId] = set()
@@ -2737,7 +2741,13 @@ def check_cells(
         return Failure(InvalidInput(
             "run_ids", f"must name at most {MAX_CELL_RUNS} runs, got {len(wanted)}"
         ))
-    return valid_outcomes(outcomes).map(lambda only: (tuple(sorted(wanted)), only))
+    tests: tuple[str, ...] | None = None
+    if nodeids is not None:
+        known = check_known("", nodeids)
+        if isinstance(known, Failure):
+            return Failure(known.failure())
+        tests = known.unwrap()[1]
+    return valid_outcomes(outcomes).map(lambda only: (tuple(sorted(wanted)), tests, only))
 
 
 def session_id_problem(value: object, field: str = "start.session_id") -> InvalidInput | None:

@@ -1523,17 +1523,25 @@ class DataReader(Protocol):
         ...
 
     def run_cells(
-        self, run_ids: Iterable[RunId], *, outcomes: frozenset[Outcome] | None = None
+        self,
+        run_ids: Iterable[RunId],
+        *,
+        nodeids: Iterable[str] | None = None,
+        outcomes: frozenset[Outcome] | None = None,
     ) -> Result[tuple[TestCell, ...], DataReaderError]:
-        """The items of the runs ``run_ids`` (only those with ``outcomes`` when given) as
-        compact cells (``TestCell``: what a history matrix of tests by runs draws, without
-        phases, markers or payload), in one read, by run id, then node id. Repeated run ids
-        count once; an id no stored run has gives no cell (a run pruned since it was listed
-        is simply absent). Each cell equals the run's ``tests`` record in its fields, and a
-        failing cell's signature its ``failures`` record's.
+        """The items of the runs ``run_ids`` (only those of ``nodeids`` when given, only
+        those with ``outcomes`` when given) as compact cells (``TestCell``: what a history
+        matrix of tests by runs draws, without phases, markers or payload), in one read, by
+        run id, then node id. Repeated run ids and node ids count once; an id no stored run
+        has gives no cell (a run pruned since it was listed is simply absent), nor does a
+        node id no write could store (NUL, a lone surrogate). Each cell equals the run's
+        ``tests`` record in its fields, and a failing cell's signature its ``failures``
+        record's.
 
         Failures: ``InvalidInput`` for ``run_ids`` that is a ``str`` or not iterable, holds
         more than ``MAX_CELL_RUNS`` distinct ids (field ``run_ids``) or something that is
-        not a run id (``run_ids[i]``), or ``outcomes`` that is not a set of ``Outcome`` or
-        None; ``Busy``; ``StorageFailure``."""
+        not a run id (``run_ids[i]``); ``nodeids`` that is a ``str``, not iterable
+        (``nodeids``) or holds something that is not a ``str`` (``nodeids[i]``);
+        ``outcomes`` that is not a set of ``Outcome`` or None; ``Busy``;
+        ``StorageFailure``."""
         ...

@@ -1,13 +1,13 @@
 """The cells part of the test-run contract: ``DataReader.run_cells``, the compact items of
-many runs a history matrix of tests by runs draws in one read.
+many runs (of all or of given tests) a history matrix of tests by runs draws in one read.
 
 :class:`CellsContract` is mixed into ``TestRunsReaderContract`` and uses its ``reader`` and
 ``layer_factory`` fixtures, so every layer that runs the contract runs these. Its property
 records a few runs of drawn items (outcomes, earlier attempts, errors of a few signatures)
 in two projects, then asks for the cells of a drawn list of run ids (stored ones, repeats,
-ids no run has) with a drawn outcome filter, and checks them against what ``tests`` and
-``failures`` of each run answer: the cells are exactly those records' fields, in run id then
-node id order.
+ids no run has) with a drawn node id filter and outcome filter, and checks them against
+what ``tests`` and ``failures`` of each run answer: the cells are exactly those records'
+fields, in run id then node id order.
 """
 
 from __future__ import annotations
@@ -114,6 +114,9 @@ class CellsContract:
         runs=st.lists(st.tuples(st.sampled_from(["alpha", "beta"]), cell_items(), st.booleans()),
                       min_size=1, max_size=4),
         picks=st.lists(st.integers(0, 5), max_size=7),
+        tests=st.none() | st.lists(
+            st.sampled_from([*_NODEIDS, "t.py::\ud800", "t.py::\x00", "t.py::z"]), max_size=6
+        ),
         only=st.none() | st.frozensets(st.sampled_from(list(Outcome))),
     )
     def test_run_cells_are_the_items_tests_and_failures_describe(
@@ -121,12 +124,14 @@ class CellsContract:
         layer_factory: LayerFactory,
         runs: list[tuple[str, list[TestResult], bool]],
         picks: list[int],
+        tests: list[str] | None,
         only: frozenset[Outcome] | None,
     ) -> None:
         """Each asked run's cells are its ``tests`` records' fields (a failing one's
-        signature its ``failures`` record's), only ``outcomes`` when given, by run id then
-        node id; repeated ids count once, an id no run has gives nothing, a running run's
-        items are cells too."""
+        signature its ``failures`` record's), only ``nodeids`` and ``outcomes`` when given,
+        by run id then node id; repeated ids count once, an id no run has gives nothing, a
+        node id no write could store matches nothing, a running run's items are cells
+        too."""
         with ExitStack() as stack:
             c = _open(stack, layer_factory)
             store, reader = c.get(DataStore), c.get(DataReader)
@@ -145,22 +150,28 @@ class CellsContract:
             expected = [
                 cell for run_id in sorted(set(asked) - {unknown})
                 for cell in _expected(reader, run_id, only)
+                if tests is None or cell.nodeid in tests
             ]
-            assert list(_ok(reader.run_cells(asked, outcomes=only))) == expected
-            assert list(_ok(reader.run_cells(iter(asked), outcomes=only))) == expected
+            assert list(_ok(reader.run_cells(asked, nodeids=tests, outcomes=only))) == expected
+            assert list(_ok(reader.run_cells(
+                iter(asked), nodeids=None if tests is None else iter(tests), outcomes=only
+            ))) == expected
 
     @pytest.mark.parametrize(
-        ("run_ids", "outcomes", "field"),
-        [("12", None, "run_ids"), (7, None, "run_ids"), (None, None, "run_ids"),
-         ([1, "2"], None, "run_ids[1]"), ([True], None, "run_ids[0]"),
-         ([1.0], None, "run_ids[0]"), ([2**63], None, "run_ids[0]"),
-         (range(1, MAX_CELL_RUNS + 2), None, "run_ids"),
-         ([1], {"nope"}, "outcomes"), ([1], ["failed"], "outcomes")],
+        ("run_ids", "nodeids", "outcomes", "field"),
+        [("12", None, None, "run_ids"), (7, None, None, "run_ids"),
+         (None, None, None, "run_ids"), ([1, "2"], None, None, "run_ids[1]"),
+         ([True], None, None, "run_ids[0]"), ([1.0], None, None, "run_ids[0]"),
+         ([2**63], None, None, "run_ids[0]"), (range(1, MAX_CELL_RUNS + 2), None, None, "run_ids"),
+         ([1], "t.py::a", None, "nodeids"), ([1], 5, None, "nodeids"),
+         ([1], ["t.py::a", 3], None, "nodeids[1]"),
+         ([1], None, {"nope"}, "outcomes"), ([1], None, ["failed"], "outcomes"),
+         ("1", 5, {"nope"}, "run_ids"), ([1], 5, {"nope"}, "nodeids")],
     )
     def test_run_cells_refuses_what_names_no_runs(
-        self, reader: DataReader, run_ids: Any, outcomes: Any, field: str
+        self, reader: DataReader, run_ids: Any, nodeids: Any, outcomes: Any, field: str
     ) -> None:
-        result = reader.run_cells(run_ids, outcomes=outcomes)
+        result = reader.run_cells(run_ids, nodeids=nodeids, outcomes=outcomes)
         assert isinstance(result, Failure), result
         error = result.failure()
         assert isinstance(error, InvalidInput), error
@@ -173,3 +184,4 @@ class CellsContract:
         assert _ok(reader.run_cells(many)) == ()
         assert _ok(reader.run_cells([])) == ()
         assert _ok(reader.run_cells([RunId(1)], outcomes=frozenset())) == ()
+        assert _ok(reader.run_cells([RunId(1)], nodeids=[])) == ()

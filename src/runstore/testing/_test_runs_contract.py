@@ -932,6 +932,10 @@ class TestRunsMachine(RuleBasedStateMachine):
             self._same(f"run_cells(every run, outcomes={only})",
                        r.run_cells([self._sut_id(run) for run in every], outcomes=only),
                        m.run_cells(every, outcomes=only))
+        some = self.nodeids[::2]
+        self._same(f"run_cells(every run, nodeids={some})",
+                   r.run_cells([self._sut_id(run) for run in every], nodeids=some),
+                   m.run_cells(every, nodeids=some))
         if len(self.runs) >= 2:
             a, b = self.runs[-2], self.runs[-1]
             self._same(f"compare({a}, {b})", r.compare(self._sut_id(a), self._sut_id(b)),
