@@ -245,3 +245,36 @@ def test_db_copy_shows_no_bar_piped_or_as_json(tmp_path: Path, terminal: bool) -
     assert_no_bar(ran, "copying rows")
     if terminal:
         assert json.loads(ran.stdout)["copied"] is True
+
+
+def test_prune_dry_run_as_json_shows_no_spinner(tmp_path: Path) -> None:
+    db = _recorded(tmp_path / "runs.db", 8)
+    ran = runstore(tmp_path, "--db", str(db), "--format", "json", "prune", "--keep-runs", "5",
+                   "--dry-run", terminal=True)
+    assert ran.code == 0, ran.stderr
+    assert_no_bar(ran, "planning the prune")
+    assert json.loads(ran.stdout)["pruned_runs"] == 3
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def test_report_draws_a_bar_while_collecting(tmp_path: Path) -> None:
+    db = _recorded(tmp_path / "runs.db", 6)
+    page = tmp_path / "report.html"
+    ran = runstore(tmp_path, "--db", str(db), "report", "-o", str(page), terminal=True)
+    assert ran.code == 0, ran.stderr
+    assert drew_bar(ran.stderr, "collecting the report")
+    assert page.stat().st_size > 0
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_report_shows_no_bar_piped_or_as_json(tmp_path: Path, terminal: bool) -> None:
+    db = _recorded(tmp_path / "runs.db", 6)
+    args: tuple[str, ...] = ("--format", "json") if terminal else ()
+    ran = runstore(tmp_path, "--db", str(db), *args, "report", "-o",
+                   str(tmp_path / "report.html"), terminal=terminal)
+    assert ran.code == 0, ran.stderr
+    assert_no_bar(ran, "collecting the report")
+    if terminal:
+        assert json.loads(ran.stdout)["runs"] == 6
