@@ -274,9 +274,11 @@ class Seen:
 
 @contextmanager
 def opened(browser: Browser, path: Path, *, javascript: bool = True) -> Iterator[tuple[Page, Seen]]:
-    """``path`` open in a fresh context of ``browser`` (its own cache, 1280 px wide), with what
-    the page does recorded from before it starts loading."""
-    context = browser.new_context(viewport=VIEWPORT, java_script_enabled=javascript)
+    """``path`` open in a fresh context of ``browser`` (its own cache, 1280 px wide, a light
+    colour scheme), with what the page does recorded from before it starts loading."""
+    context = browser.new_context(
+        viewport=VIEWPORT, java_script_enabled=javascript, color_scheme="light"
+    )
     seen = Seen()
     context.on("request", lambda request: seen.requests.append(request.url))
     # Recorded above, and never sent: the test reaches no server whatever the page asks for.
