@@ -78,16 +78,16 @@ def _drain(fd: int, into: list[bytes]) -> None:
         into.append(chunk)
 
 
-def runstore(tmp_path: Path, *args: str, terminal: bool) -> Ran:
-    """Run ``runstore ARGS`` with standard error on a pseudo-terminal (``terminal``) or a
-    pipe."""
+def runstore(tmp_path: Path, *args: str, terminal: bool, probe: str = _PROBE) -> Ran:
+    """Run ``runstore ARGS`` (or another ``probe`` script given ARGS) with standard error on
+    a pseudo-terminal (``terminal``) or a pipe."""
     report = tmp_path / "probe.json"
-    command = [sys.executable, "-c", _PROBE, str(report), *args]
+    command = [sys.executable, "-c", probe, str(report), *args]
     if not terminal:
         done = subprocess.run(command, capture_output=True, text=True, env=_ENV, timeout=300,
                               stdin=subprocess.DEVNULL, check=False)
-        probe = json.loads(report.read_text())
-        return Ran(probe["code"], done.stdout, done.stderr, probe["rich"])
+        told = json.loads(report.read_text())
+        return Ran(told["code"], done.stdout, done.stderr, told["rich"])
     parent, child = os.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     chunks: list[bytes] = []
@@ -104,9 +104,9 @@ def runstore(tmp_path: Path, *args: str, terminal: bool) -> Ran:
         if child != -1:
             os.close(child)
         os.close(parent)
-    probe = json.loads(report.read_text())
-    return Ran(probe["code"], stdout.decode(), b"".join(chunks).decode(errors="replace"),
-               probe["rich"])
+    told = json.loads(report.read_text())
+    return Ran(told["code"], stdout.decode(), b"".join(chunks).decode(errors="replace"),
+               told["rich"])
 
 
 def drew_bar(stderr: str, description: str) -> bool:
@@ -121,6 +121,28 @@ def assert_no_bar(ran: Ran, description: str) -> None:
     assert "━" not in ran.stderr
     assert "\x1b" not in ran.stderr
     assert ran.rich is False
+
+
+_WRITES_DURING_A_BAR = """
+import json, sys
+import click
+from runstore.cli._output import progress_on_terminal
+with progress_on_terminal("working", 3) as advance:
+    for n in range(1, 4):
+        click.echo(f"line {n}")
+        print(f"print {n}")
+        advance(n)
+with open(sys.argv[1], "w") as out:
+    json.dump({"code": 0, "rich": "rich" in sys.modules}, out)
+"""
+
+
+def test_standard_output_written_during_a_bar_stays_on_standard_output(tmp_path: Path) -> None:
+    ran = runstore(tmp_path, terminal=True, probe=_WRITES_DURING_A_BAR)
+    assert drew_bar(ran.stderr, "working")
+    assert ran.stdout == "".join(f"line {n}\nprint {n}\n" for n in range(1, 4))
+    assert "line" not in ran.stderr
+    assert "print" not in ran.stderr
 
 
 # -- sessions import -----------------------------------------------------------------------------

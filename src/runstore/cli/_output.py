@@ -111,7 +111,8 @@ def progress_on_terminal(
     ``total`` is how many units the work has (None: not known yet, the bar pulses until an
     ``advance`` gives one). The bar shows ``description``, the percentage done, ``done/total``
     (with ``unit="bytes"``: sizes in kB/MB) and the time left, and is erased when the block
-    ends. Drawn only when standard error is a terminal, the output format is not JSON and
+    ends; lines written on standard error meanwhile are printed above it, standard output is
+    left alone. Drawn only when standard error is a terminal, the output format is not JSON and
     ``total`` (when known) is at least ``at_least`` units (work too small for a bar shows
     none); otherwise (CI, pipes, JSON consumers) ``advance`` does nothing and rich is not
     loaded.
@@ -137,6 +138,7 @@ def progress_on_terminal(
         TimeRemainingColumn(),
         console=console(stderr=True),
         transient=True,
+        redirect_stdout=False,  # standard output may be a file (report -o -): never the bar's
     ) as bar:
         task = bar.add_task(description, total=total)
 
