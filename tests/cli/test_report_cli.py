@@ -3,10 +3,14 @@ refuses an unknown project (exit 1) or a bad ``--runs`` (exit 2) without writing
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -159,3 +163,38 @@ def test_only_the_report_loads_jinja2(db: Path, args: list[str], loads: bool) ->
                           capture_output=True, text=True, check=False, timeout=120)
     report = json.loads(done.stderr.strip().splitlines()[-1])
     assert report == {"code": 0, "jinja2": loads}
+
+
+def test_a_symbolic_link_keeps_pointing_at_the_page(db: Path) -> None:
+    """The page replaces the file a link names, not the link itself."""
+    (db.parent / "site").mkdir()
+    link = db.parent / "latest.html"
+    link.symlink_to(Path("site") / "report.html")
+    done = _run(db, "report", "--project", "zoo", "-o", "latest.html")
+    assert done.exit_code == 0, done.output
+    assert link.is_symlink()
+    assert (db.parent / "site" / "report.html").read_text(encoding="utf-8").startswith(
+        "<!doctype html>")
+    assert sorted(p.name for p in (db.parent / "site").iterdir()) == ["report.html"]
+
+
+def test_a_named_pipe_is_written_to_and_stays_a_pipe(db: Path) -> None:
+    """``-o`` a FIFO (or ``/dev/stdout``, ``/dev/null``) writes into it: a rename over it
+    would replace the pipe or device with a plain file."""
+    fifo = db.parent / "page.fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        done = _run(db, "report", "--project", "zoo", "-o", "page.fifo")
+        reader.join(timeout=30)
+        assert done.exit_code == 0, done.output
+        assert stat.S_ISFIFO(fifo.lstat().st_mode)
+        assert received
+        assert received[0].startswith(b"<!doctype html>")
+        assert _written(db.parent) == ["page.fifo"]
+    finally:
+        if reader.is_alive():  # nothing wrote into the pipe: let the reader end
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

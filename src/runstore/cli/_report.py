@@ -54,13 +54,24 @@ def _html(services: Services, project: str | None, runs: int) -> tuple[str, str,
 
 
 def _write(services: Services, output: str, page: bytes) -> None:
-    """Write ``page`` to ``output`` whole or not at all: into ``output.partial`` beside it,
-    then renamed over it; a folder that is missing or not writable ends the command."""
-    partial = f"{output}.partial"
+    """Write ``page`` to ``output`` whole or not at all: into ``FILE.partial`` beside the
+    file ``output`` names (a symbolic link's target, so the link stays), then renamed over
+    it; a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to directly,
+    as a rename would put a file in its place. A folder that is missing or not writable
+    ends the command."""
+    target = os.path.realpath(output)
+    if os.path.exists(target) and not os.path.isfile(target):  # click refuses a folder
+        try:
+            with open(target, "wb") as out:
+                out.write(page)
+        except OSError as exc:
+            services.fail(f"cannot write {output}: {exc.strerror or exc}")
+        return
+    partial = f"{target}.partial"
     try:
         with open(partial, "wb") as out:
             out.write(page)
-        os.replace(partial, output)
+        os.replace(partial, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(partial)
