@@ -160,10 +160,10 @@ def test_an_ascii_standard_output_gets_the_ascii_charts(db: Path) -> None:
     assert_snapshot("history-ascii", done.stdout.decode("ascii"))
 
 
-def _on_a_terminal(db: Path, *args: str) -> str:
-    """What ``runstore --db DB ARGS`` writes to a pseudo-terminal of ``COLUMNS`` columns."""
+def _on_a_terminal(db: Path, *args: str, columns: int = 100) -> str:
+    """What ``runstore --db DB ARGS`` writes to a pseudo-terminal of ``columns`` columns."""
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
-    env.update(ENV, TERM="xterm-256color")
+    env.update(ENV, TERM="xterm-256color", COLUMNS=str(columns))
     leader, follower = pty.openpty()
     with subprocess.Popen(
         [sys.executable, "-c", "from runstore.cli import cli; cli.main()", "--db", str(db),
@@ -205,3 +205,22 @@ def test_a_terminal_gets_the_same_charts_in_colour(
 def test_json_output_has_no_chart(db: Path, name: str, args: tuple[str, ...]) -> None:
     """The charts are text only: the JSON documents are as they were before them."""
     assert_snapshot(name, _output(db, "--format", "json", *args))
+
+
+@pytest.mark.parametrize(("args", "columns", "line", "says"), [
+    (("trends",), 34, "failing   ▁█▁█▁▁  0 to 1", "(charts: the newest 6)"),
+    (("history", "test_total"), 60,
+     "outcome   E✓✗✓  newest 4 of 7: 2 passed, 1 failed, 1 error", ""),
+], ids=["trends", "history"])
+def test_a_narrow_terminal_charts_the_newest_runs_that_fit(
+    db: Path, args: tuple[str, ...], columns: int, line: str, says: str
+) -> None:
+    """A chart line never wraps on a terminal: it draws the newest runs that fit beside its
+    label and note, and says how many; piped, it draws them all (the snapshots)."""
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", _on_a_terminal(db, *args, columns=columns))
+    lines = shown.splitlines()
+    charts = [text for text in lines if text.startswith(("failing ", "took ", "coverage ",
+                                                        "outcome "))]
+    assert line in charts
+    assert max(len(text) for text in charts) <= columns
+    assert says in " ".join(lines)

@@ -631,6 +631,29 @@ def _chart_line(label: str, chart: str | Text, note: str) -> Text:
     return Text.assemble(f"{label:<10}", chart, "  ", note)
 
 
+def _chart_room() -> int | None:
+    """The columns a chart line may take: the terminal's on a terminal; None (no limit)
+    when standard output is not one, where lines stay whole as the tables' do."""
+    if not sys.stdout.isatty():
+        return None
+    return console().width
+
+
+def _fitted(draw: Callable[[int], list[Text]], count: int,
+            room: int | None) -> tuple[int, list[Text]]:
+    """The chart lines ``draw(n)`` draws of the newest ``n`` of ``count`` values, for the
+    largest ``n`` whose every line fits in ``room`` columns (all ``count`` when ``room`` is
+    None; at least one value), and that ``n``: a chart that wrapped would no longer read
+    as one line per series."""
+    shown = count
+    while True:
+        lines = draw(shown)
+        widest = max((line.cell_len for line in lines), default=0)
+        if room is None or widest <= room or shown <= 1:
+            return shown, lines
+        shown = max(1, min(shown - 1, shown - (widest - room)))
+
+
 # -- commands -----------------------------------------------------------------------------------
 
 
@@ -1265,7 +1288,7 @@ def history(nodeid: str, project: str | None) -> None:
     outcome (a check mark passed, a ballot X failed, then pytest's E error, s skipped,
     x xfailed, X xpassed; pytest's . and F where standard output cannot write the marks)
     and a sparkline of the durations, scaled between the shortest and the longest shown
-    beside it.
+    beside it (on a terminal, the newest outcomes that fit its width).
 
     Each row keeps the first error message of a failing outcome, the git commit (with
     "+dirty" for uncommitted changes), the code fingerprint of the code the test ran (its
@@ -1286,7 +1309,8 @@ def history(nodeid: str, project: str | None) -> None:
             return
         table = _table("run", "outcome", "took", "recorded", "commit", "code", "reruns",
                        "message")
-        charts = _history_charts(entries, _glyphs())
+        _, charts = _fitted(lambda n: _history_charts(entries[:n], _glyphs(), len(entries)),
+                            len(entries), _chart_room())
         for entry in entries:
             commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
             _row(table, entry.run_id if entry.run_id is not None else "(pruned)",
@@ -1296,9 +1320,12 @@ def history(nodeid: str, project: str | None) -> None:
         _print(resolved, *charts, table)
 
 
-def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs) -> list[Text]:
+def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs,
+                    of: int | None = None) -> list[Text]:
     """The outcome strip and the duration sparkline of ``entries`` (newest first, as
-    ``DataReader.history`` gives them), drawn oldest to newest; none without entries."""
+    ``DataReader.history`` gives them), drawn oldest to newest; none without entries.
+    ``of``: how many entries there are when ``entries`` are only the newest of them (the
+    strip's note then says "newest N of OF" instead of "oldest -> newest")."""
     if not entries:
         return []
     oldest = entries[::-1]
@@ -1307,9 +1334,10 @@ def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs) -> list[T
         counts[entry.outcome.value] = counts.get(entry.outcome.value, 0) + 1
     durations = [e.duration_ms for e in oldest]
     strip = styled(outcome_strip((e.outcome for e in oldest), glyphs), glyphs)
+    shown = (f"newest {len(entries)} of {of}" if of is not None and of > len(entries)
+             else f"oldest {glyphs.arrow} newest")
     return [
-        _chart_line("outcome", strip,
-                    f"oldest {glyphs.arrow} newest: {', '.join(_outcome_counts(counts))}"),
+        _chart_line("outcome", strip, f"{shown}: {', '.join(_outcome_counts(counts))}"),
         _chart_line("took", sparkline(durations, glyphs), _span(durations, _duration)),
     ]
 
@@ -1559,8 +1587,7 @@ def _trend_charts(
     ordered: list[RunSummary], covered: dict[RunId, float], glyphs: Glyphs
 ) -> list[Text]:
     """Sparklines of the runs' failing items, durations and coverage, oldest to newest
-    (one cell per run, a gap where a run has no value), and the legend of the outcome
-    bars; none without runs."""
+    (one cell per run, a gap where a run has no value); none without runs."""
     if not ordered:
         return []
     failing: list[float | None] = [_failing_items(r) for r in ordered]
@@ -1570,7 +1597,6 @@ def _trend_charts(
         _chart_line("failing", sparkline(failing, glyphs), _span(failing, lambda v: str(int(v)))),
         _chart_line("took", sparkline(took, glyphs), _span(took, _duration, "not finished")),
         _chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage")),
-        _bar_legend(glyphs),
     ]
 
 
@@ -1594,8 +1620,9 @@ def trends(project: str | None, limit: int) -> None:
 
     Text output starts with sparklines of the runs' failing items, durations and coverage
     (one cell per run, oldest to newest, scaled between the smallest and the largest value
-    shown beside each; a gap for a run without one), and draws each run's items as a bar of
-    20 cells: passed (and xpassed), failing (failed, error), skipped (and xfailed).
+    shown beside each; a gap for a run without one; on a terminal, the newest runs that fit
+    its width), and draws each run's items as a bar of 20 cells: passed (and xpassed),
+    failing (failed, error), skipped (and xfailed).
 
     \b
     JSON: {"project": NAME, "runs": [{"run_id", "started_at_ms", "status", "counts",
@@ -1617,8 +1644,12 @@ def trends(project: str | None, limit: int) -> None:
             _row(table, run.id, _when(run.started_at_ms), run.status.value, run.total,
                  _failing_items(run), "-" if cover is None else _percent(cover),
                  _seconds(_took_ms(run)), styled(bar, glyphs))
-        _print(f"{name}: last {len(ordered)} runs, oldest first",
-               *_trend_charts(ordered, covered, glyphs), table)
+        shown, charts = _fitted(lambda n: _trend_charts(ordered[len(ordered) - n:], covered,
+                                                        glyphs),
+                                len(ordered), _chart_room())
+        cut = f" (charts: the newest {shown})" if shown < len(ordered) else ""
+        legend = [_bar_legend(glyphs)] if ordered else []
+        _print(f"{name}: last {len(ordered)} runs, oldest first{cut}", *charts, *legend, table)
 
 
 @click.command()
