@@ -52,6 +52,15 @@ def test_each_run_gets_a_bar_and_its_outcomes_stack_inside_the_plot() -> None:
     assert chart.frame.bottom < chart.band.top < chart.band.bottom <= CHART_HEIGHT
 
 
+@pytest.mark.parametrize(("items", "labels"), [
+    (1, ["0", "1"]), (3, ["0", "5"]), (8, ["0", "5", "10"]), (25, ["0", "25"]),
+    (40, ["0", "25", "50"]),
+])
+def test_the_count_axis_names_whole_items_only(items: int, labels: list[str]) -> None:
+    chart = runs_chart([{"passed": items}], [1000.0], [0])
+    assert [t.label for t in chart.count_ticks] == labels
+
+
 def test_one_failure_among_thousands_still_shows() -> None:
     chart = runs_chart([{"passed": 5000, "failed": 1}], [None], [1])
     (failed,) = _rects(dict(chart.segments)["failed"])

@@ -249,7 +249,8 @@ def runs_chart(
         for bar, n in zip(bars, failing, strict=True) if n > 0)
     failing_ticks = (Tick(band.bottom, "0"), Tick(band.top, f"{top_failing:g}"))
     count_ticks = tuple(Tick(frame.bottom - height * f, f"{top_count * f:g}")
-                        for f in (0.0, 0.5, 1.0))
+                        for f in (0.0, 0.5, 1.0)
+                        if (top_count * f).is_integer())  # no half an item (0.5, 12.5)
     duration_ticks = tuple(Tick(frame.bottom - height * f, str(label(top_ms * f)))
                            for f in (0.0, 0.5, 1.0)) if known else ()
     return RunsChart(
