@@ -224,3 +224,15 @@ def test_a_narrow_terminal_charts_the_newest_runs_that_fit(
     assert line in charts
     assert max(len(text) for text in charts) <= columns
     assert says in " ".join(lines)
+
+
+def test_a_terminal_too_narrow_for_the_whole_bar_gets_a_shorter_one(db: Path) -> None:
+    """On 80 columns the outcome bars give up cells so that each run stays one line (a
+    bar of 20 pushed the table past the width and rich wrapped every row in two)."""
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", _on_a_terminal(db, "trends", columns=80))
+    lines = shown.splitlines()
+    rows = lines[[line.startswith("run ") for line in lines].index(True) + 1:]
+    assert [line.split()[0] for line in rows] == [str(i) for i in range(1, len(PLAN) + 1)]
+    assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
+    assert {len(line.rstrip()) for line in rows} == {80}  # the bars take what is left
+    assert {len(line.rstrip().rsplit("  ", 1)[-1]) for line in rows} <= set(range(8, 20))

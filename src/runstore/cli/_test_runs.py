@@ -17,7 +17,7 @@ import math
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -1611,6 +1611,22 @@ def _bar_legend(glyphs: Glyphs) -> Text:
     return legend
 
 
+_TREND_COLUMNS = ("run", "started", "status", "items", "failing", "coverage", "took")
+"""The columns of the trends table before its outcome bars."""
+
+
+def _bar_width(rows: Sequence[tuple[object, ...]], room: int | None) -> int:
+    """The cells of the trends table's outcome bars: ``BAR_WIDTH``, fewer (down to the
+    width of the column's heading) on a terminal of ``room`` columns too narrow for the
+    other columns of ``rows`` (the cells before the bar), their gaps of two and a full bar,
+    so that each run stays one line."""
+    if room is None:
+        return BAR_WIDTH
+    others = sum(max(len(str(cell)) for cell in column)
+                 for column in zip(_TREND_COLUMNS, *rows, strict=True))
+    return max(len("outcomes"), min(BAR_WIDTH, room - others - 2 * len(_TREND_COLUMNS)))
+
+
 @click.command()
 @project_option
 @_limit_option(20, "How many recent runs.")
@@ -1621,8 +1637,9 @@ def trends(project: str | None, limit: int) -> None:
     Text output starts with sparklines of the runs' failing items, durations and coverage
     (one cell per run, oldest to newest, scaled between the smallest and the largest value
     shown beside each; a gap for a run without one; on a terminal, the newest runs that fit
-    its width), and draws each run's items as a bar of 20 cells: passed (and xpassed),
-    failing (failed, error), skipped (and xfailed).
+    its width), and draws each run's items as a bar of 20 cells (fewer on a terminal too
+    narrow for the table): passed (and xpassed), failing (failed, error), skipped (and
+    xfailed).
 
     \b
     JSON: {"project": NAME, "runs": [{"run_id", "started_at_ms", "status", "counts",
@@ -1636,14 +1653,16 @@ def trends(project: str | None, limit: int) -> None:
             emit_json(_trends_json(name, ordered, covered))
             return
         glyphs = _glyphs()
-        table = _table("run", "started", "status", "items", "failing", "coverage", "took")
-        table.add_column("outcomes", no_wrap=True, min_width=BAR_WIDTH)
-        for run in ordered:
-            cover = covered.get(run.id)
-            bar = stacked_bar(bar_counts(run.counts), BAR_WIDTH, glyphs)
-            _row(table, run.id, _when(run.started_at_ms), run.status.value, run.total,
-                 _failing_items(run), "-" if cover is None else _percent(cover),
-                 _seconds(_took_ms(run)), styled(bar, glyphs))
+        rows = [(run.id, _when(run.started_at_ms), run.status.value, run.total,
+                 _failing_items(run),
+                 "-" if covered.get(run.id) is None else _percent(covered[run.id]),
+                 _seconds(_took_ms(run))) for run in ordered]
+        width = _bar_width(rows, _chart_room())
+        table = _table(*_TREND_COLUMNS)
+        table.add_column("outcomes", no_wrap=True, min_width=width)
+        for run, row in zip(ordered, rows, strict=True):
+            bar = stacked_bar(bar_counts(run.counts), width, glyphs)
+            _row(table, *row, styled(bar, glyphs))
         shown, charts = _fitted(lambda n: _trend_charts(ordered[len(ordered) - n:], covered,
                                                         glyphs),
                                 len(ordered), _chart_room())
