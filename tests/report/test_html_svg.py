@@ -124,3 +124,17 @@ def test_a_sparkline_puts_the_largest_value_on_top_and_a_flat_one_in_the_middle(
     ys = _numbers(sparkline([1.0, 3.0, 2.0], 120, 22))[1::2]
     assert ys.index(min(ys)) == 1
     assert set(_numbers(sparkline([5.0, 5.0], 120, 22))[1::2]) == {11.0}
+
+
+@pytest.mark.parametrize("runs", [1, 2, 4, 12, 100, 500])
+def test_few_or_many_runs_spread_over_the_whole_width(runs: int) -> None:
+    chart = runs_chart([{"passed": 3}] * runs, [10.0] * runs, [0] * runs)
+    width = chart.frame.right - chart.frame.left
+    assert chart.bars[0].x == pytest.approx(chart.frame.left)
+    assert chart.bars[-1].x + chart.bars[-1].width == pytest.approx(chart.frame.right)
+    rects = _rects(dict(chart.segments)["passed"])
+    assert all(0 < w <= 48 for _, _, w, _ in rects)  # a handful of runs are no slabs
+    centres = [x + w / 2 for x, _, w, _ in rects]
+    assert centres[-1] - centres[0] >= width * (1 - 1 / runs) - 0.5
+    points = line_chart([50.0] * runs).points
+    assert points[-1].x - points[0].x >= width * (1 - 1 / runs) - 0.5

@@ -37,8 +37,9 @@ _LEFT, _RIGHT, _TOP, _BOTTOM = 44.0, 56.0, 10.0, 26.0
 _BAND = 56.0
 """Height of the failing band under the runs chart's bars (user units)."""
 _BAND_GAP = 18.0
-_MAX_SLOT = 40.0
-"""Widest column per run (user units): a handful of runs do not become slabs."""
+_MAX_BAR = 48.0
+"""Widest bar drawn in a run's column (user units): the columns share the whole plot width,
+but a handful of runs do not become slabs."""
 _MIN_SEGMENT = 1.5
 """Least height of a non-zero segment, so 1 failure among 5,000 passes still shows."""
 
@@ -150,8 +151,9 @@ def _frame(height: float = CHART_HEIGHT) -> Frame:
 
 
 def _slots(count: int, frame: Frame) -> float:
-    """The width each of ``count`` columns gets (at most ``_MAX_SLOT``)."""
-    return min((frame.right - frame.left) / max(count, 1), _MAX_SLOT)
+    """The width each of ``count`` columns gets: the plot's width shared evenly, so one
+    run or 500 use all of it."""
+    return (frame.right - frame.left) / max(count, 1)
 
 
 def _x_ticks(count: int, frame: Frame, slot: float, most: int = 6) -> tuple[ColumnTick, ...]:
@@ -222,7 +224,8 @@ def runs_chart(
     band = Frame(whole.left, whole.bottom - _BAND, whole.right, whole.bottom)
     height = frame.bottom - frame.top
     slot = _slots(len(counts), frame)
-    gap = min(slot * 0.2, 4.0)
+    drawn = min(slot - min(slot * 0.2, 4.0), _MAX_BAR)
+    gap = slot - drawn
     top_count = nice_ceiling(max((sum(c.values()) for c in counts), default=0))
     known = [d for d in durations_ms if d is not None and math.isfinite(d)]
     top_ms = nice_ceiling(max(known, default=0.0))
@@ -235,8 +238,8 @@ def runs_chart(
         y = frame.bottom
         for name, h in _stack(run_counts, height / top_count):
             y -= h
-            paths[name].append(f"M{_num(x + gap / 2)} {_num(y)}h{_num(slot - gap)}v{_num(h)}"
-                               f"h-{_num(slot - gap)}z")
+            paths[name].append(f"M{_num(x + gap / 2)} {_num(y)}h{_num(drawn)}v{_num(h)}"
+                               f"h-{_num(drawn)}z")
         if duration is None or not math.isfinite(duration):
             line.append(None)
         else:
@@ -244,8 +247,8 @@ def runs_chart(
     top_failing = nice_ceiling(max(failing, default=0))
     band_scale = (band.bottom - band.top) / top_failing
     failing_path = "".join(
-        f"M{_num(bar.x + gap / 2)} {_num(band.bottom - n * band_scale)}h{_num(slot - gap)}"
-        f"V{_num(band.bottom)}h-{_num(slot - gap)}z"
+        f"M{_num(bar.x + gap / 2)} {_num(band.bottom - n * band_scale)}h{_num(drawn)}"
+        f"V{_num(band.bottom)}h-{_num(drawn)}z"
         for bar, n in zip(bars, failing, strict=True) if n > 0)
     failing_ticks = (Tick(band.bottom, "0"), Tick(band.top, f"{top_failing:g}"))
     count_ticks = tuple(Tick(frame.bottom - height * f, f"{top_count * f:g}")
