@@ -198,3 +198,14 @@ def test_a_named_pipe_is_written_to_and_stays_a_pipe(db: Path) -> None:
         if reader.is_alive():  # nothing wrote into the pipe: let the reader end
             with contextlib.suppress(OSError):
                 os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.mark.parametrize("name", ["runstore.db", "./runstore.db", "runstore.db-wal"])
+def test_the_database_it_reads_is_never_written_over(db: Path, name: str) -> None:
+    before = db.read_bytes()
+    done = _run(db, "report", "--project", "zoo", "-o", name)
+    assert done.exit_code == 1
+    assert "is the database the report reads" in done.stderr
+    assert db.read_bytes() == before
+    assert _written(db.parent) == []
+    assert _run(db, "runs", "--project", "zoo").exit_code == 0

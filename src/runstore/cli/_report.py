@@ -53,13 +53,20 @@ def _html(services: Services, project: str | None, runs: int) -> tuple[str, str,
     return name, render_html(data), len(data.runs)
 
 
+_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""The files SQLite keeps beside a database, named by the database's name and these."""
+
+
 def _write(services: Services, output: str, page: bytes) -> None:
     """Write ``page`` to ``output`` whole or not at all: into ``FILE.partial`` beside the
     file ``output`` names (a symbolic link's target, so the link stays), then renamed over
     it; a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to directly,
-    as a rename would put a file in its place. A folder that is missing or not writable
-    ends the command."""
+    as a rename would put a file in its place. The database being read (or a file SQLite
+    keeps beside it), a folder that is missing or not writable end the command."""
     target = os.path.realpath(output)
+    database = os.path.realpath(services.db_path)  # a PostgreSQL URL names no file here
+    if target in {database, *(database + side for side in _SIDE_FILES)}:
+        services.fail(f"cannot write {output}: it is the database the report reads")
     if os.path.exists(target) and not os.path.isfile(target):  # click refuses a folder
         try:
             with open(target, "wb") as out:
