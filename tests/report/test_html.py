@@ -335,3 +335,14 @@ def test_every_stored_text_is_escaped_wherever_it_is_shown() -> None:
     assert "<script>x()</script>" in page.text("signatures")
     assert "<script>x()</script>" in page.text("coverage")
     assert len(page.ids) == len(set(page.ids))
+
+
+def test_a_file_coverage_bar_fills_its_track_from_inside() -> None:
+    html, _ = _page(sample_report())
+    rules: dict[str, str] = {}
+    for name, body in re.findall(r"\.(bar-[hb])\{([^}]*)\}", html):
+        rules.setdefault(name, body)  # the first rule; the dark scheme's only recolours
+    # an inline-block fill in an inline-block track sat on the text's baseline, under it
+    assert "display:block" in rules["bar-h"]
+    assert "height:100%" in rules["bar-h"]
+    assert "line-height:0" in rules["bar-b"]
