@@ -209,9 +209,22 @@ def test_the_slowest_tests_of_the_newest_run_with_their_trend() -> None:
     assert slowest.duration_ms == 40.0
     assert slowest.nodeid == "t.py::broken"  # ties by node id
     assert slowest.durations_ms == (10.0, 20.0, 30.0, 40.0)
-    skipped = next(s for s in data.slowest if s.nodeid == "t.py::skipped")
-    assert skipped.durations_ms == (10.0, 20.0, 30.0, 40.0)  # every run holding it
-    assert skipped.outcome is Outcome.SKIPPED
+    # a skipped item ran nothing: however long its skip took, it is no slow test
+    assert "t.py::skipped" not in {s.nodeid for s in data.slowest}
+    assert Outcome.SKIPPED not in {s.outcome for s in data.slowest}
+    assert len(data.slowest) == 5  # the newest run holds 6 items, one of them skipped
+
+
+def test_skipped_items_leave_the_slowest_places_to_executed_ones() -> None:
+    with opened() as c:
+        store = c.get(DataStore)
+        record(store, "shop", 0, [
+            *(make_item(f"t.py::skip_{i}", outcome=Outcome.SKIPPED, duration_ms=500.0)
+              for i in range(3)),
+            *(make_item(f"t.py::run_{i}", duration_ms=float(i)) for i in range(3)),
+        ])
+        data = collected(c.get(DataReader), caps=ReportCaps(slowest=2))
+    assert [s.nodeid for s in data.slowest] == ["t.py::run_2", "t.py::run_1"]
 
 
 # -- flaky verdicts carry their reason ---------------------------------------------------------
@@ -386,7 +399,8 @@ def test_every_cap_and_order_holds_for_any_history(
         signatures = reader.failure_signatures("shop", limit=1000).unwrap().items
         assert len(data.signatures) + data.signatures_omitted == len(signatures)
         assert [g.signature for g in data.signatures] == list(signatures[: caps.signatures])
-        assert len(data.slowest) == min(caps.slowest, len(reader.tests(newest).unwrap()))
+        ran = [t for t in reader.tests(newest).unwrap() if t.outcome is not Outcome.SKIPPED]
+        assert len(data.slowest) == min(caps.slowest, len(ran))
 
 
 def _rank(classification: Classification | None, failing_cells: int) -> int:

@@ -11,8 +11,9 @@ import attrs
 import pytest
 from _samples import HOSTILE, empty_report, large_report, run_point, sample_report
 
-from runstore.report import ReportData, render_html
+from runstore.report import MatrixCell, MatrixRow, ReportData, render_html
 from runstore.report._html import LETTERS, format_ms, nodeid_anchor, visible
+from runstore.services.test_runs import Classification, EvidenceRule, Outcome
 
 SECTIONS = ("runs-chart", "matrix", "signatures", "slowest", "coverage", "failing")
 
@@ -195,6 +196,21 @@ def test_a_flaky_verdict_is_shown_with_its_reason() -> None:
     why = matrix[matrix.index("Why each flaky test is flaky"):]
     assert "tests/test_b.py::test_flaky passed on rerun: passed on a rerun in run 2" in why
     assert "test_a" not in why  # a failing test is not flaky
+
+
+def test_a_test_skipped_in_every_run_is_not_called_stable() -> None:
+    skipped = MatrixRow("tests/test_s.py::test_skipped", Classification.STABLE,
+                        EvidenceRule.NOT_EXECUTED, "not executed",
+                        (MatrixCell(Outcome.SKIPPED, 0.0, 1),) * 3)
+    ran = MatrixRow("tests/test_s.py::test_ran", Classification.STABLE, EvidenceRule.NO_FAILURE,
+                    "no failure", (MatrixCell(Outcome.PASSED, 1.0, 1),) * 3)
+    data = attrs.evolve(sample_report(), matrix=(skipped, ran))
+    html, _ = _page(data)
+    rows = {m.group(1): m.group(2) for m in re.finditer(
+        r'<tr><th class="t" title="([^"]*)">.*?<th class="vd"[^>]*>(.*?)</th>', html)}
+    assert "not executed" in rows["tests/test_s.py::test_skipped"]
+    assert "stable" not in rows["tests/test_s.py::test_skipped"]
+    assert "stable" in rows["tests/test_s.py::test_ran"]
 
 
 def test_the_header_names_project_time_version_and_runs() -> None:

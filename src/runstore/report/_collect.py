@@ -212,7 +212,13 @@ class _Collector:
             value(self.reader.coverage(coverage_run)).files,
             key=lambda f: (f.percent_covered, f.path),
         ))
-        slowest = value(self.reader.slowest(newest.id, limit=caps.slowest))
+        # a skipped item ran no test body, however long its skip took: ask for as many more
+        # as the run skipped, so they never take an executed item's place
+        skipped = newest.counts.get(Outcome.SKIPPED, 0)
+        slowest = tuple(
+            t for t in value(self.reader.slowest(newest.id, limit=caps.slowest + skipped))
+            if t.outcome is not Outcome.SKIPPED
+        )[: caps.slowest]
         failures_now = collection.get(newest.id, ())
         sections = failures_now[: caps.failing]
         strips = self.strips(summaries[-MAX_STRIP_RUNS:], [

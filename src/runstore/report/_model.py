@@ -119,7 +119,8 @@ class SignatureGroup:
 
 @attrs.frozen
 class SlowTest:
-    """One of the slowest items of the newest run, slowest first (ties by node id), with
+    """One of the slowest executed items of the newest run (a skipped item ran no test body,
+    so it is never one), slowest first (ties by node id), with
     ``durations_ms`` its duration (ms) in each of the newest ``MAX_STRIP_RUNS`` reported
     runs that hold it, oldest first (the trend; the newest run's duration last).
     ``outcome`` is its outcome in the newest run."""
@@ -255,7 +256,8 @@ class ReportData:
       last in this order);
     - ``signatures``: failure signature groups of the project, newest last seen first, at
       most ``signatures_cap`` (``signatures_omitted`` older ones left out);
-    - ``slowest``: the slowest items of the newest run, at most ``slowest_cap``;
+    - ``slowest``: the slowest items of the newest run that were not skipped, at most
+      ``slowest_cap``;
     - ``coverage_files``: the measured files of ``coverage_run_id`` (the newest reported run
       with coverage, None when none has) with the lowest coverage first (ties by path), at
       most ``coverage_files_cap`` (``coverage_files_omitted`` more); empty without coverage;
