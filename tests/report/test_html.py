@@ -13,7 +13,7 @@ from _samples import HOSTILE, empty_report, large_report, run_point, sample_repo
 
 from runstore.report import MatrixCell, MatrixRow, ReportData, render_html
 from runstore.report._html import LETTERS, format_ms, nodeid_anchor, visible
-from runstore.services.test_runs import Classification, EvidenceRule, Outcome
+from runstore.services.test_runs import Classification, EvidenceRule, Outcome, RunId
 
 SECTIONS = ("runs-chart", "matrix", "signatures", "slowest", "coverage", "failing")
 
@@ -362,3 +362,17 @@ def test_a_file_coverage_bar_fills_its_track_from_inside() -> None:
     assert "display:block" in rules["bar-h"]
     assert "height:100%" in rules["bar-h"]
     assert "line-height:0" in rules["bar-b"]
+
+
+def test_the_matrix_header_reads_across_over_its_columns_and_gives_the_reason_room() -> None:
+    html, _ = _page(sample_report())
+    head = re.search(r'<table class="(m[^"]*)">\s*<thead><tr>(.*?)</tr></thead>', html, re.S)
+    assert head is not None
+    assert head.group(1) == "m"  # run ids of up to 3 digits: no standing labels
+    assert re.findall(r"<th[^>]*>", head.group(2))[:2] == ['<th class="t">', '<th class="vd">']
+    assert head.group(2).count('<th class="r">') == 3  # one per column, over it
+    rules = dict(re.findall(r"(table\.m th\.vd|table\.m thead th\.r)\{([^}]*)\}", html))
+    assert "writing-mode" not in rules["table.m thead th.r"]
+    assert "width:100%" in rules["table.m th.vd"]  # the reason takes the width left over
+    late = attrs.evolve(sample_report(), matrix_run_ids=(RunId(999), RunId(1000), RunId(1001)))
+    assert '<table class="m long">' in render_html(late)
