@@ -209,3 +209,16 @@ def test_the_database_it_reads_is_never_written_over(db: Path, name: str) -> Non
     assert db.read_bytes() == before
     assert _written(db.parent) == []
     assert _run(db, "runs", "--project", "zoo").exit_code == 0
+
+
+def test_dev_stdout_into_a_pipe_gets_the_page_alone(db: Path) -> None:
+    """``-o /dev/stdout`` piped writes into the pipe (its name resolves to no file) and
+    says nothing more there, as ``-o -`` does."""
+    done = subprocess.run(
+        [sys.executable, "-c", "from runstore.cli import cli; cli.main()", "--db", str(db),
+         "report", "--project", "zoo", "-o", "/dev/stdout"],
+        capture_output=True, check=False, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(b"<!doctype html>")
+    assert done.stdout.rstrip().endswith(b"</html>")

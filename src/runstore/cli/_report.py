@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
 import click
@@ -57,23 +58,28 @@ _SIDE_FILES = ("-wal", "-shm", "-journal")
 """The files SQLite keeps beside a database, named by the database's name and these."""
 
 
-def _write(services: Services, output: str, page: bytes) -> None:
+def _write(services: Services, output: str, page: bytes) -> bool:
     """Write ``page`` to ``output`` whole or not at all: into ``FILE.partial`` beside the
     file ``output`` names (a symbolic link's target, so the link stays), then renamed over
     it; a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to directly,
-    as a rename would put a file in its place. The database being read (or a file SQLite
-    keeps beside it), a folder that is missing or not writable end the command."""
+    as a rename would put a file in its place. True when ``output`` is a file (False: a
+    device or a pipe). The database being read (or a file SQLite keeps beside it), a
+    folder that is missing or not writable end the command."""
     target = os.path.realpath(output)
     database = os.path.realpath(services.db_path)  # a PostgreSQL URL names no file here
     if target in {database, *(database + side for side in _SIDE_FILES)}:
         services.fail(f"cannot write {output}: it is the database the report reads")
-    if os.path.exists(target) and not os.path.isfile(target):  # click refuses a folder
+    try:
+        mode: int | None = os.stat(output).st_mode  # /dev/stdout: what it stands for
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):  # click refuses a folder
         try:
-            with open(target, "wb") as out:
+            with open(output, "wb") as out:
                 out.write(page)
         except OSError as exc:
             services.fail(f"cannot write {output}: {exc.strerror or exc}")
-        return
+        return False
     partial = f"{target}.partial"
     try:
         with open(partial, "wb") as out:
@@ -83,6 +89,7 @@ def _write(services: Services, output: str, page: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(partial)
         services.fail(f"cannot write {output}: {exc.strerror or exc}")
+    return True
 
 
 @click.command()
@@ -132,10 +139,12 @@ def report(output: str, runs: int, project: str | None) -> None:
         if output == "-":
             click.echo(page, nl=False)  # bytes: written as they are, whatever the locale
             return
-        _write(services, output, page)
+        is_file = _write(services, output, page)
     path = Path(output).resolve()
     if settings().output_format == "json":
         emit_json({"project": name, "path": str(path), "bytes": len(page), "runs": covered})
+        return
+    if not is_file:  # as with -o -: -o /dev/stdout must get the page alone
         return
     say(f"wrote {output} ({_size(len(page))}): {covered} run{'s' if covered != 1 else ''} "
         f"of {name}")
