@@ -40,7 +40,8 @@ __all__ = [
 ]
 
 BAR_WIDTH = 20
-"""Cells of the stacked outcome bar of one run in ``runstore trends`` (5% a cell)."""
+"""Cells of the stacked outcome bar of one run in ``runstore trends`` (5% a cell), fewer on
+a terminal too narrow for the table and a bar this wide."""
 
 
 @attrs.frozen
