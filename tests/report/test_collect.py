@@ -201,6 +201,25 @@ def test_signature_groups_name_the_tests_that_failed_with_them() -> None:
     assert groups["AssertionError"].signature.last_seen_run_id == data.runs[1].run_id
 
 
+def test_a_signature_whose_message_is_all_masked_carries_a_real_example() -> None:
+    with opened() as c:
+        store = c.get(DataStore)
+        key = make_item("t.py::other", Outcome.FAILED, exception_type="KeyError",
+                        message="KeyError: 'sku-9'")
+        old = make_item("t.py::old", Outcome.FAILED, exception_type="KeyError",
+                        message="'coupon-3'", frames=(StackFrame("t.py", 1, "old", True),))
+        record(store, "shop", 0, [key, old])
+        record(store, "shop", 1, [key, make_item("t.py::plain", Outcome.FAILED,
+                                                 message="connection refused")])
+        record(store, "shop", 2, [make_item("t.py::plain", Outcome.FAILED,
+                                            message="connection refused")])
+        data = collected(c.get(DataReader))
+    examples = {g.nodeids[0]: g.example for g in data.signatures}
+    assert examples["t.py::other"] == "KeyError: 'sku-9'"  # from an older run's failure
+    assert examples["t.py::old"] == "'coupon-3'"
+    assert examples["t.py::plain"] == ""  # its own message reads well
+
+
 def test_the_slowest_tests_of_the_newest_run_with_their_trend() -> None:
     with opened() as c:
         record_histories(c.get(DataStore), HISTORIES)

@@ -376,3 +376,16 @@ def test_the_matrix_header_reads_across_over_its_columns_and_gives_the_reason_ro
     assert "width:100%" in rules["table.m th.vd"]  # the reason takes the width left over
     late = attrs.evolve(sample_report(), matrix_run_ids=(RunId(999), RunId(1000), RunId(1001)))
     assert '<table class="m long">' in render_html(late)
+
+
+def test_a_signature_whose_message_is_all_masked_shows_a_real_example() -> None:
+    data = sample_report()
+    (group,) = data.signatures
+    masked = attrs.evolve(group, signature=attrs.evolve(
+        group.signature, exception_type="KeyError", message="<str>"),
+        example="KeyError: 'sku-9'")
+    _, page = _page(attrs.evolve(data, signatures=(masked,)))
+    signatures = page.text("signatures")
+    assert "for example 'sku-9'" in signatures  # the type is named once, in the heading
+    _, plain = _page(data)
+    assert "for example" not in plain.text("signatures")

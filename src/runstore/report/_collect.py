@@ -10,6 +10,7 @@ docstrings of :mod:`runstore.report._model`.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -205,7 +206,7 @@ class _Collector:
         self.step()
         rows, rows_omitted = self.matrix(newest.id, matrix_runs, failing_items, verdicts)
         self.step()
-        signatures, signatures_omitted = self.signatures(failing)
+        signatures, signatures_omitted = self.signatures(failing, collection)
         self.step()
         coverage_run = next((r.id for r in reversed(summaries) if r.id in covered), None)
         files = () if coverage_run is None else tuple(sorted(
@@ -336,10 +337,14 @@ class _Collector:
         return rows, len(judged) - len(kept)
 
     def signatures(
-        self, failing: dict[RunId, list[tuple[str, str]]]
+        self,
+        failing: dict[RunId, list[tuple[str, str]]],
+        read: dict[RunId, tuple[FailureRecord, ...]],
     ) -> tuple[tuple[SignatureGroup, ...], int]:
         """The newest ``caps.signatures`` signature groups and how many older ones there are;
-        ``failing`` is each reported run's ``(node id, signature)`` of its failing items."""
+        ``failing`` is each reported run's ``(node id, signature)`` of its failing items,
+        ``read`` the failure records of the runs already read (each group's example comes
+        from there, or from one more read of the newest run that failed with it)."""
         wanted = self.caps.signatures
         kept: list[FailureSignature] = []
         omitted = 0
@@ -355,16 +360,33 @@ class _Collector:
                 break
             cursor = page.next_cursor
         tests: dict[str, set[str]] = {}
-        for pairs in failing.values():
+        newest_run: dict[str, RunId] = {}
+        for run_id, pairs in sorted(failing.items()):
             for nodeid, hashed in pairs:
                 if hashed:
                     tests.setdefault(hashed, set()).add(nodeid)
+                    newest_run[hashed] = run_id
+        read = dict(read)
         cap = self.caps.run_failing
         groups = []
         for found in kept:
             nodeids = sorted(tests.get(found.signature, ()))
-            groups.append(SignatureGroup(found, tuple(nodeids[:cap]), max(0, len(nodeids) - cap)))
+            example = ""
+            if _says_nothing(found.exception_type, found.message):
+                example = self.example(found.signature, newest_run.get(found.signature), read)
+            groups.append(SignatureGroup(found, tuple(nodeids[:cap]), max(0, len(nodeids) - cap),
+                                         example))
         return tuple(groups), omitted
+
+    def example(self, signature: str, run_id: RunId | None,
+                read: dict[RunId, tuple[FailureRecord, ...]]) -> str:
+        """A stored message of a failure with ``signature``: from the records in ``read``,
+        else from those of ``run_id`` (read once, kept in ``read``); ``""`` without one."""
+        if run_id is not None and run_id not in read:
+            read[run_id] = value(self.reader.failures(run_id))
+        ordered = sorted(read.items(), reverse=True)  # the newest run first
+        return next((r.message[:MAX_REPORT_MESSAGE_CHARS] for _, records in ordered
+                     for r in records if r.signature == signature and r.message), "")
 
     def strips(self, runs: Sequence[RunSummary], nodeids: Sequence[str]) -> dict[
         str, HistoryStrip
@@ -445,6 +467,19 @@ class _Collector:
 
 def _has_failing(run: RunSummary) -> bool:
     return any(run.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+
+
+_MASKS = re.compile(r"<(?:str|num|path|hex)>")
+"""The masks of a normalised message (``runstore.services._test_runs_rules``)."""
+
+
+def _says_nothing(exception_type: str, message: str) -> bool:
+    """Whether a signature's normalised ``message`` has no word left but masks (and its
+    exception type's name before a ``:``): ``<str>``, ``KeyError: <str>``, ``<num> != <num>``."""
+    head, sep, rest = message.partition(":")
+    if sep and head.strip().rpartition(".")[2] == exception_type.rpartition(".")[2]:
+        message = rest
+    return re.search(r"\w", _MASKS.sub("", message)) is None
 
 
 def _failing_by_run(

@@ -110,11 +110,18 @@ class SignatureGroup:
     ``first_seen_*`` / ``last_seen_*``). ``nodeids`` are the tests of the reported runs
     that failed with it as their first error, sorted (at most
     :attr:`ReportData.run_failing_cap`, ``nodeids_omitted`` more); empty when no reported
-    run did (the signature is older than the reported runs)."""
+    run did (the signature is older than the reported runs).
+
+    ``example`` is a stored message (at most ``MAX_REPORT_MESSAGE_CHARS``) of a failure with
+    this signature in the newest reported run that has one, given only when the signature's
+    normalised message says nothing on its own: every word of it masked (``<str>``,
+    ``<num>``, ``<path>``, ``<hex>``; a ``KeyError`` shows only ``<str>``). ``""`` when the
+    message reads well or no reported run holds such a failure."""
 
     signature: FailureSignature
     nodeids: tuple[str, ...]
     nodeids_omitted: int
+    example: str = ""
 
 
 @attrs.frozen
