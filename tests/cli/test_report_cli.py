@@ -4,6 +4,7 @@ refuses an unknown project (exit 1) or a bad ``--runs`` (exit 2) without writing
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from _zoo import seed_zoo  # beside this file
@@ -19,7 +21,9 @@ from click.testing import CliRunner, Result
 from test_json_schemas import validate  # beside this file
 
 from runstore.cli import cli
-from runstore.cli._report import _DEFAULT_RUNS, _MAX_RUNS, DEFAULT_FILE
+from runstore.cli._output import Refusals, Refused
+from runstore.cli._report import _DEFAULT_RUNS, _MAX_RUNS, DEFAULT_FILE, _write
+from runstore.cli._test_runs import Services
 from runstore.report import DEFAULT_REPORT_RUNS, MAX_REPORT_RUNS
 
 
@@ -222,3 +226,61 @@ def test_dev_stdout_into_a_pipe_gets_the_page_alone(db: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(b"<!doctype html>")
     assert done.stdout.rstrip().endswith(b"</html>")
+
+
+class _Writing(Refusals):
+    """What ``_write`` reads of the command's services: the database's name and ``fail``."""
+
+    __slots__ = ("db_path",)
+
+    def __init__(self, db_path: str) -> None:
+        self.db_path = db_path
+
+
+def test_reports_writing_one_file_at_once_leave_one_whole_page(tmp_path: Path) -> None:
+    """Each writer has a temporary file of its own: with one shared ``FILE.partial`` a
+    writer's rename found it gone ("cannot write") or moved a page another was still
+    writing."""
+    writers = 8
+    pages = [bytes([65 + i]) * 4_000_000 for i in range(writers)]  # 4 MB each, one letter
+    start = threading.Barrier(writers)
+    refused: list[str] = []
+
+    def write(page: bytes) -> None:
+        start.wait()
+        for _ in range(3):
+            try:
+                assert _write(cast(Services, _Writing(str(tmp_path / "runstore.db"))),
+                              str(tmp_path / "r.html"), page)
+            except Refused as refusal:
+                refused.append(refusal.reason)
+
+    threads = [threading.Thread(target=write, args=(page,)) for page in pages]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert refused == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary file
+    assert (tmp_path / "r.html").read_bytes() in pages
+
+
+def test_the_page_gets_the_mode_a_new_file_gets_under_the_umask(db: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        assert _run(db, "report", "--project", "zoo", "-o", "r.html").exit_code == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((db.parent / "r.html").stat().st_mode) == 0o640
+
+
+def test_a_failed_write_leaves_no_temporary_file(db: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "replace", full)
+    done = _run(db, "report", "--project", "zoo", "-o", "r.html")
+    assert done.exit_code == 1
+    assert "cannot write r.html: No space left on device" in done.stderr
+    assert _written(db.parent) == []

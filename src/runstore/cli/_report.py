@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import click
@@ -58,11 +59,25 @@ _SIDE_FILES = ("-wal", "-shm", "-journal")
 """The files SQLite keeps beside a database, named by the database's name and these."""
 
 
+def _umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` where Linux has it (setting
+    and restoring it would race another thread creating a file), else set and restored."""
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        with open("/proc/self/status", encoding="ascii") as status:
+            line = next(line for line in status if line.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _write(services: Services, output: str, page: bytes) -> bool:
-    """Write ``page`` to ``output`` whole or not at all: into ``FILE.partial`` beside the
-    file ``output`` names (a symbolic link's target, so the link stays), then renamed over
-    it; a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to directly,
-    as a rename would put a file in its place. True when ``output`` is a file (False: a
+    """Write ``page`` to ``output`` whole or not at all: into a temporary file of its own
+    (``.NAME.<random>.partial``, so two reports writing one file at once never share it)
+    beside the file ``output`` names (a symbolic link's target, so the link stays), given
+    the mode a new file gets under the umask, then renamed over it (removed on any
+    failure); a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to
+    directly, as a rename would put a file in its place. True when ``output`` is a file (False: a
     device or a pipe). The database being read (or a file SQLite keeps beside it), a
     folder that is missing or not writable end the command."""
     target = os.path.realpath(output)
@@ -80,15 +95,22 @@ def _write(services: Services, output: str, page: bytes) -> bool:
         except OSError as exc:
             services.fail(f"cannot write {output}: {exc.strerror or exc}")
         return False
-    partial = f"{target}.partial"
+    folder, name = os.path.split(target)
     try:
-        with open(partial, "wb") as out:
-            out.write(page)
-        os.replace(partial, target)
+        handle, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".partial")
     except OSError as exc:
+        services.fail(f"cannot write {output}: {exc.strerror or exc}")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(page)
+            os.fchmod(out.fileno(), 0o666 & ~_umask())  # mkstemp made it 0o600
+        os.replace(partial, target)
+    except BaseException as exc:  # an interrupt too: no temporary file is left behind
         with contextlib.suppress(OSError):
             os.unlink(partial)
-        services.fail(f"cannot write {output}: {exc.strerror or exc}")
+        if isinstance(exc, OSError):
+            services.fail(f"cannot write {output}: {exc.strerror or exc}")
+        raise
     return True
 
 
