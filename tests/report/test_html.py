@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from html.parser import HTMLParser
 
 import attrs
 import pytest
 from _samples import HOSTILE, empty_report, large_report, run_point, sample_report
+from markupsafe import escape
 
 from runstore.report import MatrixCell, MatrixRow, ReportData, render_html
-from runstore.report._html import LETTERS, format_ms, nodeid_anchor, visible
+from runstore.report._html import LETTERS, format_ms, nodeid_anchor, shell_word, visible
+from runstore.services._test_runs_rules import normalize_message
 from runstore.services.test_runs import Classification, EvidenceRule, Outcome, RunId
 
 SECTIONS = ("runs-chart", "matrix", "signatures", "slowest", "coverage", "failing")
@@ -389,3 +392,31 @@ def test_a_signature_whose_message_is_all_masked_shows_a_real_example() -> None:
     assert "for example 'sku-9'" in signatures  # the type is named once, in the heading
     _, plain = _page(data)
     assert "for example" not in plain.text("signatures")
+
+
+def test_a_cut_traceback_names_the_command_that_shows_it_with_the_node_id_quoted() -> None:
+    nodeid = "tests/test_a.py::test_x[<b>it's a b]"
+    data = sample_report(nodeid)
+    (failing,) = data.failing_tests
+    cut = attrs.evolve(data, failing_tests=(attrs.evolve(failing, text_truncated=True),))
+    html, page = _page(cut)
+    quoted = shlex.quote(nodeid)
+    assert f"runstore show 3 {quoted} shows what the store holds" in page.text(
+        nodeid_anchor(nodeid))
+    assert f"<code>runstore show 3 {escape(quoted)}</code>" in html  # escaped as all text
+    assert "NODEID" not in html
+    assert shell_word("-x") == "-- -x"  # an argument, not an option
+
+
+def test_a_signature_of_an_ansi_coloured_message_reads_as_its_text() -> None:
+    """Masking makes a stored colour ``\\x1b[31m`` into ``\\x1b[<num>m``; the page drops the
+    whole sequence (it showed ``um>m``, the rest after a cut ``\\x1b[<n``)."""
+    stored = "assert \x1b[0m\x1b[94m1\x1b[39;49;00m == \x1b[94m2\x1b[39;49;00m"
+    data = sample_report(message=stored)
+    (group,) = data.signatures
+    masked = attrs.evolve(group, signature=attrs.evolve(
+        group.signature, message=normalize_message(stored)))
+    html, page = _page(attrs.evolve(data, signatures=(masked,)))
+    assert "assert 1 == 2" in page.text("signatures")
+    assert "um>" not in html
+    assert "assert 1 == 2" in page.text(nodeid_anchor("tests/test_a.py::test_a"))

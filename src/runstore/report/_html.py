@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from functools import cache, lru_cache
@@ -37,7 +38,7 @@ from runstore.report._svg import (
 from runstore.services._primitives import named_error
 from runstore.services.test_runs import FAILING_OUTCOMES, Classification, Outcome, RunId
 
-__all__ = ["LETTERS", "format_ms", "nodeid_anchor", "render_html", "visible"]
+__all__ = ["LETTERS", "format_ms", "nodeid_anchor", "render_html", "shell_word", "visible"]
 
 LETTERS: dict[str, str] = {
     Outcome.PASSED: "P",
@@ -58,8 +59,10 @@ _CLASSES: dict[str, str] = {
     Outcome.XPASSED: "xp",
 }
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-"""ANSI CSI sequences (colours, cursor moves) and OSC sequences (hyperlinks, titles)."""
+_ANSI = re.compile(r"\x1b\[(?:<[a-z]+>|[0-?])*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
+"""ANSI CSI sequences (colours, cursor moves) and OSC sequences (hyperlinks, titles). A
+parameter may be a signature's mask (``\x1b[<num>m``, a colour whose number was masked
+in a normalised message): the whole sequence goes, not ``\x1b[<n`` leaving ``um>m``."""
 
 _HIDDEN = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _BLOCK_HIDDEN = re.compile(f"[{_HIDDEN}\u2028\u2029]")
@@ -209,6 +212,14 @@ def error_parts(exception_type: str, message: str) -> tuple[str, str]:
     return exception_type, message
 
 
+def shell_word(text: str) -> str:
+    """``text`` as one word a POSIX shell reads back as it is (``shlex.quote``), after
+    ``--`` when it starts with ``-`` so that a command takes it as an argument, not an
+    option: ``'tests/t.py::test_x[a b]'``, ``-- -x``."""
+    quoted = shlex.quote(text)
+    return f"-- {quoted}" if text.startswith("-") else quoted
+
+
 def _finalize(value: Any) -> Any:
     """Every value the template writes: text made :func:`visible` (markup passes as is)."""
     if isinstance(value, str) and not isinstance(value, Markup):
@@ -229,6 +240,7 @@ def _template() -> jinja2.Template:
     environment.filters.update({
         "line": lambda text: visible(text, lines=False),
         "ms": format_ms,
+        "shell": shell_word,
         "when": _when,
         "anchor": nodeid_anchor,
         "sig_anchor": lambda signature: "sig-" + _digest(signature),
