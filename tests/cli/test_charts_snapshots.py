@@ -207,23 +207,57 @@ def test_json_output_has_no_chart(db: Path, name: str, args: tuple[str, ...]) ->
     assert_snapshot(name, _output(db, "--format", "json", *args))
 
 
-@pytest.mark.parametrize(("args", "columns", "line", "says"), [
-    (("trends",), 34, "failing   ▁█▁█▁▁  0 to 1", "(charts: the newest 6)"),
-    (("history", "test_total"), 60,
-     "outcome   E✓✗✓  newest 4 of 7: 2 passed, 1 failed, 1 error", ""),
+@pytest.mark.parametrize(("args", "columns", "line"), [
+    (("trends",), 34, "▁█▁█▁█▁▁"), (("history", "test_total"), 60, "✓✗✓E✓✗✓"),
 ], ids=["trends", "history"])
-def test_a_narrow_terminal_charts_the_newest_runs_that_fit(
-    db: Path, args: tuple[str, ...], columns: int, line: str, says: str
+def test_a_narrow_terminal_gives_each_chart_a_line_of_its_own(
+    db: Path, args: tuple[str, ...], columns: int, line: str
 ) -> None:
-    """A chart line never wraps on a terminal: it draws the newest runs that fit beside its
-    label and note, and says how many; piped, it draws them all (the snapshots)."""
+    """A chart line never wraps on a terminal: where a chart and its label and note do not
+    fit on one line, the chart goes under them and keeps every run that fits the width;
+    piped, the lines are the snapshots'."""
     shown = re.sub(r"\x1b\[[0-9;]*m", "", _on_a_terminal(db, *args, columns=columns))
     lines = shown.splitlines()
-    charts = [text for text in lines if text.startswith(("failing ", "took ", "coverage ",
-                                                        "outcome "))]
-    assert line in charts
-    assert max(len(text) for text in charts) <= columns
-    assert says in " ".join(lines)
+    assert line in lines
+    assert "charts: the newest" not in shown
+    assert max(len(text) for text in lines[:lines.index(line) + 1]) <= columns
+
+
+def _long_history(tmp_path: Path, runs: int) -> Path:
+    """``runs`` passed runs of ``proj`` with one test, ``tests/test_m0.py::test_0``, taking
+    2 to 4 s."""
+    path = tmp_path / "long.db"
+    with build(sqlite(path)) as container:
+        store = container.get(DataStore)
+        for run in range(runs):
+            started = T0 + timedelta(minutes=run)
+            run_id = store.begin_run(RunStart("proj", f"inv-{run}", started)).unwrap()
+            store.record_results(run_id, [make_item("tests/test_m0.py::test_0",
+                                                    duration_ms=1.0 + run % 3)]).unwrap()
+            store.finish_run(run_id, RunStatus.PASSED,
+                             started + timedelta(seconds=2 + run % 3)).unwrap()
+    return path
+
+
+@pytest.mark.parametrize(("args", "chart", "title"), [
+    (("history", "tests/test_m0.py::test_0"), "outcome   newest 40 of 50: 40 passed",
+     "tests/test_m0.py::test_0"),
+    (("trends",), "took      2.00s to 4.00s", "proj: last 20 runs, oldest first"),
+], ids=["history", "trends"])
+def test_forty_columns_give_the_charts_the_whole_width(
+    tmp_path: Path, args: tuple[str, ...], chart: str, title: str
+) -> None:
+    """On 40 columns a strip of 50 outcomes keeps 40 of them (beside its label and note it
+    kept 5: "outcome ✓  newest 1 of 50"), trends keeps all its 20 runs under an unwrapped
+    title, and no chart or legend line is wider than the terminal."""
+    shown = re.sub(r"\x1b\[[0-9;]*m", "", _on_a_terminal(_long_history(tmp_path, 50), *args,
+                                                         columns=40))
+    lines = shown.splitlines()
+    assert lines[0] == title
+    assert chart in lines
+    assert len(lines[lines.index(chart) + 1]) == (40 if args[0] == "history" else 20)
+    charts = lines[:next(i for i, text in enumerate(lines) if text.startswith("run "))]
+    assert max(len(text) for text in charts) <= 40
 
 
 def test_a_terminal_too_narrow_for_the_whole_bar_gets_a_shorter_one(db: Path) -> None:

@@ -620,15 +620,19 @@ def _duration(ms: float) -> str:
     return f"{ms:.0f}ms" if ms < 1000 else _seconds(ms)
 
 
-def _chart_line(label: str, chart: str | Text, note: str) -> Text:
-    """One line of a chart: its ``label`` in a column of its own, the chart, a ``note``;
-    the note alone when the chart has no value to show (only gaps)."""
+def _chart_line(label: str, chart: str | Text, note: str, stacked: bool = False) -> list[Text]:
+    """The lines of one chart: its ``label`` in a column of its own, the chart, a ``note``,
+    on one line; ``stacked``, the label and the note on one line and the chart alone on the
+    next, so that the chart has the whole width; the note alone when the chart has no value
+    to show (only gaps)."""
     from rich.text import Text
 
     plain = chart if isinstance(chart, str) else chart.plain
     if not plain.strip():
-        return Text(f"{label:<10}{note}")
-    return Text.assemble(f"{label:<10}", chart, "  ", note)
+        return [Text(f"{label:<10}{note}")]
+    if stacked:
+        return [Text(f"{label:<10}{note}"), Text.assemble(chart)]
+    return [Text.assemble(f"{label:<10}", chart, "  ", note)]
 
 
 def _chart_room() -> int | None:
@@ -639,19 +643,25 @@ def _chart_room() -> int | None:
     return console().width
 
 
-def _fitted(draw: Callable[[int], list[Text]], count: int,
+def _fitted(draw: Callable[[int, bool], list[Text]], count: int,
             room: int | None) -> tuple[int, list[Text]]:
-    """The chart lines ``draw(n)`` draws of the newest ``n`` of ``count`` values, for the
-    largest ``n`` whose every line fits in ``room`` columns (all ``count`` when ``room`` is
-    None; at least one value), and that ``n``: a chart that wrapped would no longer read
-    as one line per series."""
+    """The chart lines ``draw(n, stacked)`` draws of the newest ``n`` of ``count`` values,
+    and that ``n``: all ``count`` on one line each when they fit in ``room`` columns (or
+    ``room`` is None); else the layout showing more values of the two, the largest ``n``
+    whose every line fits beside its label and note, or each chart on a line of its own
+    under them (``stacked``: ``room`` values at most); at least one value. A chart that
+    wrapped would no longer read as one line per series."""
     shown = count
     while True:
-        lines = draw(shown)
+        lines = draw(shown, False)
         widest = max((line.cell_len for line in lines), default=0)
         if room is None or widest <= room or shown <= 1:
-            return shown, lines
+            break
         shown = max(1, min(shown - 1, shown - (widest - room)))
+    if room is None or shown == count or min(count, room) <= shown:
+        return shown, lines
+    stacked = max(1, min(count, room))
+    return stacked, draw(stacked, True)
 
 
 # -- commands -----------------------------------------------------------------------------------
@@ -1309,7 +1319,8 @@ def history(nodeid: str, project: str | None) -> None:
             return
         table = _table("run", "outcome", "took", "recorded", "commit", "code", "reruns",
                        "message")
-        _, charts = _fitted(lambda n: _history_charts(entries[:n], _glyphs(), len(entries)),
+        _, charts = _fitted(lambda n, stacked: _history_charts(entries[:n], _glyphs(),
+                                                               len(entries), stacked),
                             len(entries), _chart_room())
         for entry in entries:
             commit = (entry.git_commit or "")[:12] + ("+dirty" if entry.git_dirty else "")
@@ -1321,11 +1332,12 @@ def history(nodeid: str, project: str | None) -> None:
 
 
 def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs,
-                    of: int | None = None) -> list[Text]:
+                    of: int | None = None, stacked: bool = False) -> list[Text]:
     """The outcome strip and the duration sparkline of ``entries`` (newest first, as
     ``DataReader.history`` gives them), drawn oldest to newest; none without entries.
     ``of``: how many entries there are when ``entries`` are only the newest of them (the
-    strip's note then says "newest N of OF" instead of "oldest -> newest")."""
+    strip's note then says "newest N of OF" instead of "oldest -> newest"); ``stacked``:
+    each chart under its label and note (:func:`_chart_line`)."""
     if not entries:
         return []
     oldest = entries[::-1]
@@ -1337,8 +1349,9 @@ def _history_charts(entries: tuple[HistoryEntry, ...], glyphs: Glyphs,
     shown = (f"newest {len(entries)} of {of}" if of is not None and of > len(entries)
              else f"oldest {glyphs.arrow} newest")
     return [
-        _chart_line("outcome", strip, f"{shown}: {', '.join(_outcome_counts(counts))}"),
-        _chart_line("took", sparkline(durations, glyphs), _span(durations, _duration)),
+        *_chart_line("outcome", strip, f"{shown}: {', '.join(_outcome_counts(counts))}",
+                     stacked),
+        *_chart_line("took", sparkline(durations, glyphs), _span(durations, _duration), stacked),
     ]
 
 
@@ -1584,30 +1597,40 @@ def _percent(value: float) -> str:
 
 
 def _trend_charts(
-    ordered: list[RunSummary], covered: dict[RunId, float], glyphs: Glyphs
+    ordered: list[RunSummary], covered: dict[RunId, float], glyphs: Glyphs,
+    stacked: bool = False,
 ) -> list[Text]:
     """Sparklines of the runs' failing items, durations and coverage, oldest to newest
-    (one cell per run, a gap where a run has no value); none without runs."""
+    (one cell per run, a gap where a run has no value); none without runs. ``stacked``:
+    each sparkline under its label and range (:func:`_chart_line`)."""
     if not ordered:
         return []
     failing: list[float | None] = [_failing_items(r) for r in ordered]
     took: list[float | None] = [_took_ms(r) for r in ordered]
     cover = [covered.get(r.id) for r in ordered]
     return [
-        _chart_line("failing", sparkline(failing, glyphs), _span(failing, lambda v: str(int(v)))),
-        _chart_line("took", sparkline(took, glyphs), _span(took, _duration, "not finished")),
-        _chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage")),
+        *_chart_line("failing", sparkline(failing, glyphs),
+                     _span(failing, lambda v: str(int(v))), stacked),
+        *_chart_line("took", sparkline(took, glyphs), _span(took, _duration, "not finished"),
+                     stacked),
+        *_chart_line("coverage", sparkline(cover, glyphs), _span(cover, _percent, "no coverage"),
+                     stacked),
     ]
 
 
-def _bar_legend(glyphs: Glyphs) -> Text:
-    """The legend of the outcome bars' column: each segment's character and what it is."""
+def _bar_legend(glyphs: Glyphs, room: int | None) -> Text:
+    """The legend of the outcome bars' column: each segment's character and what it is,
+    after the label column; without it (and with single gaps) when that would not fit in
+    ``room`` columns (None: no limit)."""
     from rich.text import Text
 
-    legend = Text(f"{'outcomes':<10}")
-    for char, name in zip(glyphs.bar, ("passed", "failing", "skipped"), strict=True):
-        legend.append_text(styled(char, glyphs)).append(f" {name}  ")
-    legend.rstrip()
+    for label, gap in ((f"{'outcomes':<10}", "  "), ("", " ")):
+        legend = Text(label)
+        for char, name in zip(glyphs.bar, ("passed", "failing", "skipped"), strict=True):
+            legend.append_text(styled(char, glyphs)).append(f" {name}{gap}")
+        legend.rstrip()
+        if room is None or legend.cell_len <= room:
+            break
     return legend
 
 
@@ -1663,11 +1686,10 @@ def trends(project: str | None, limit: int) -> None:
         for run, row in zip(ordered, rows, strict=True):
             bar = stacked_bar(bar_counts(run.counts), width, glyphs)
             _row(table, *row, styled(bar, glyphs))
-        shown, charts = _fitted(lambda n: _trend_charts(ordered[len(ordered) - n:], covered,
-                                                        glyphs),
-                                len(ordered), _chart_room())
+        shown, charts = _fitted(lambda n, stacked: _trend_charts(
+            ordered[len(ordered) - n:], covered, glyphs, stacked), len(ordered), _chart_room())
         cut = f" (charts: the newest {shown})" if shown < len(ordered) else ""
-        legend = [_bar_legend(glyphs)] if ordered else []
+        legend = [_bar_legend(glyphs, _chart_room())] if ordered else []
         _print(f"{name}: last {len(ordered)} runs, oldest first{cut}", *charts, *legend, table)
 
 
