@@ -9,6 +9,7 @@ A changed rendering fails here with a diff; when the change is meant, rewrite th
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import pty
 import re
@@ -25,9 +26,12 @@ from click.testing import CliRunner
 from runstore.cli import cli
 from runstore.layers import build, sqlite
 from runstore.services.test_runs import (
+    CollectionError,
     DataStore,
+    ErrorInfo,
     FileCoverage,
     Outcome,
+    Phase,
     RunStart,
     RunStatus,
     TestResult,
@@ -270,3 +274,30 @@ def test_a_terminal_too_narrow_for_the_whole_bar_gets_a_shorter_one(db: Path) ->
     assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
     assert {len(line.rstrip()) for line in rows} == {80}  # the bars take what is left
     assert {len(line.rstrip().rsplit("  ", 1)[-1]) for line in rows} <= set(range(8, 20))
+
+
+def test_trends_counts_a_runs_collection_errors_as_failing(tmp_path: Path) -> None:
+    """A run stopped by two collection errors has no items: its failing column, failing
+    sparkline and bar show the 2 errors (as the HTML report draws them), and its JSON row
+    has them in ``collection_errors`` with ``failing`` still its failed and error items.
+    Before, the text said failing 0 under an empty bar."""
+    path = tmp_path / "broken.db"
+    with build(sqlite(path)) as container:
+        store = container.get(DataStore)
+        first = store.begin_run(RunStart("proj", "inv-0", T0)).unwrap()
+        store.record_results(first, [make_item("t.py::a")]).unwrap()
+        store.finish_run(first, RunStatus.PASSED, T0 + timedelta(seconds=1)).unwrap()
+        broken = store.begin_run(RunStart("proj", "inv-1", T0 + timedelta(minutes=1))).unwrap()
+        store.record_collection_errors(broken, [
+            CollectionError(f"tests/test_{name}.py", f"tests/test_{name}.py",
+                            ErrorInfo(Phase.COLLECT, "ModuleNotFoundError", "No module 'x'"))
+            for name in ("a", "b")]).unwrap()
+        store.finish_run(broken, RunStatus.FAILED, T0 + timedelta(minutes=1, seconds=1)).unwrap()
+    lines = _output(path, "trends").splitlines()
+    assert "failing   ▁█  0 to 2" in lines
+    row = next(line for line in lines if line.startswith("2 "))
+    assert row.split()[3:6] == ["failed", "0", "2"]
+    assert row.rstrip().endswith("✗" * 20)
+    runs = json.loads(_output(path, "--format", "json", "trends"))["runs"]
+    assert [(r["total"], r["failing"], r["collection_errors"]) for r in runs] == [
+        (1, 0, 0), (0, 0, 2)]

@@ -168,15 +168,18 @@ def outcome_strip(outcomes: Iterable[Outcome], glyphs: Glyphs = UNICODE) -> str:
     return "".join(glyphs.outcomes[o] for o in outcomes)
 
 
-def bar_counts(counts: Mapping[str, int]) -> tuple[int, int, int]:
-    """A run's ``counts`` (outcome value -> items) as the stacked bar's (passed, failing,
-    skipped): failing are ``FAILING_OUTCOMES`` (failed, error), as the ``failing`` column
-    counts them; xpassed counts as passed and xfailed as skipped, as pytest's own reports
-    say (an xfail's report is ``skipped``, a non-strict xpass's ``passed``)."""
+def bar_counts(counts: Mapping[str, int], collection_errors: int = 0) -> tuple[int, int, int]:
+    """A run's ``counts`` (outcome value -> items) and its ``collection_errors`` (collectors
+    that failed) as the stacked bar's (passed, failing, skipped): failing are
+    ``FAILING_OUTCOMES`` (failed, error) and the collection errors, as the ``failing``
+    column of ``runstore trends`` and the HTML report count them; xpassed counts as passed
+    and xfailed as skipped, as pytest's own reports say (an xfail's report is ``skipped``, a
+    non-strict xpass's ``passed``)."""
     def total(*outcomes: Outcome) -> int:
         return sum(counts.get(o.value, 0) for o in outcomes)
 
-    return (total(Outcome.PASSED, Outcome.XPASSED), total(*sorted(FAILING_OUTCOMES)),
+    return (total(Outcome.PASSED, Outcome.XPASSED),
+            total(*sorted(FAILING_OUTCOMES)) + collection_errors,
             total(Outcome.SKIPPED, Outcome.XFAILED))
 
 
@@ -216,7 +219,7 @@ def stacked_bar(counts: Sequence[int], width: int = BAR_WIDTH,
                 glyphs: Glyphs = UNICODE) -> str:
     """``counts`` (passed, failing, skipped; :func:`bar_counts`) as ``width`` cells: each
     segment's characters (``glyphs.bar``) over its share (:func:`apportion`), in that order;
-    ``width`` spaces when the counts sum to 0 (a run without items)."""
+    ``width`` spaces when the counts sum to 0 (a run without items or collection errors)."""
     cells = apportion(counts, width)
     if not any(cells):
         return " " * width

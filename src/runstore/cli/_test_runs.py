@@ -1577,7 +1577,14 @@ def _trend_runs(
 
 
 def _failing_items(summary: RunSummary) -> int:
+    """The run's failed and error items (JSON's ``failing``)."""
     return sum(summary.counts.get(o.value, 0) for o in FAILING_OUTCOMES)
+
+
+def _failing_shown(summary: RunSummary) -> int:
+    """The run's failing items and collection errors, as the text of ``trends`` and the
+    HTML report count what failed: a run stopped by collection errors has no items."""
+    return _failing_items(summary) + summary.collection_errors
 
 
 def _trends_json(
@@ -1586,7 +1593,8 @@ def _trends_json(
     rows: list[dict[str, Any]] = [
         {"run_id": int(r.id), "started_at_ms": r.started_at_ms, "status": r.status.value,
          "counts": {o.value: r.counts.get(o.value, 0) for o in Outcome}, "total": r.total,
-         "failing": _failing_items(r), "percent_covered": covered.get(r.id)}
+         "failing": _failing_items(r), "collection_errors": r.collection_errors,
+         "percent_covered": covered.get(r.id)}
         for r in ordered
     ]
     return {"project": name, "runs": rows}
@@ -1605,7 +1613,7 @@ def _trend_charts(
     each sparkline under its label and range (:func:`_chart_line`)."""
     if not ordered:
         return []
-    failing: list[float | None] = [_failing_items(r) for r in ordered]
+    failing: list[float | None] = [_failing_shown(r) for r in ordered]
     took: list[float | None] = [_took_ms(r) for r in ordered]
     cover = [covered.get(r.id) for r in ordered]
     return [
@@ -1657,16 +1665,18 @@ def _bar_width(rows: Sequence[tuple[object, ...]], room: int | None) -> int:
 def trends(project: str | None, limit: int) -> None:
     """Show how the recent runs of a project went: counts and coverage, oldest first.
 
-    Text output starts with sparklines of the runs' failing items, durations and coverage
+    Text output starts with sparklines of the runs' failing items (failed and error items
+    and collection errors, as the failing column counts them), durations and coverage
     (one cell per run, oldest to newest, scaled between the smallest and the largest value
     shown beside each; a gap for a run without one; on a terminal, the newest runs that fit
     its width), and draws each run's items as a bar of 20 cells (fewer on a terminal too
-    narrow for the table): passed (and xpassed), failing (failed, error), skipped (and
-    xfailed).
+    narrow for the table): passed (and xpassed), failing (failed, error, collection
+    errors), skipped (and xfailed).
 
     \b
     JSON: {"project": NAME, "runs": [{"run_id", "started_at_ms", "status", "counts",
-           "total", "failing", "percent_covered" (null without coverage)}]}
+           "total", "failing" (failed and error items), "collection_errors",
+           "percent_covered" (null without coverage)}]}
     Example:
       runstore trends --limit 10
     """
@@ -1677,14 +1687,14 @@ def trends(project: str | None, limit: int) -> None:
             return
         glyphs = _glyphs()
         rows = [(run.id, _when(run.started_at_ms), run.status.value, run.total,
-                 _failing_items(run),
+                 _failing_shown(run),
                  "-" if covered.get(run.id) is None else _percent(covered[run.id]),
                  _seconds(_took_ms(run))) for run in ordered]
         width = _bar_width(rows, _chart_room())
         table = _table(*_TREND_COLUMNS)
         table.add_column("outcomes", no_wrap=True, min_width=width)
         for run, row in zip(ordered, rows, strict=True):
-            bar = stacked_bar(bar_counts(run.counts), width, glyphs)
+            bar = stacked_bar(bar_counts(run.counts, run.collection_errors), width, glyphs)
             _row(table, *row, styled(bar, glyphs))
         shown, charts = _fitted(lambda n, stacked: _trend_charts(
             ordered[len(ordered) - n:], covered, glyphs, stacked), len(ordered), _chart_room())
