@@ -3,15 +3,18 @@ answer in JSON when JSON output was asked for."""
 
 from __future__ import annotations
 
+import errno
 import importlib
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from click.core import ParameterSource
 
 from runstore.cli._output import emit_json
 from runstore.cli._settings import Settings
+from runstore.cli._stdout import StandardOutputError, guard_standard_output
 from runstore.layers import database_path_problem
 
 __all__ = ["JsonErrorsGroup", "check_db_path"]
@@ -41,6 +44,11 @@ class JsonErrorsGroup(click.Group):
     ``lazy_commands`` maps a command name to ``"module:attribute"``: running one command
     imports its module alone (``runstore show`` never imports the sessions commands, nor
     what they import); listing them all (``--help``) imports every one.
+
+    A failed write to the process's standard output (a full device, a closed descriptor,
+    a broken pipe; :mod:`runstore.cli._stdout`) ends any command with exit 1: a broken
+    pipe quietly (the reader, such as ``head``, stopped reading), any other with
+    ``runstore: cannot write standard output: REASON`` on standard error.
     """
 
     _args: tuple[str, ...] = ()
@@ -64,6 +72,16 @@ class JsonErrorsGroup(click.Group):
             raise TypeError(f"{self._lazy[cmd_name]} is not a click command")
         self.add_command(command, cmd_name)
         return command
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        guard_standard_output()
+        try:
+            try:
+                return super().main(*args, **kwargs)
+            finally:  # what is still buffered: its failure is the command's too
+                sys.stdout.flush()
+        except StandardOutputError as exc:
+            _stdout_failed(exc)
 
     def make_context(
         self,
@@ -97,6 +115,14 @@ class JsonErrorsGroup(click.Group):
         wanted = _format_in(self._args) or (settings.output_format if settings else None)
         if wanted == "json":
             emit_json({"error": " ".join(exc.format_message().split())})
+
+
+def _stdout_failed(exc: StandardOutputError) -> NoReturn:
+    """Exit 1 for a failed write to standard output: quietly for a broken pipe (click
+    exits so too), else with the reason on standard error."""
+    if exc.errno != errno.EPIPE:
+        click.echo(f"runstore: cannot write standard output: {exc.strerror or exc}", err=True)
+    sys.exit(1)
 
 
 def _hinted(exc: click.UsageError) -> click.UsageError:
