@@ -124,10 +124,37 @@ def test_dash_with_json_is_a_usage_error(db: Path) -> None:
 
 
 def test_a_folder_that_does_not_exist_is_refused(db: Path) -> None:
+    """Said so: it said "No such file or directory", as if the page were missing."""
     done = _run(db, "report", "--project", "zoo", "-o", "missing/r.html")
     assert done.exit_code == 1
-    assert "cannot write missing/r.html" in done.stderr
+    assert done.stderr == (f"runstore: cannot write missing/r.html: the folder "
+                           f"{db.parent / 'missing'} does not exist\n")
     assert _written(db.parent) == []
+
+
+def test_a_file_in_place_of_the_folder_is_refused(db: Path) -> None:
+    (db.parent / "notes").write_text("", encoding="utf-8")
+    done = _run(db, "report", "--project", "zoo", "-o", "notes/r.html")
+    assert done.exit_code == 1
+    assert f"the folder {db.parent / 'notes'} is not a folder" in done.stderr
+
+
+@pytest.mark.parametrize("output", ["", "  "], ids=["empty", "spaces"])
+def test_a_blank_output_is_a_usage_error(db: Path, output: str) -> None:
+    """As ``--db ''``: it was exit 1, "cannot write : Is a directory"."""
+    done = _run(db, "report", "--project", "zoo", "-o", output)
+    assert done.exit_code == 2
+    assert "'-o' / '--output': the report path is blank" in done.stderr
+    assert _written(db.parent) == []
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/version"), reason="no /proc/version here")
+def test_a_file_in_a_folder_taking_no_new_file_says_so(db: Path) -> None:
+    """``/proc/version`` exists: the reason is the folder's, not "No such file"."""
+    done = _run(db, "report", "--project", "zoo", "-o", "/proc/version")
+    assert done.exit_code == 1
+    assert done.stderr.startswith(
+        "runstore: cannot write /proc/version: no new file can be made in /proc to replace it (")
 
 
 def test_no_database_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

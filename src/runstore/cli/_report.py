@@ -5,7 +5,8 @@ rendered by ``runstore.report.render_html``; both, and Jinja2 with them, are imp
 when the command runs, so no other command loads them. Exit codes as every query command
 (``runstore.cli._test_runs``): 0 written, 1 refused (no database, unknown project, busy or
 broken database, a file that cannot be written), 2 usage error (``--runs`` out of range,
-``-o -`` with ``--format json``). JSON shape: ``report.json`` in ``runstore/cli/schemas/``.
+a blank ``-o``, ``-o -`` with ``--format json``). JSON shape: ``report.json`` in
+``runstore/cli/schemas/``.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ def _write(services: Services, output: str, page: bytes) -> bool:
     failure); a device or a pipe that exists (``/dev/stdout``, a FIFO) is written to
     directly, as a rename would put a file in its place. True when ``output`` is a file (False: a
     device or a pipe). The database being read (or a file SQLite keeps beside it), a
-    folder that is missing or not writable end the command."""
+    folder that is missing or is no folder (said so) or where no file can be made
+    (``/proc``: said so, with the system's reason) end the command."""
     target = os.path.realpath(output)
     database = os.path.realpath(services.db_path)  # a PostgreSQL URL names no file here
     if target in {database, *(database + side for side in _SIDE_FILES)}:
@@ -96,10 +98,14 @@ def _write(services: Services, output: str, page: bytes) -> bool:
             services.fail(f"cannot write {output}: {exc.strerror or exc}")
         return False
     folder, name = os.path.split(target)
+    if not os.path.isdir(folder):
+        missing = "is not a folder" if os.path.exists(folder) else "does not exist"
+        services.fail(f"cannot write {output}: the folder {folder} {missing}")
     try:
         handle, partial = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".partial")
-    except OSError as exc:
-        services.fail(f"cannot write {output}: {exc.strerror or exc}")
+    except OSError as exc:  # /proc: the file is there, but no file can be made beside it
+        services.fail(f"cannot write {output}: no new file can be made in {folder} to "
+                      f"replace it ({exc.strerror or exc})")
     try:
         with os.fdopen(handle, "wb") as out:
             out.write(page)
@@ -114,6 +120,13 @@ def _write(services: Services, output: str, page: bytes) -> bool:
     return True
 
 
+def _not_blank(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Refuse a blank ``-o`` as a usage error, as ``--db`` refuses one."""
+    if not value.strip():
+        raise click.BadParameter("the report path is blank", ctx, param)
+    return value
+
+
 @click.command()
 @click.option(
     "-o",
@@ -122,6 +135,7 @@ def _write(services: Services, output: str, page: bytes) -> bool:
     default=DEFAULT_FILE,
     show_default=True,
     metavar="FILE",
+    callback=_not_blank,
     help="File to write (its folder must exist); - writes the page to standard output.",
 )
 @click.option(
