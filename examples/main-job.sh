@@ -2,10 +2,10 @@
 # The main job: record two runs of the sample project with `pytest --runstore`, then ask
 # runstore what happened. The first run finds the exchange-rate cache cold, so
 # test_exchange_rates_are_fresh fails; the second finds it warm and the test passes. Both runs
-# are on one git commit: on a clean checkout that is evidence of flakiness (the outcome
-# changed while the code did not), so `runstore flaky` lists it because of `same_commit`.
-# With uncommitted changes to tracked files the code may have changed between the runs, and
-# the test is only `recovered`.
+# ran the same code (one code fingerprint of the files the test ran): that is evidence of
+# flakiness (the outcome changed while the code did not), so `runstore flaky` lists it
+# because of `same_code`, in a git checkout with uncommitted changes or outside git too.
+# Had the sample project's code changed between the runs, the test would only be `recovered`.
 #
 # Runs from examples/sample-project, so the runs land in that project's default local
 # database, .runstore/runstore.db, where `runstore show` and `runstore flaky` find them.
