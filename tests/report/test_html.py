@@ -371,7 +371,7 @@ def test_the_matrix_header_reads_across_over_its_columns_and_gives_the_reason_ro
     html, _ = _page(sample_report())
     head = re.search(r'<table class="(m[^"]*)">\s*<thead><tr>(.*?)</tr></thead>', html, re.S)
     assert head is not None
-    assert head.group(1) == "m"  # run ids of up to 3 digits: no standing labels
+    assert head.group(1) == "m"  # run ids of up to 2 digits: no standing labels
     # test | cells | verdict: with the verdict before them, the spare width it takes put
     # a few runs' cells at the far right, away from their test's name
     assert re.findall(r"<th[^>]*>", head.group(2)) == [
@@ -384,8 +384,10 @@ def test_the_matrix_header_reads_across_over_its_columns_and_gives_the_reason_ro
     rules = dict(re.findall(r"(table\.m th\.vd|table\.m thead th\.r)\{([^}]*)\}", html))
     assert "writing-mode" not in rules["table.m thead th.r"]
     assert "width:100%" in rules["table.m th.vd"]  # the reason takes the width left over
-    late = attrs.evolve(sample_report(), matrix_run_ids=(RunId(999), RunId(1000), RunId(1001)))
-    assert '<table class="m long">' in render_html(late)
+    late = attrs.evolve(sample_report(), matrix_run_ids=(RunId(99), RunId(100), RunId(101)))
+    assert '<table class="m long">' in render_html(late)  # three digits abreast run together
+    early = attrs.evolve(sample_report(), matrix_run_ids=(RunId(97), RunId(98), RunId(99)))
+    assert '<table class="m">' in render_html(early)
 
 
 def test_a_signature_whose_message_is_all_masked_shows_a_real_example() -> None:
