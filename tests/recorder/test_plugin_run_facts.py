@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
 import sys
 import time
+import types
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,7 @@ from plugin_runs import (
 )
 
 from runstore.recorder._environment import git_dirty
+from runstore.recorder._recorder import _session_start
 from runstore.services.test_runs import Selection
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -201,3 +205,75 @@ def test_waiting_for_a_busy_database_does_not_shorten_the_run(tmp_path: Path) ->
     assert process.returncode == 0, output
     assert "warning" not in output
     assert _recorded_seconds(db) == pytest.approx(_pytest_seconds(output), rel=0.05)
+
+
+SLOW_CONFTEST = """
+    import json
+    import time
+
+    time.sleep(1.0)  # before the session: pytest's "in N s" does not count it
+    IMPORTED = time.time()
+
+    def pytest_sessionfinish(session):
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        start = getattr(reporter, "_session_start", None)
+        stamp = reporter._sessionstarttime if start is None else start.time
+        with open("stamps.json", "w") as out:
+            json.dump({"imported": IMPORTED, "session_start": stamp}, out)
+"""
+
+SLOW_MODULE = """
+    import time
+
+    time.sleep(1.0)  # at collection, in the session
+
+    def test_quick():
+        pass
+"""
+
+
+def test_the_run_starts_at_pytests_own_instant_after_a_slow_conftest(tmp_path: Path) -> None:
+    """A conftest sleeping at import is before the session, a test module sleeping at
+    import inside it: the recorded start is the terminal reporter's own instant, and the
+    duration is pytest's ``in N s``."""
+    folder = write(tmp_path / "proj", conftest=SLOW_CONFTEST, test_quick=SLOW_MODULE)
+    done = run_pytest(folder, "--runstore")
+    assert done.returncode == 0, done.stdout + done.stderr
+    stamps = json.loads((folder / "stamps.json").read_text(encoding="utf-8"))
+    run = latest(folder / ".runstore" / "runstore.db", "proj")[0]
+    assert abs(run.started_at_ms - stamps["session_start"] * 1000) <= 1
+    assert run.started_at_ms >= stamps["imported"] * 1000
+    seconds = _recorded_seconds(folder / ".runstore" / "runstore.db")
+    assert 1.0 <= seconds < 1.9
+    assert seconds == pytest.approx(_pytest_seconds(done.stdout), rel=0.05)
+
+
+SLOW_SUMMARY = """
+    import time
+
+    def pytest_terminal_summary(terminalreporter):
+        time.sleep(1.0)  # as Hypothesis's plugin importing hypothesis there
+"""
+
+
+def test_pytests_in_n_s_also_counts_the_terminal_summary_and_the_run_does_not(
+    tmp_path: Path,
+) -> None:
+    """What README says: the run ends at ``pytest_sessionfinish``; the summary sections
+    other plugins write after it lengthen pytest's ``in N s`` only."""
+    folder = write(tmp_path / "proj", conftest=SLOW_SUMMARY, test_slow=SLOW)
+    done = run_pytest(folder, "--runstore")
+    assert done.returncode == 0, done.stdout + done.stderr
+    seconds = _recorded_seconds(folder / ".runstore" / "runstore.db")
+    assert seconds >= 1.0
+    assert _pytest_seconds(done.stdout) - seconds >= 0.9
+
+
+def test_pytest_8_3s_session_start_is_read_too() -> None:
+    """pytest 8.3 keeps the instant as a float ``_sessionstarttime``: before, the recorder
+    read only 8.4's ``_session_start`` and took its own later stamp."""
+    reporter = types.SimpleNamespace(_sessionstarttime=1_700_000_000.25)
+    config = types.SimpleNamespace(
+        pluginmanager=types.SimpleNamespace(get_plugin=lambda name: reporter))
+    started = _session_start(config)  # type: ignore[arg-type]
+    assert started == datetime.fromtimestamp(1_700_000_000.25, tz=UTC)

@@ -9,11 +9,13 @@ Only the process that sees every report records: a plain pytest process, or the
   when this module was imported, and batch ages use ``time.monotonic``, so tests that
   ``chdir`` or fake ``time.time``/``datetime.now`` do not move or corrupt the record.
 - The run starts when pytest's session starts: ``started_at`` is the instant pytest's
-  terminal reporter measures its ``in N s`` from (``_session_start``, taken in its own
-  ``pytest_sessionstart``; our own stamp right after it when there is no terminal
-  reporter), and ends when the results are written at ``pytest_sessionfinish``. Opening
-  the database, waiting for a busy one and reading git happen after that instant, on the
-  writer thread, and do not shorten the recorded duration.
+  terminal reporter measures its ``in N s`` from (``_session_start``, or pytest 8.3's
+  ``_sessionstarttime``, taken in its own ``pytest_sessionstart``; our own stamp right
+  after it when there is no terminal reporter), and ends when the results are written at
+  ``pytest_sessionfinish``, before the terminal summary that pytest's ``in N s`` still
+  counts (other plugins' ``pytest_terminal_summary``: Hypothesis's imports hypothesis
+  there). Opening the database, waiting for a busy one and reading git happen after that
+  instant, on the writer thread, and do not shorten the recorded duration.
 - All database work happens on one writer thread (:mod:`runstore.recorder._writer`): the
   hooks hand it finished items, and it writes them in batches of at most
   :data:`BATCH_ITEMS` items, or when the oldest is :data:`BATCH_SECONDS` old even while a
@@ -344,9 +346,15 @@ def _plural(count: int, word: str) -> str:
 
 
 def _session_start(config: pytest.Config) -> datetime:
-    """The instant pytest's terminal reporter measures the session from, else now."""
+    """The instant pytest's terminal reporter measures the session from, else now.
+
+    pytest 8.4 and later keep it as ``_session_start``, a ``_pytest.timing.Instant``
+    (wall time in ``.time``); pytest 8.3 as ``_sessionstarttime``, a float of
+    ``time.time()`` (both set in the reporter's own ``pytest_sessionstart``)."""
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     stamp = getattr(getattr(reporter, "_session_start", None), "time", None)
+    if stamp is None:
+        stamp = getattr(reporter, "_sessionstarttime", None)
     if isinstance(stamp, float) and math.isfinite(stamp) and stamp > 0:
         return datetime.fromtimestamp(stamp, tz=UTC)
     return _now()
