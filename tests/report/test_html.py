@@ -16,7 +16,7 @@ from markupsafe import escape
 from runstore.report import MatrixCell, MatrixRow, ReportData, render_html
 from runstore.report._html import LETTERS, format_ms, nodeid_anchor, shell_word, visible
 from runstore.services._test_runs_rules import normalize_message
-from runstore.services.test_runs import Classification, EvidenceRule, Outcome, RunId
+from runstore.services.test_runs import Classification, EvidenceRule, Outcome, RunId, RunStatus
 
 SECTIONS = ("runs-chart", "matrix", "signatures", "slowest", "coverage", "failing")
 
@@ -429,3 +429,21 @@ def test_a_signature_of_an_ansi_coloured_message_reads_as_its_text() -> None:
     assert "assert 1 == 2" in page.text("signatures")
     assert "um>" not in html
     assert "assert 1 == 2" in page.text(nodeid_anchor("tests/test_a.py::test_a"))
+
+
+def test_an_unfinished_run_has_its_bar_outlined_and_named_in_the_legend() -> None:
+    # an interrupted run holds only the items recorded before it stopped: without a mark its
+    # short green bar read as a clean, whole run
+    finished = attrs.evolve(sample_report(), runs=(run_point(1), run_point(2)))
+    html = render_html(finished)
+    assert 'class="unfinished"' not in html
+    assert "interrupted, aborted or still running" not in html
+    runs = (run_point(1), run_point(2, status=RunStatus.INTERRUPTED, passed=3),
+            run_point(3, status=RunStatus.RUNNING, passed=1, duration_ms=None), run_point(4))
+    html = render_html(attrs.evolve(sample_report(), runs=runs))
+    chart = html[html.index('id="runs-chart"'):html.index("</svg>", html.index('id="runs-chart"'))]
+    outlines = re.findall(r'<rect class="unfinished" x="([\d.]+)"', chart)
+    assert len(outlines) == 2
+    bars = re.findall(r'<rect class="hit" x="([\d.]+)"', chart)
+    assert outlines == [bars[1], bars[2]]  # over the interrupted and the running run's bars
+    assert "interrupted, aborted or still running" in html

@@ -36,7 +36,13 @@ from runstore.report._svg import (
     sparkline,
 )
 from runstore.services._primitives import named_error
-from runstore.services.test_runs import FAILING_OUTCOMES, Classification, Outcome, RunId
+from runstore.services.test_runs import (
+    FAILING_OUTCOMES,
+    Classification,
+    Outcome,
+    RunId,
+    RunStatus,
+)
 
 __all__ = ["LETTERS", "format_ms", "nodeid_anchor", "render_html", "shell_word", "visible"]
 
@@ -138,6 +144,11 @@ def _failing(run: RunPoint) -> int:
 
 def _has_failures(run: RunPoint) -> bool:
     return bool(run.failing or run.failing_omitted or _failing(run))
+
+
+_UNFINISHED = frozenset({RunStatus.INTERRUPTED, RunStatus.ABORTED, RunStatus.RUNNING})
+"""Runs whose bar gets a dashed outline: their items are only those recorded before the run
+stopped (or so far), so a short green bar must not read as a clean, whole run."""
 
 
 def _bar_title(run: RunPoint) -> str:
@@ -252,7 +263,8 @@ def render_html(data: ReportData) -> str:
     """The report page of ``data``: one HTML document (UTF-8 text), self-contained.
 
     Sections (their ids): the runs over time (``runs-chart``; each run with failures has
-    a section ``run-<id>`` its bar links to), the history matrix (``matrix``), failure
+    a section ``run-<id>`` its bar links to; the bar of an interrupted, aborted or running
+    run has a dashed outline, class ``unfinished``), the history matrix (``matrix``), failure
     signature groups (``signatures``), the slowest tests (``slowest``), coverage
     (``coverage``) and one section per failing test of the newest run (``failing``, each
     ``test-<12 hex digits>``, :func:`nodeid_anchor`). An empty part says so in a line.
@@ -275,6 +287,7 @@ def render_html(data: ReportData) -> str:
         "bar_titles": [_bar_title(r) for r in runs],
         "coverage_chart": line_chart(covered) if any(v is not None for v in covered) else None,
         "sectioned": sectioned,
+        "unfinished": _UNFINISHED,
         "failing_runs": [r for r in reversed(runs) if int(r.run_id) in sectioned],
         "failing_ids": failing_ids,
         "signature_ids": signature_ids,
