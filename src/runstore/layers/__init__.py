@@ -55,6 +55,7 @@ from runstore.layers._tags import (
     DATA_STORE,
     DATABASE_HEALTH,
     EXECUTION_STORAGE,
+    GRAPH_CHECKPOINTS,
     SESSION_REPOSITORY,
 )
 from runstore.layers._unit_of_work import TxDict, UnitOfWork
@@ -101,6 +102,7 @@ __all__ = [
     "DEFAULT_DB_PATH",
     "EXECUTION_STORAGE",
     "GITIGNORE",
+    "GRAPH_CHECKPOINTS",
     "SESSION_REPOSITORY",
     "Access",
     "ConnectionSettings",

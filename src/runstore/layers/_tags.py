@@ -15,6 +15,7 @@ from runstore.layers._layer import Tag
 if TYPE_CHECKING:
     from runstore.services.agents import AgentStorage
     from runstore.services.clock import Clock
+    from runstore.services.graphs import GraphCheckpointStore
     from runstore.services.health import DatabaseHealth
     from runstore.services.ledger import ActionRunStorage, ExecutionStorage
     from runstore.services.sessions import SessionRepository
@@ -28,6 +29,7 @@ __all__ = [
     "DATA_READER",
     "DATA_STORE",
     "EXECUTION_STORAGE",
+    "GRAPH_CHECKPOINTS",
     "SESSION_REPOSITORY",
 ]
 
@@ -52,6 +54,11 @@ ACTION_RUN_STORAGE: Final[Tag[ActionRunStorage]] = Tag(
 
 AGENT_STORAGE: Final[Tag[AgentStorage]] = Tag("runstore.services.agents.AgentStorage")
 """Agent threads, runs, messages and checkpoints (:class:`~runstore.services.AgentStorage`)."""
+
+GRAPH_CHECKPOINTS: Final[Tag[GraphCheckpointStore]] = Tag(
+    "runstore.services.graphs.GraphCheckpointStore"
+)
+"""Graph checkpoints of agent threads (:class:`~runstore.services.GraphCheckpointStore`)."""
 
 SESSION_REPOSITORY: Final[Tag[SessionRepository]] = Tag(
     "runstore.services.sessions.SessionRepository"

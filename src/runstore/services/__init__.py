@@ -1,7 +1,7 @@
 """Service Protocols, their records and their error values. No I/O happens here.
 
 Importing this package imports no domain: each name below is read from its module
-(``runstore.services.test_runs``, ``.triage``, ``.ledger``, ``.agents``,
+(``runstore.services.test_runs``, ``.triage``, ``.ledger``, ``.agents``, ``.graphs``,
 ``.sessions``, ``.health``, ``.errors``, ``.clock``) when it is first used, so a command
 about test runs never loads the modules of agents or sessions.
 """
@@ -56,6 +56,18 @@ if TYPE_CHECKING:
         StorageFailure,
         StorageFailureKind,
         UnknownMigration,
+    )
+    from runstore.services.graphs import (
+        ChannelBlob,
+        ChannelValue,
+        ChannelVersion,
+        GraphCheckpoint,
+        GraphCheckpointStore,
+        GraphError,
+        GraphWrite,
+        NewGraphCheckpoint,
+        PendingWrite,
+        PruneStrategy,
     )
     from runstore.services.health import (
         AppliedMigration,
@@ -240,6 +252,9 @@ __all__ = [
     "Busy",
     "ChangedFile",
     "ChangedSince",
+    "ChannelBlob",
+    "ChannelValue",
+    "ChannelVersion",
     "CheckpointId",
     "CheckpointStore",
     "Classification",
@@ -287,6 +302,10 @@ __all__ = [
     "FlakySuspect",
     "FlakyTest",
     "ForeignKeyViolation",
+    "GraphCheckpoint",
+    "GraphCheckpointStore",
+    "GraphError",
+    "GraphWrite",
     "HalfAppliedMigration",
     "HealthError",
     "HistoryEntry",
@@ -303,6 +322,7 @@ __all__ = [
     "NewActionRun",
     "NewEntry",
     "NewExecution",
+    "NewGraphCheckpoint",
     "NewMessage",
     "NewSession",
     "NotARunstoreDatabase",
@@ -310,6 +330,7 @@ __all__ = [
     "OpenError",
     "Outcome",
     "PendingMigrations",
+    "PendingWrite",
     "Phase",
     "PhaseFailed",
     "PhaseOutcome",
@@ -319,6 +340,7 @@ __all__ = [
     "PhaseSucceeded",
     "ProjectMismatch",
     "PruneRunsResult",
+    "PruneStrategy",
     "QuarantinedItem",
     "ReadinessError",
     "RetryRefused",
@@ -388,6 +410,11 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "ExecutionStorage", "Fence", "JsonValue", "NewActionRun", "NewExecution", "PhaseFailed",
         "PhaseOutcome", "PhaseRecord", "PhaseStatus", "PhaseSucceeded", "ProjectMismatch",
         "RetryRefused", "StaleFencingToken",
+    ),
+    "graphs": (
+        "ChannelBlob", "ChannelValue", "ChannelVersion", "GraphCheckpoint",
+        "GraphCheckpointStore", "GraphError", "GraphWrite", "NewGraphCheckpoint", "PendingWrite",
+        "PruneStrategy",
     ),
     "health": (
         "AppliedMigration", "DatabaseCheck", "DatabaseHealth", "ForeignKeyViolation",
