@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeAlias, TypeVar
@@ -121,7 +122,7 @@ class _Numeric(NumericLoader):
         return super().load(data)
 
 
-def _configure(connection: Connection) -> None:
+def _configure(connection: psycopg.BaseConnection[Any]) -> None:
     """Adapters of every pooled connection (see the module docstring)."""
     adapters = connection.adapters
     adapters.register_dumper(str, _Text)
@@ -189,7 +190,8 @@ class PostgresDatabase(UnitOfWork):
     raises :class:`~runstore.exceptions.TransactionMisuse`, use in a child after ``fork()``
     :class:`~runstore.exceptions.ConnectionUsedAfterFork`. Statements run inside
     :meth:`transact` or :meth:`read`; outside any unit each statement is its own
-    transaction.
+    transaction. ``pause(seconds)`` waits between busy retries (``time.sleep``;
+    ``runstore.aio`` gives one that yields to the event loop).
     """
 
     def __init__(
@@ -200,8 +202,10 @@ class PostgresDatabase(UnitOfWork):
         owns_pool: bool = False,
         shown: str = "",
         secret: str = "",
+        pause: Callable[[float], object] = time.sleep,
     ) -> None:
         super().__init__()
+        self._pause = pause
         self._pool = pool
         self._settings = settings or PostgresSettings()
         self._owns_pool = owns_pool
@@ -238,25 +242,8 @@ class PostgresDatabase(UnitOfWork):
         try:  # one direct connection first: the pool would only log why it cannot connect
             psycopg.connect(dsn, **kwargs).close()
         except psycopg.Error as exc:
-            failure = from_psycopg(exc, operation="open", secret=secret)
-            if isinstance(failure, Busy):  # a deadlock while connecting: report it as such
-                failure = StorageFailure("open", StorageFailureKind.OTHER, -1, str(failure))
-            return Failure(failure)
-        pool: Pool = ConnectionPool(
-            dsn,
-            min_size=0,
-            max_size=settings.pool_max_size,
-            open=False,
-            kwargs=kwargs,
-            configure=_configure,
-            timeout=float(settings.connect_timeout_s),
-            # Give up a failing reconnection within half a unit's wait, so the next unit
-            # starts a fresh one at once: left to back off (1 s doubling, for 5 min by
-            # default), the pool stayed without connections long after a restarted server
-            # was back.
-            reconnect_timeout=settings.connect_timeout_s / 2,
-            name="runstore",
-        )
+            return Failure(open_failure(exc, secret))
+        pool: Pool = ConnectionPool(dsn, configure=_configure, **pool_options(settings, kwargs))
         pool.open(wait=False)
         db = cls(pool, settings, owns_pool=True, shown=redact(dsn), secret=secret)
         return Success(db)
@@ -485,7 +472,7 @@ class PostgresDatabase(UnitOfWork):
     ) -> Result[T, E | Busy | StorageFailure]:
         """Run ``attempt`` until it is not busy or the busy budget is spent (see
         :func:`~runstore.layers._unit_of_work.retrying`)."""
-        return retrying(operation, self._settings.busy_budget_ms, attempt)
+        return retrying(operation, self._settings.busy_budget_ms, attempt, self._pause)
 
     def _acquire(self, operation: str) -> StorageFailure | None:
         try:
@@ -695,6 +682,31 @@ def _connection_kwargs(settings: PostgresSettings, *, read_only: bool) -> dict[s
     if read_only:
         options += " -c default_transaction_read_only=on"
     return {"autocommit": True, "connect_timeout": settings.connect_timeout_s, "options": options}
+
+
+def open_failure(exc: psycopg.Error, secret: str) -> StorageFailure:
+    """The failure of a first connection that could not be made (never with ``secret``)."""
+    failure = from_psycopg(exc, operation="open", secret=secret)
+    if isinstance(failure, Busy):  # a deadlock while connecting: report it as such
+        failure = StorageFailure("open", StorageFailureKind.OTHER, -1, str(failure))
+    return failure
+
+
+def pool_options(settings: PostgresSettings, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of a pool a DSN opens, sync or async (``kwargs`` its connections')."""
+    return {
+        "min_size": 0,
+        "max_size": settings.pool_max_size,
+        "open": False,
+        "kwargs": kwargs,
+        "timeout": float(settings.connect_timeout_s),
+        # Give up a failing reconnection within half a unit's wait, so the next unit
+        # starts a fresh one at once: left to back off (1 s doubling, for 5 min by
+        # default), the pool stayed without connections long after a restarted server
+        # was back.
+        "reconnect_timeout": settings.connect_timeout_s / 2,
+        "name": "runstore",
+    }
 
 
 def configure_connection(connection: Connection) -> None:

@@ -41,6 +41,7 @@ __all__ = [
     "postgres",
     "postgres_database",
     "postgres_health",
+    "postgres_services",
 ]
 
 
@@ -182,10 +183,15 @@ def postgres(
     ``Clock`` unless a later layer provides one. The database is opened (and, unless read,
     migrated) when the container is built.
     """
+    return merge(postgres_database(target, settings, access=access), postgres_services())
+
+
+def postgres_services() -> Layer:
+    """Every service of :func:`postgres` and the wall clock, on the container's
+    :class:`PostgresDatabase` (requires it; ``runstore.aio.postgres`` provides one per call)."""
     from runstore.layers import system_clock
 
     return merge(
-        postgres_database(target, settings, access=access),
         system_clock(),
         postgres_health(),
         postgres_test_runs(),

@@ -50,12 +50,15 @@ def retrying(
     operation: str,
     budget_ms: int,
     attempt: Callable[[], Result[T, E] | Retry],
+    pause: Callable[[float], object] = time.sleep,
 ) -> Result[T, E | Busy]:
     """Run ``attempt`` until it returns a Result, pausing 5 ms doubling to 100 ms between
     tries; once ``budget_ms`` (ms) is spent, ``Busy(operation, waited_ms)``. Both live
-    backends retry their outermost units of work through this one loop."""
+    backends retry their outermost units of work through this one loop. ``pause(seconds)``
+    waits between tries (``time.sleep``; ``runstore.aio`` passes one that awaits
+    ``asyncio.sleep``, so a retry never blocks the event loop)."""
     started = time.monotonic()
-    pause = 0.005
+    wait = 0.005
     while True:
         outcome = attempt()
         if not isinstance(outcome, Retry):
@@ -64,8 +67,8 @@ def retrying(
         remaining_ms = budget_ms - waited_ms
         if remaining_ms <= 0:
             return Failure(Busy(operation=operation, waited_ms=waited_ms))
-        time.sleep(min(pause, remaining_ms / 1000))
-        pause = min(pause * 2, 0.1)
+        pause(min(wait, remaining_ms / 1000))
+        wait = min(wait * 2, 0.1)
 
 
 class _Missing:
