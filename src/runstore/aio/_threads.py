@@ -1,0 +1,167 @@
+"""A :class:`~runstore.aio.Runner` on threads: one writer thread, optionally reader threads.
+
+Each thread is a ``ThreadPoolExecutor(max_workers=1)`` that builds an ordinary sync container
+on itself (its first job) and owns it, because a container and its SQLite connection belong
+to the thread that built it. Writes (and every call when there are no readers) run on the
+writer, one at a time in the order they were called, as ``BEGIN IMMEDIATE`` would serialise
+them anyway; reads run on the reader with the fewest calls in hand. A reader holds its own
+read-only connection (WAL lets it read while the writer writes) and sees every write that
+was awaited before the read was called.
+
+A call is awaited with :func:`asyncio.wrap_future`, which binds to whichever event loop
+awaits it: the runner binds no loop, so one runner serves several loops and threads.
+
+Cancellation: a call cancelled while it waits for its thread never runs; once started it
+runs to its outcome (a write commits or rolls back), which the cancelled caller does not see.
+
+Closing: :meth:`ThreadRunner.aclose` refuses new calls, lets the calls already handed over
+run, then closes each thread's container on that thread (readers first, then the writer:
+the reverse of their opening) and lets the threads end; the event loop only awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
+from contextlib import ExitStack, asynccontextmanager, suppress
+from typing import TypeVar
+
+from runstore.aio._runner import Access
+from runstore.exceptions import ContainerClosed
+from runstore.layers._layer import Container, Layer, build
+
+__all__ = ["ThreadRunner", "threads"]
+
+T = TypeVar("T")
+
+
+class _Worker:
+    """One thread and the sync container it built and owns."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self.container: Container | None = None
+        self.thread: threading.Thread | None = None
+        self.in_hand = 0
+        self._stack = ExitStack()
+
+    def open(self, layer: Layer) -> Future[None]:
+        """Build ``layer`` on this thread (its first job)."""
+        return self.executor.submit(self._open, layer)
+
+    def _open(self, layer: Layer) -> None:
+        self.thread = threading.current_thread()
+        self.container = self._stack.enter_context(build(layer))
+
+    def submit(self, fn: Callable[[Container], T]) -> Future[T]:
+        return self.executor.submit(self._run, fn)
+
+    def _run(self, fn: Callable[[Container], T]) -> T:
+        container = self.container
+        if container is None:  # its open failed; the runner refuses calls then
+            raise ContainerClosed(f"{self.name} has no container")
+        return fn(container)
+
+    def close(self, after: tuple[Future[None], ...] = ()) -> Future[None]:
+        """Close the container on this thread once ``after`` are done (re-raising the first
+        error of ``after`` or of this close), after the jobs already queued; end the thread."""
+        done = self.executor.submit(self._close, after)
+        self.executor.shutdown(wait=False)
+        return done
+
+    def _close(self, after: tuple[Future[None], ...]) -> None:
+        wait_all(after)
+        self.container = None
+        try:
+            self._stack.close()
+        finally:
+            for earlier in after:
+                earlier.result()
+
+
+class ThreadRunner:
+    """A :class:`~runstore.aio.Runner` over one writer thread and zero or more readers
+    (see the module doc). Made by :func:`threads`."""
+
+    def __init__(self, name: str, writer: _Worker, readers: tuple[_Worker, ...]) -> None:
+        self._name = name
+        self._writer = writer
+        self._readers = readers
+        self._lock = threading.Lock()
+        self._closed: Future[None] | None = None
+
+    @property
+    def threads(self) -> tuple[threading.Thread, ...]:
+        """The writer thread, then each reader's (for tests that check where work runs)."""
+        return tuple(w.thread for w in (self._writer, *self._readers) if w.thread is not None)
+
+    async def call(self, access: Access, fn: Callable[[Container], T]) -> T:
+        """Run ``fn`` on the writer (``"write"``, or always without readers) or on the least
+        busy reader (``"read"``); see :meth:`runstore.aio.Runner.call`.
+
+        Raises :class:`~runstore.exceptions.ContainerClosed` once closing has begun, and
+        whatever ``fn`` raises.
+        """
+        if self._closed is not None:
+            raise ContainerClosed(f"{self._name} runner closed")
+        worker = self._writer
+        if access == "read" and self._readers:
+            with self._lock:
+                worker = min(self._readers, key=lambda r: r.in_hand)
+                worker.in_hand += 1
+            try:
+                return await asyncio.wrap_future(worker.submit(fn))
+            finally:
+                with self._lock:
+                    worker.in_hand -= 1
+        return await asyncio.wrap_future(worker.submit(fn))
+
+    async def aclose(self) -> None:
+        """Close as the module doc says; re-raises the first error a container's close raised.
+
+        Cancelling the awaiting task does not stop the closing, which goes on on the threads.
+        """
+        if self._closed is None:
+            self._closed = _close_all(self._writer, self._readers)
+        await asyncio.shield(asyncio.wrap_future(self._closed))
+
+    def __repr__(self) -> str:
+        return f"<{self._name} runner, {len(self._readers)} readers>"
+
+
+def _close_all(writer: _Worker, readers: tuple[_Worker, ...]) -> Future[None]:
+    """Close the readers (newest first), then the writer once they are closed."""
+    closed = tuple(reader.close() for reader in reversed(readers))
+    return writer.close(closed)
+
+
+@asynccontextmanager
+async def threads(
+    name: str, writer: Layer, reader: Layer | None = None, readers: int = 0
+) -> AsyncIterator[ThreadRunner]:
+    """Open a :class:`ThreadRunner`: build ``writer`` on the writer thread, then ``reader`` on
+    each of ``readers`` reader threads; close it on exit.
+
+    Raises what building a layer raises (a :class:`~runstore.exceptions.DatabaseOpenError`
+    for a database that cannot be opened), after closing what was opened.
+    """
+    writer_worker = _Worker(f"runstore-{name}-writer")
+    reader_workers = tuple(_Worker(f"runstore-{name}-reader-{i}") for i in range(readers))
+    try:
+        await asyncio.shield(asyncio.wrap_future(writer_worker.open(writer)))
+        if reader is not None and reader_workers:
+            opening = [asyncio.wrap_future(r.open(reader)) for r in reader_workers]
+            await asyncio.shield(asyncio.gather(*opening))
+    except BaseException:
+        with suppress(Exception):  # what failed to open is the error to see
+            await asyncio.shield(asyncio.wrap_future(_close_all(writer_worker, reader_workers)))
+        raise
+    runner = ThreadRunner(name, writer_worker, reader_workers if reader is not None else ())
+    try:
+        yield runner
+    finally:
+        await runner.aclose()
