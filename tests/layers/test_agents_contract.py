@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ from runstore.layers import Layer, in_memory, sqlite
 from runstore.services.agents import NewMessage
 from runstore.testing import (
     AgentsContract,
+    AgentsMachine,
+    agents_broken_clear_layer,
     agents_broken_client_id_layer,
     agents_broken_fencing_layer,
     agents_broken_sequence_layer,
@@ -85,55 +88,75 @@ def test_contract_fails_a_layer_that_stores_a_retried_client_id_twice() -> None:
         run_state_machine_as_test(machine, settings=_FIND_BUG)
 
 
-def test_the_retry_script_catches_a_client_id_stored_twice() -> None:
-    """The scenario the machine finds, scripted: an append with a client id, retried."""
-    message = NewMessage("user", "hi", client_id="m1")
-    for factory, broken in ((in_memory, False), (agents_broken_client_id_layer, True)):
+def _script(
+    broken_layer: Callable[[], Layer],
+    match: str,
+    setup: Callable[[AgentsMachine], object],
+    step: Callable[[AgentsMachine], object],
+) -> None:
+    """Run ``setup`` then ``step`` on a machine over the in-memory layer (the step passes and
+    the state stays the model's) and over ``broken_layer`` (the step fails, matching
+    ``match``)."""
+    for factory, broken in ((in_memory, False), (broken_layer, True)):
         machine = agents_state_machine(factory)()
         try:
             machine.first_threads(["p1", "p1"])
-            machine._append("t1", message)
+            setup(machine)
             if broken:
-                with pytest.raises(AssertionError, match="seq=2"):
-                    machine._append("t1", message)
+                with pytest.raises(AssertionError, match=match):
+                    step(machine)
             else:
-                machine._append("t1", message)
+                step(machine)
                 machine.same_state()
         finally:
             machine.teardown()
+
+
+def test_the_retry_script_catches_a_client_id_stored_twice() -> None:
+    """The scenario the machine finds, scripted: an append with a client id, retried."""
+    message = NewMessage("user", "hi", client_id="m1")
+    _script(
+        agents_broken_client_id_layer,
+        "seq=2",
+        lambda m: m._append("t1", message),
+        lambda m: m._append("t1", message),
+    )
 
 
 def test_the_late_worker_script_catches_an_unfenced_finish() -> None:
     """The scenario the machine finds, scripted: a worker finishes with an older token."""
-    for factory, broken in ((in_memory, False), (agents_broken_fencing_layer, True)):
-        machine = agents_state_machine(factory)()
-        try:
-            machine.first_threads(["p1", "p1"])
-            machine.start_run("r1", "t1", None, "w1", 1)
-            machine.tick(1)
-            machine.reclaim_run("r1", "w2", 60_000)
-            if broken:
-                with pytest.raises(AssertionError, match="is stale"):
-                    machine.late_worker("r1", "finish")
-            else:
-                machine.late_worker("r1", "finish")
-                machine.same_state()
-        finally:
-            machine.teardown()
+
+    def setup(machine: AgentsMachine) -> None:
+        machine.start_run("r1", "t1", None, "w1", 1)
+        machine.tick(1)
+        machine.reclaim_run("r1", "w2", 60_000)
+
+    _script(
+        agents_broken_fencing_layer, "is stale", setup, lambda m: m.late_worker("r1", "finish")
+    )
 
 
 def test_the_retry_turn_script_catches_sequence_reuse() -> None:
     """The same scenario the machine finds, scripted: one turn, then retry it."""
-    for factory, broken in ((in_memory, False), (agents_broken_sequence_layer, True)):
-        machine = agents_state_machine(factory)()
-        try:
-            machine.first_threads(["p1", "p1"])
-            machine.turn("t1", 2, None)
-            if broken:
-                with pytest.raises(AssertionError, match="seq=3"):
-                    machine.delete_newest_run("t1", True)
-            else:
-                machine.delete_newest_run("t1", True)
-                machine.same_state()
-        finally:
-            machine.teardown()
+    _script(
+        agents_broken_sequence_layer,
+        "seq=3",
+        lambda m: m.turn("t1", 2, None),
+        lambda m: m.delete_newest_run("t1", True),
+    )
+
+
+def test_contract_fails_a_layer_whose_clear_restarts_the_numbers() -> None:
+    machine = agents_state_machine(agents_broken_clear_layer)
+    with pytest.raises(AssertionError, match="seq=1"):
+        run_state_machine_as_test(machine, settings=_FIND_BUG)
+
+
+def test_the_clear_script_catches_restarted_numbers() -> None:
+    """The scenario the machine finds, scripted: append, clear, append again."""
+    _script(
+        agents_broken_clear_layer,
+        "seq=1",
+        lambda m: m._append("t1", NewMessage("user", "hi")),
+        lambda m: m.clear("t1", True),
+    )

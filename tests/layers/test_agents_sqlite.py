@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 from returns.result import Failure, Success
 
@@ -489,3 +490,40 @@ def test_a_stale_worker_is_refused_across_processes(tmp_path: Path) -> None:
         run = agents.runs.get("r").unwrap()
         assert (run.status, run.attempts, run.fencing_token) == ("succeeded", 2, new)
         assert str(run.owner).startswith("b")
+
+
+def test_a_message_body_that_is_not_json_is_a_typed_corrupt_failure(tmp_path: Path) -> None:
+    """A body damaged behind runstore's back (raw apsw, as another program or a bad disk
+    would) makes every read of it a ``StorageFailure(kind=corrupt)``, not a ValueError, and
+    a pop of it writes nothing."""
+    path = tmp_path / "damaged.db"
+    with build(sqlite(path)) as built:
+        agents = built.get(AgentStorage)
+        agents.threads.create("t", project_id="p").unwrap()
+        agents.messages.append("t", role="user", content={"ok": 1}).unwrap()
+        agents.messages.append("t", role="user", content="fine", client_id="m2").unwrap()
+    raw = apsw.Connection(str(path))
+    raw.execute(
+        "UPDATE agent_message_bodies SET content = 'not valid json {{{' WHERE id & 4294967295 = 2"
+    )
+    raw.close()
+    with build(sqlite(path)) as built:
+        agents = built.get(AgentStorage)
+        db = built.get(SqliteDatabase)
+        for operation, call in (
+            ("get message", lambda: agents.messages.get("t", 2)),
+            ("list messages", lambda: agents.messages.list("t")),
+            ("pop message", lambda: agents.messages.pop("t")),
+            ("append messages",
+             lambda: agents.messages.append("t", role="user", content="fine", client_id="m2")),
+        ):
+            result = call()
+            assert isinstance(result, Failure), operation
+            failure = result.failure()
+            assert isinstance(failure, StorageFailure)
+            assert (failure.operation, failure.kind, failure.table) == (
+                operation, StorageFailureKind.CORRUPT, "agent_message_bodies"
+            )
+        assert agents.messages.get("t", 1).unwrap().content == {"ok": 1}
+        assert _thread_row(db)[:2] == (2, 2), "the failed pop wrote nothing"  # type: ignore[index]
+        assert agents.messages.clear("t") == Success(2), "clear reads no body"

@@ -304,26 +304,100 @@ class InMemoryMessageStore(rules.AppendsOne):
                 for seq in range(1, thread.head_seq + 1)
                 if (row := s.messages.get((thread_id, seq))) is not None and row.run_id == run_id
             ]
-            for seq in doomed:
-                s.drop_message(thread_id, seq)
-            if doomed:
-                last = next(
-                    (
-                        row.at_ms
-                        for seq in range(thread.head_seq, 0, -1)
-                        if (row := s.messages.get((thread_id, seq))) is not None
-                    ),
-                    None,
-                )
-                s.threads[thread_id] = attrs.evolve(
-                    thread,
-                    message_count=thread.message_count - len(doomed),
-                    last_message_at_ms=last,
-                    updated_at_ms=now,
-                )
+            self._remove(thread, doomed, now)
             return Success(len(doomed))
 
         return s.db.transact("delete messages by run", unit)
+
+    def _remove(self, thread: rules.ThreadRow, seqs: Collection[int], now_ms: int) -> int:
+        """Drop messages ``seqs`` of the thread and recount it (nothing when there are none);
+        ``head_seq`` stays. Return how many were dropped."""
+        s = self._s
+        if not seqs:
+            return 0
+        for seq in seqs:
+            s.drop_message(thread.id, seq)
+        last = next(
+            (
+                row.at_ms
+                for seq in range(thread.head_seq, 0, -1)
+                if (row := s.messages.get((thread.id, seq))) is not None
+            ),
+            None,
+        )
+        s.threads[thread.id] = attrs.evolve(
+            thread,
+            message_count=thread.message_count - len(seqs),
+            last_message_at_ms=last,
+            updated_at_ms=now_ms,
+        )
+        return len(seqs)
+
+    def _doomed(
+        self, thread_id: str, *, whole: bool
+    ) -> Result[tuple[rules.ThreadRow, tuple[int, ...]], AgentError]:
+        """Decide a pop or a clear (``rules.decide_removal``) inside its unit of work: the
+        thread and the sequence numbers to remove (none when it has no message)."""
+        s = self._s
+        thread = s.threads.get(thread_id)
+        stored = () if thread is None else self._stored(thread)
+        latest = None if thread is None else s.latest_checkpoint(thread)
+        facts = rules.Transcript(
+            thread,
+            stored[0] if stored else None,
+            stored[-1] if stored else None,
+            None if latest is None else latest.through_seq,
+        )
+        decided = rules.decide_removal(facts, thread_id, whole=whole)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        assert thread is not None  # decide_removal found it
+        first = decided.unwrap()
+        if first is None:
+            return Success((thread, ()))
+        return Success((thread, stored if whole else (first,)))
+
+    def _stored(self, thread: rules.ThreadRow) -> tuple[int, ...]:
+        """The thread's stored sequence numbers, ascending."""
+        if not thread.message_count:
+            return ()
+        messages = self._s.messages
+        return tuple(seq for seq in range(1, thread.head_seq + 1) if (thread.id, seq) in messages)
+
+    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
+        """Remove and return the newest message (see ``MessageStore.pop``)."""
+        s = self._s
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = s.clock.now_ms()
+
+        def unit() -> Result[Message | None, AgentError]:
+            doomed = self._doomed(thread_id, whole=False)
+            if isinstance(doomed, Failure):
+                return Failure(doomed.failure())
+            thread, seqs = doomed.unwrap()
+            if not seqs:
+                return Success(None)
+            popped = _message(thread_id, seqs[0], s.messages[(thread_id, seqs[0])])
+            self._remove(thread, seqs, now)
+            return Success(popped)
+
+        return s.db.transact("pop message", unit)
+
+    def clear(self, thread_id: str) -> Result[int, AgentError]:
+        """Remove every message of the thread (see ``MessageStore.clear``)."""
+        s = self._s
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = s.clock.now_ms()
+        return s.db.transact(
+            "clear messages",
+            lambda: self._doomed(thread_id, whole=True).map(
+                lambda found: self._remove(*found, now)
+            ),
+        )
 
 
 class InMemoryCheckpointStore(CheckpointStoreBase):

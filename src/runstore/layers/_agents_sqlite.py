@@ -21,7 +21,7 @@ what it needs under its own lock. The method skeletons are :mod:`._agents_shared
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import apsw
@@ -64,6 +64,7 @@ __all__ = [
 
 Row = tuple[Any, ...]
 R = TypeVar("R")
+T = TypeVar("T")
 Keyed = tuple[int, R]
 """A row of the rules module with the integer key its table gives it."""
 
@@ -323,7 +324,10 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
         if isinstance(checked, Failure):
             return checked
         request = checked.unwrap()
-        return self._db.transact("append messages", lambda: self._append(request))
+        return _intact(
+            "append messages",
+            lambda: self._db.transact("append messages", lambda: self._append(request)),
+        )
 
     def _head(self, thread_id: str) -> Keyed[rules.ThreadHead] | None:
         row = self._db.one(
@@ -423,22 +427,29 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
             key = self._thread_key(thread_id)
             if key is None:
                 return Failure(NotFound("thread", thread_id))
-            header = self._db.one(
-                f"SELECT {_HEADER_COLUMNS} FROM agent_messages m"
-                " LEFT JOIN agent_runs r ON r.key = m.run_key"
-                " WHERE m.thread_key = ? AND m.seq = ?",
-                (key, seq),
-            )
-            if header is None:
+            found = self._stored_message(key, thread_id, seq)
+            if found is None:
                 return Failure(NotFound("message", f"{thread_id}#{seq}"))
-            body = self._db.one(
-                "SELECT content, metadata FROM agent_message_bodies WHERE id = ?",
-                (key * BODY_STRIDE + seq,),
-            )
-            assert body is not None  # a header's body is written and deleted with it
-            return Success(_message(ThreadId(thread_id), header, body[0], body[1]))
+            return Success(found)
 
-        return self._db.read("get message", read)
+        return _intact("get message", lambda: self._db.read("get message", read))
+
+    def _stored_message(self, key: int, thread_id: str, seq: int) -> Message | None:
+        """Message ``seq`` of the thread with key ``key`` (None when it is not stored)."""
+        header = self._db.one(
+            f"SELECT {_HEADER_COLUMNS} FROM agent_messages m"
+            " LEFT JOIN agent_runs r ON r.key = m.run_key"
+            " WHERE m.thread_key = ? AND m.seq = ?",
+            (key, seq),
+        )
+        if header is None:
+            return None
+        body = self._db.one(
+            "SELECT content, metadata FROM agent_message_bodies WHERE id = ?",
+            (key * BODY_STRIDE + seq,),
+        )
+        assert body is not None  # a header's body is written and deleted with it
+        return _message(ThreadId(thread_id), header, body[0], body[1])
 
     def list(
         self,
@@ -455,7 +466,7 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
         if isinstance(query, Failure):
             return Failure(query.failure())
         try:
-            return self._list(thread_id, query.unwrap())
+            return _intact("list messages", lambda: self._list(thread_id, query.unwrap()))
         except apsw.Error as exc:
             return Failure(from_apsw(exc, operation="list messages", table="agent_messages"))
 
@@ -494,17 +505,101 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
                     (found[0], key),
                 )
             )
-            if deleted:
-                db.execute(
-                    "UPDATE agent_threads SET message_count = message_count - ?,"
-                    " last_message_at_ms = (SELECT created_at_ms FROM agent_messages"
-                    "  WHERE thread_key = ? ORDER BY seq DESC LIMIT 1),"
-                    " updated_at_ms = ? WHERE key = ?",
-                    (deleted, key, now, key),
-                )
+            self._recount(key, deleted, now)
             return Success(deleted)
 
         return self._db.transact("delete messages by run", unit)
+
+    def _recount(self, key: int, deleted: int, now_ms: int) -> None:
+        """Move the counters of the thread with key ``key`` after ``deleted`` of its messages
+        were deleted (nothing when none was); ``head_seq`` stays."""
+        if deleted:
+            self._db.execute(
+                "UPDATE agent_threads SET message_count = message_count - ?,"
+                " last_message_at_ms = (SELECT created_at_ms FROM agent_messages"
+                "  WHERE thread_key = ? ORDER BY seq DESC LIMIT 1),"
+                " updated_at_ms = ? WHERE key = ?",
+                (deleted, key, now_ms, key),
+            )
+
+    def _doomed(
+        self, thread_id: str, *, whole: bool
+    ) -> Result[tuple[int, int | None], AgentError]:
+        """Decide a pop or a clear (``rules.decide_removal``) inside its unit of work: the
+        thread's key and the lowest sequence number to remove (None: it has no message)."""
+        found = self._thread(thread_id)
+        if found is None:
+            facts = rules.Transcript(None, None, None, None)
+        else:
+            key = found[0]
+            low, high = self._db.execute(
+                "SELECT min(seq), max(seq) FROM agent_messages WHERE thread_key = ?", (key,)
+            )[0]
+            through = self._db.scalar(
+                "SELECT max(through_seq) FROM agent_checkpoints WHERE thread_key = ?", (key,)
+            )
+            facts = rules.Transcript(found[1], low, high, through)
+        decided = rules.decide_removal(facts, thread_id, whole=whole)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        assert found is not None  # decide_removal found it
+        return Success((found[0], decided.unwrap()))
+
+    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
+        """Remove and return the newest message (see ``MessageStore.pop``)."""
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = self._clock.now_ms()
+
+        def unit() -> Result[Message | None, AgentError]:
+            doomed = self._doomed(thread_id, whole=False)
+            if isinstance(doomed, Failure):
+                return Failure(doomed.failure())
+            key, seq = doomed.unwrap()
+            if seq is None:
+                return Success(None)
+            popped = self._stored_message(key, thread_id, seq)
+            self._db.execute(
+                "DELETE FROM agent_messages WHERE thread_key = ? AND seq = ?", (key, seq)
+            )
+            self._recount(key, 1, now)
+            return Success(popped)
+
+        return _intact("pop message", lambda: self._db.transact("pop message", unit))
+
+    def clear(self, thread_id: str) -> Result[int, AgentError]:
+        """Remove every message of the thread (see ``MessageStore.clear``)."""
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = self._clock.now_ms()
+
+        def unit() -> Result[int, AgentError]:
+            doomed = self._doomed(thread_id, whole=True)
+            if isinstance(doomed, Failure):
+                return Failure(doomed.failure())
+            key, first = doomed.unwrap()
+            if first is None:
+                return Success(0)
+            deleted = len(
+                self._db.execute(
+                    "DELETE FROM agent_messages WHERE thread_key = ? RETURNING seq", (key,)
+                )
+            )
+            self._recount(key, deleted, now)
+            return Success(deleted)
+
+        return self._db.transact("clear messages", unit)
+
+
+def _intact(operation: str, call: Callable[[], Result[T, AgentError]]) -> Result[T, AgentError]:
+    """``call()``, with a stored message it could not read (``rules.DamagedMessage``, raised
+    after its unit of work rolled back) returned as ``StorageFailure(kind=corrupt)``."""
+    try:
+        return call()
+    except rules.DamagedMessage as error:
+        return Failure(rules.damaged_message(operation, error))
 
 
 def thread_page_query(query: rules.ThreadListing) -> tuple[str, tuple[str | int, ...]]:

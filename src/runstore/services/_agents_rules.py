@@ -26,6 +26,7 @@ from typing import Generic, TypeVar
 import attrs
 from returns.result import Failure, Result, Success
 
+from runstore.services._ledger_rules import damaged
 from runstore.services._primitives import (
     MAX_INT64,
     JsonValue,
@@ -67,7 +68,13 @@ from runstore.services.agents import (
     TokenUsage,
 )
 from runstore.services.clock import Clock
-from runstore.services.errors import Conflict, IllegalTransition, InvalidInput, NotFound
+from runstore.services.errors import (
+    Conflict,
+    IllegalTransition,
+    InvalidInput,
+    NotFound,
+    StorageFailure,
+)
 from runstore.services.ledger import (
     MAX_LEASE_MS,
     ExecutionFinished,
@@ -352,15 +359,24 @@ def message_record(
     metadata_json: str | None = None,
 ) -> Message:
     """The :class:`Message` a stored message stands for (the hot path of every listing);
-    ``metadata_json`` None is the empty object."""
-    metadata = {} if metadata_json is None else decode_json(metadata_json)
-    assert isinstance(metadata, dict)
+    ``metadata_json`` None is the empty object.
+
+    Raises:
+        DamagedMessage: the stored content or metadata is not JSON text (a damaged row).
+    """
+    try:
+        metadata = {} if metadata_json is None else decode_json(metadata_json)
+        content = decode_json(content_json)
+    except ValueError as exc:
+        raise DamagedMessage(f"message {thread_id}#{seq} is not JSON text: {exc}") from exc
+    if not isinstance(metadata, dict):
+        raise DamagedMessage(f"message {thread_id}#{seq} has metadata that is not an object")
     # Built positionally, in Message's field order: measurably cheaper than keywords.
     return Message(
         thread_id,
         seq,
         role,
-        decode_json(content_json),
+        content,
         None if run_id is None else AgentRunId(run_id),
         usage,
         None if cost_text is None else Decimal(cost_text),
@@ -1124,16 +1140,23 @@ class MessageDraft:
     def same_message(self, other: MessageDraft) -> bool:
         """Whether ``other`` asks for the same message (what a repeated client id must
         match): role, run, usage, cost, and content and metadata as JSON values regardless
-        of key order. Time, token and client id are not part of it."""
-        return (
-            self.role == other.role
-            and self.run_id == other.run_id
-            and self.usage == other.usage
-            and self.cost_text == other.cost_text
-            and canonical_json(self.content_json) == canonical_json(other.content_json)
-            and canonical_json(self.metadata_json or "{}")
-            == canonical_json(other.metadata_json or "{}")
-        )
+        of key order. Time, token and client id are not part of it.
+
+        Raises:
+            DamagedMessage: the stored side's JSON text is not JSON (a damaged row).
+        """
+        try:
+            return (
+                self.role == other.role
+                and self.run_id == other.run_id
+                and self.usage == other.usage
+                and self.cost_text == other.cost_text
+                and canonical_json(self.content_json) == canonical_json(other.content_json)
+                and canonical_json(self.metadata_json or "{}")
+                == canonical_json(other.metadata_json or "{}")
+            )
+        except ValueError as exc:
+            raise DamagedMessage(f"a stored message is not JSON text: {exc}") from exc
 
     def record(self, thread_id: ThreadId, seq: int) -> Message:
         """The :class:`Message` this draft is, stored as ``seq`` of ``thread_id``."""
@@ -1482,9 +1505,86 @@ def message_page(items: Sequence[Message], has_more: bool, query: ListQuery) -> 
     return Page(items=tuple(items), has_more=True, next_cursor=cursor)
 
 
+def check_thread_id(thread_id: object) -> Result[str, InvalidInput]:
+    """Check the one argument of :meth:`MessageStore.pop` and :meth:`MessageStore.clear`."""
+    return check_id(thread_id, "thread_id")
+
+
 def check_delete_by_run(thread_id: object, run_id: object) -> Result[None, InvalidInput]:
     """Check the arguments of :meth:`MessageStore.delete_by_run`, in that order."""
     return first_failure(check_id(thread_id, "thread_id"), check_id(run_id, "run_id"))
+
+
+# -- removing the newest messages: pop and clear --------------------------------------------------
+
+
+@attrs.frozen
+class Transcript:
+    """What a :meth:`MessageStore.pop` or :meth:`MessageStore.clear` is decided on, read in
+    its unit of work: the thread, the lowest and highest stored sequence numbers (None with no
+    message) and the ``through_seq`` of the thread's latest checkpoint (None without one)."""
+
+    thread: ThreadRow | None
+    lowest_seq: int | None
+    newest_seq: int | None
+    summarised_through: int | None
+
+
+def decide_removal(
+    facts: Transcript, thread_id: str, *, whole: bool
+) -> Result[int | None, AgentError]:
+    """Decide a pop (``whole`` False: the newest message) or a clear (``whole``: every
+    message): the lowest sequence number to remove (the newest one for a pop), or None when
+    the thread has no message (nothing is written).
+
+    The rules, in this order:
+
+    - ``NotFound("thread")``.
+    - ``Conflict("thread is archived")``: an archived thread is read-only until reopened, as
+      for appends.
+    - ``Conflict("active run")`` (``actual`` the run) while a run of the thread is running:
+      the transcript under a running run is that run's to write, under its fencing token, and
+      an unfenced removal would race the worker's appends (finish, cancel or reclaim the run
+      first; :meth:`MessageStore.delete_by_run` removes a run's own messages).
+    - ``Conflict("message is summarised by a checkpoint")`` (``expected`` ``"> N"``, the
+      latest checkpoint's ``through_seq``, ``actual`` the seq) when a message to remove is at
+      or below the latest checkpoint's ``through_seq``: its content lives on in the summary,
+      so removing it would not forget it. The kept context after it (the messages after
+      ``through_seq``) can be popped and cleared; checkpoints are never removed.
+    """
+    thread = facts.thread
+    if thread is None:
+        return Failure(NotFound("thread", thread_id))
+    if thread.status is ThreadStatus.ARCHIVED:
+        return Failure(Conflict("thread", thread_id, "thread is archived"))
+    if thread.active_run_id is not None:
+        return Failure(Conflict("thread", thread_id, "active run", actual=thread.active_run_id))
+    first = facts.lowest_seq if whole else facts.newest_seq
+    if first is None:
+        return Success(None)
+    through = facts.summarised_through
+    if through is not None and first <= through:
+        return Failure(
+            Conflict(
+                "thread",
+                thread_id,
+                "message is summarised by a checkpoint",
+                expected=f"> {through}",
+                actual=str(first),
+            )
+        )
+    return Success(first)
+
+
+class DamagedMessage(ValueError):
+    """A stored message body or metadata that is not JSON text (only a hand-made or damaged
+    row can be: writes store checked JSON); the layers return it as :func:`damaged_message`."""
+
+
+def damaged_message(operation: str, error: DamagedMessage) -> StorageFailure:
+    """``StorageFailure(kind=corrupt)`` for a message the layer could not read (the ledger's
+    ``SQLITE_CORRUPT`` code on every backend, table ``agent_message_bodies``)."""
+    return damaged(operation, error, "agent_message_bodies")
 
 
 class AppendsOne:
@@ -1793,6 +1893,7 @@ __all__ = [
     "CheckpointDraft",
     "CheckpointFacts",
     "Counter",
+    "DamagedMessage",
     "Decided",
     "JsonValue",
     "Known",
@@ -1809,6 +1910,7 @@ __all__ = [
     "ThreadListing",
     "ThreadRow",
     "ThreadUpdate",
+    "Transcript",
     "canonical_json",
     "check_append",
     "check_checkpoint",
@@ -1832,6 +1934,7 @@ __all__ = [
     "check_run_renew",
     "check_run_start",
     "check_thread_create",
+    "check_thread_id",
     "check_thread_listing",
     "check_thread_status",
     "check_thread_update",
@@ -1839,8 +1942,10 @@ __all__ = [
     "check_token",
     "check_usage",
     "client_ids",
+    "damaged_message",
     "decide_append",
     "decide_checkpoint",
+    "decide_removal",
     "decide_run_claim",
     "decide_run_finish",
     "decide_run_queue",

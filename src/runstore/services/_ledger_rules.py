@@ -725,11 +725,9 @@ class DamagedRecord(ValueError):
     the layers turn it into ``StorageFailure(kind=corrupt)`` with :func:`damaged`."""
 
 
-def damaged(operation: str, error: DamagedRecord) -> StorageFailure:
-    """The failure a method returns when it read a damaged action-run row."""
-    return StorageFailure(
-        operation, StorageFailureKind.CORRUPT, SQLITE_CORRUPT, str(error), "action_runs"
-    )
+def damaged(operation: str, error: ValueError, table: str = "action_runs") -> StorageFailure:
+    """The failure a method returns when it read a damaged row of ``table``."""
+    return StorageFailure(operation, StorageFailureKind.CORRUPT, SQLITE_CORRUPT, str(error), table)
 
 
 class ActionRunRow(NamedTuple):

@@ -614,7 +614,12 @@ class AgentRunStore(Protocol):
 
 @runtime_checkable
 class MessageStore(Protocol):
-    """Append, page through and prune the transcript of a thread."""
+    """Append, page through and prune the transcript of a thread.
+
+    A stored message that cannot be read back (a body that is not JSON text: a damaged or
+    hand-made row) is ``StorageFailure`` with kind ``corrupt`` from every method that reads
+    it (``get``, ``list``, ``pop``, an append repeating its client id), never an
+    exception."""
 
     def append(
         self,
@@ -713,6 +718,43 @@ class MessageStore(Protocol):
 
         Failures: ``InvalidInput``; ``NotFound`` (thread or run); ``Conflict`` when the run
         belongs to another thread.
+        """
+        ...
+
+    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
+        """Remove the thread's newest stored message and return it as it was stored; ``None``
+        (nothing written) when the thread has no message.
+
+        The counters move in the same unit of work (``message_count`` one less,
+        ``last_message_at_ms`` the time of the newest message left, ``updated_at_ms`` now);
+        ``head_seq`` stays, so the number is never handed out again, and the message's
+        client id is free again. This is the Agents SDK's ``Session.pop_item``.
+
+        Failures, in this order: ``InvalidInput`` (bad id); ``NotFound`` (thread);
+        ``Conflict`` with reason ``"thread is archived"``, ``"active run"`` (``actual`` the
+        running run: the transcript under a running run is its worker's, written with its
+        fencing token; finish, cancel or reclaim it first) or ``"message is summarised by a
+        checkpoint"`` (the newest message is at or below the latest checkpoint's
+        ``through_seq``: ``expected`` ``"> through_seq"``, ``actual`` its seq); the rules
+        are :func:`runstore.services._agents_rules.decide_removal`'s.
+        ``StorageFailure`` (kind ``corrupt``) when the stored message is not JSON text.
+        """
+        ...
+
+    def clear(self, thread_id: str) -> Result[int, AgentError]:
+        """Remove every message of the thread; return how many were removed (0 writes
+        nothing).
+
+        The thread stays, with its title, metadata, runs and checkpoints; ``message_count``
+        becomes 0, ``last_message_at_ms`` ``None`` and ``updated_at_ms`` now, in the same
+        unit of work. ``head_seq`` stays, so the next append continues after the last
+        number ever handed out (use :meth:`ThreadStore.delete` and ``create`` to start again
+        from 1). This is the Agents SDK's ``Session.clear_session``.
+
+        Failures, in this order: ``InvalidInput``; ``NotFound`` (thread); ``Conflict`` with
+        reason ``"thread is archived"``, ``"active run"`` or ``"message is summarised by a
+        checkpoint"`` (the lowest stored message is at or below the latest checkpoint's
+        ``through_seq``; ``actual`` its seq), as :meth:`pop`.
         """
         ...
 

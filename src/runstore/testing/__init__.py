@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from runstore.testing._agents import (
         AgentsContract,
         AgentsMachine,
+        agents_broken_clear_layer,
         agents_broken_client_id_layer,
         agents_broken_fencing_layer,
         agents_broken_sequence_layer,
@@ -135,6 +136,7 @@ __all__: list[str] = [
     "TestRunsReaderContract",
     "TestRunsStoreContract",
     "action_run_failures",
+    "agents_broken_clear_layer",
     "agents_broken_client_id_layer",
     "agents_broken_fencing_layer",
     "agents_broken_sequence_layer",
@@ -184,7 +186,8 @@ __all__: list[str] = [
 # Where each name of ``__all__`` lives (module: names); read on first access.
 _NAMES_OF: dict[str, tuple[str, ...]] = {
     "_agents": (
-        "AgentsContract", "AgentsMachine", "agents_broken_client_id_layer",
+        "AgentsContract", "AgentsMachine", "agents_broken_clear_layer",
+        "agents_broken_client_id_layer",
         "agents_broken_fencing_layer",
         "agents_broken_sequence_layer", "agents_json_values",
         "agents_state_machine",

@@ -4,11 +4,11 @@
   driving the layer under test beside the in-memory layer (the model) with the same calls:
   threads created, listed and deleted, runs queued, started, claimed, renewed, reclaimed
   after their lease ran out, finished with current and stale tokens and cancelled, appends
-  (single and batched, with current and stale tokens)
-  interleaved across threads and runs, deletes by run, checkpoint creates with fresh, stale
-  and replayed expectations, and queries with valid and invalid arguments. The whole
-  ``Result`` of every call is compared, and after every step each thread, its latest
-  checkpoint and its whole transcript.
+  (single and batched, with current and stale tokens) interleaved across threads and runs,
+  deletes by run, pops and clears, checkpoint creates with fresh, stale and replayed
+  expectations, and queries with valid and invalid arguments. The whole ``Result`` of every
+  call is compared, and after every step each thread, its latest checkpoint and its whole
+  transcript.
 - **The example contract** (:class:`AgentsContract`): pytest tests of the documented
   semantics (payload round trips, the paging contract, single flight, sequence numbers after
   deletes, compare-and-swap, deletion). A test module subclasses it and says how to make the
@@ -23,9 +23,10 @@
   providing ``AgentStorage`` and ``ExecutionStorage`` (runs are checked against the ledger)
   on a fresh, empty store; the contract puts its own ``FixedClock`` on top.
 - **Broken layers** (:func:`agents_broken_sequence_layer`, :func:`agents_broken_fencing_layer`,
-  :func:`agents_broken_client_id_layer`): a layer that hands out a deleted sequence number
-  again, one whose ``finish`` ignores the fencing token, one that stores a retried client
-  message id twice. The contract must fail on each; the suite's own tests check that.
+  :func:`agents_broken_client_id_layer`, :func:`agents_broken_clear_layer`): a layer that
+  hands out a deleted sequence number again, one whose ``finish`` ignores the fencing token,
+  one that stores a retried client message id twice, one whose ``clear`` starts the
+  sequence numbers again. The contract must fail on each; the suite's own tests check that.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any, ClassVar
 
 import attrs
 import pytest
-from hypothesis import note
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -64,6 +65,7 @@ from runstore.services.agents import (
     AgentStorage,
     InvalidQuery,
     JsonValue,
+    Message,
     NewMessage,
     Role,
     ThreadStatus,
@@ -86,6 +88,7 @@ from runstore.testing._shared import LayerFactory
 __all__ = [
     "AgentsContract",
     "AgentsMachine",
+    "agents_broken_clear_layer",
     "agents_broken_client_id_layer",
     "agents_broken_fencing_layer",
     "agents_broken_sequence_layer",
@@ -646,6 +649,21 @@ class AgentsMachine(RuleBasedStateMachine):
         if regenerate:
             self.both(lambda s: s.messages.append(thread, role="assistant", content="again"))
 
+    @rule(thread=st.sampled_from(THREADS), again=st.booleans())
+    def pop(self, thread: str, again: bool) -> None:
+        """Pop the newest message (the Agents SDK's ``pop_item``), maybe appending at once:
+        the popped number must not come back."""
+        self.both(lambda s: s.messages.pop(thread))
+        if again:
+            self.both(lambda s: s.messages.append(thread, role="user", content="instead"))
+
+    @rule(thread=st.sampled_from((*THREADS, "missing", "")), again=st.booleans())
+    def clear(self, thread: str, again: bool) -> None:
+        """Clear the transcript (``clear_session``), maybe appending at once."""
+        self.both(lambda s: s.messages.clear(thread))
+        if again:
+            self.both(lambda s: s.messages.append(thread, role="user", content="anew"))
+
     @rule(
         thread=st.sampled_from(THREADS),
         after=st.none() | st.integers(min_value=-1, max_value=12),
@@ -878,6 +896,28 @@ def agents_broken_sequence_layer() -> Layer:
     return _broken(_ReusingAgentStorage)
 
 
+class _RestartingMessageStore(InMemoryMessageStore):
+    """Clears a transcript by starting its thread's counter again from 0: the numbers of
+    cleared messages are handed out again."""
+
+    def clear(self, thread_id: str) -> Result[int, AgentError]:
+        cleared = super().clear(thread_id)
+        row = self._s.threads.get(thread_id)
+        if isinstance(cleared, Success) and row is not None:
+            self._s.threads[thread_id] = attrs.evolve(row, head_seq=0)
+        return cleared
+
+
+class _RestartingAgentStorage(InMemoryAgentStorage):
+    message_store_class = _RestartingMessageStore
+
+
+def agents_broken_clear_layer() -> Layer:
+    """The in-memory layer with one bug: ``messages.clear`` resets the thread's counter, so
+    the next append reuses sequence number 1. The contract must fail on it."""
+    return _broken(_RestartingAgentStorage)
+
+
 class _UnfencedRunStore(InMemoryAgentRunStore):
     """Finishes a run whatever token is presented: a stale worker's finish goes through."""
 
@@ -937,6 +977,9 @@ def agents_broken_fencing_layer() -> Layer:
 # -- the example contract ----------------------------------------------------------------------
 
 EIGHT_MB = 8 * 1024 * 1024
+_FIXTURES = [HealthCheck.function_scoped_fixture, HealthCheck.differing_executors]
+"""The health checks a property over the ``layer_factory`` fixture suppresses (it builds a
+fresh layer per example)."""
 LEASE = 30_000
 """The lease the example tests grant (ms)."""
 
@@ -953,6 +996,12 @@ def _finish(agents: AgentStorage, run: AgentRun) -> AgentRun:
     return agents.runs.finish(
         run.id, fencing_token=run.fencing_token, status=AgentRunStatus.SUCCEEDED
     ).unwrap()
+
+
+def _seq(popped: Result[Message | None, AgentError]) -> int | None:
+    """The sequence number of a popped message (None: nothing was popped)."""
+    message = popped.unwrap()
+    return None if message is None else message.seq
 
 
 class AgentsContract:
@@ -1573,6 +1622,98 @@ class AgentsContract:
         assert agents.messages.append("t", role="user", content="next").unwrap().seq == 5
         assert agents.messages.delete_by_run("t", "r1") == Success(0)
         assert agents.messages.delete_by_run("t", "r9") == Failure(NotFound("agent_run", "r9"))
+
+    @given(contents=st.lists(agents_json_values(), max_size=6), pops=st.integers(0, 8))
+    @settings(max_examples=20, deadline=None, suppress_health_check=_FIXTURES)
+    def test_pop_returns_the_newest_and_its_number_never_comes_back(
+        self, layer_factory: LayerFactory, contents: list[JsonValue], pops: int
+    ) -> None:
+        with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock()))) as container:
+            agents = container.get(AGENT_STORAGE)
+            agents.threads.create("t", project_id="p").unwrap()
+            stored = [
+                agents.messages.append("t", role="user", content=c, client_id=f"m{i}").unwrap()
+                for i, c in enumerate(contents)
+            ]
+            popped = [agents.messages.pop("t").unwrap() for _ in range(pops)]
+            expected: list[Any] = list(reversed(stored))[:pops]
+            assert popped == expected + [None] * (pops - len(expected))
+            kept = stored[: max(0, len(stored) - pops)]
+            assert agents.messages.list("t", limit=1000).unwrap().items == tuple(kept)
+            thread = agents.threads.get("t").unwrap()
+            assert (thread.head_seq, thread.message_count) == (len(stored), len(kept))
+            assert thread.last_message_at_ms == (kept[-1].created_at_ms if kept else None)
+            first: JsonValue = contents[0] if contents else "next"
+            again = agents.messages.append("t", role="user", content=first, client_id="m0")
+            # a kept m0 is a repeat; a popped one's client id is free, its number is not
+            assert again.unwrap().seq == (1 if kept else len(stored) + 1)
+
+    def test_clear_keeps_the_thread_and_its_numbers(
+        self, agents: AgentStorage, clock: FixedClock
+    ) -> None:
+        assert agents.messages.clear("t") == Success(0)
+        before = agents.threads.get("t").unwrap()
+        agents.threads.update("t", metadata={"k": 1}).unwrap()
+        agents.messages.append_many("t", [NewMessage("user", i) for i in range(3)]).unwrap()
+        clock.advance(5)
+        assert agents.messages.clear("t") == Success(3)
+        thread = agents.threads.get("t").unwrap()
+        assert (thread.head_seq, thread.message_count, thread.last_message_at_ms) == (3, 0, None)
+        assert (thread.title, thread.metadata, thread.created_at_ms) == (
+            before.title, {"k": 1}, before.created_at_ms
+        )
+        assert thread.updated_at_ms == clock.now_ms()
+        assert agents.messages.list("t").unwrap().items == ()
+        assert agents.messages.pop("t") == Success(None)
+        assert agents.messages.append("t", role="user", content="anew").unwrap().seq == 4
+        assert agents.messages.clear("missing") == Failure(NotFound("thread", "missing"))
+        assert agents.messages.pop("missing") == Failure(NotFound("thread", "missing"))
+        assert isinstance(agents.messages.pop(""), Failure)
+
+    def test_pop_and_clear_leave_a_running_run_and_an_archived_thread_alone(
+        self, agents: AgentStorage
+    ) -> None:
+        agents.messages.append("t", role="user", content="q").unwrap()
+        run = _start(agents, "r1")
+        active = Failure(Conflict("thread", "t", "active run", actual="r1"))
+        assert agents.messages.pop("t") == active
+        assert agents.messages.clear("t") == active
+        _finish(agents, run)
+        agents.threads.update("t", status=ThreadStatus.ARCHIVED).unwrap()
+        archived = Failure(Conflict("thread", "t", "thread is archived"))
+        assert agents.messages.pop("t") == archived
+        assert agents.messages.clear("t") == archived
+        assert agents.threads.get("t").unwrap().message_count == 1
+        agents.threads.update("t", status=ThreadStatus.OPEN).unwrap()
+        assert agents.messages.pop("t").unwrap() is not None
+
+    def test_pop_and_clear_never_remove_what_a_checkpoint_summarises(
+        self, agents: AgentStorage
+    ) -> None:
+        run = _start(agents, "r1")
+        roles = ["user", "assistant", "user", "assistant"]
+        agents.messages.append_many(
+            "t", [NewMessage(r, i, run_id="r1", fencing_token=run.fencing_token)
+                  for i, r in enumerate(roles)]
+        ).unwrap()
+        agents.checkpoints.create(
+            "c1", thread_id="t", run_id="r1", fencing_token=run.fencing_token,
+            summary="so far", through_seq=2, observed_head_seq=4, expected_latest_id=None,
+        ).unwrap()
+        _finish(agents, run)
+        assert _seq(agents.messages.pop("t")) == 4, "the kept context can be popped"
+
+        def summarised(seq: int) -> Failure[Conflict]:
+            return Failure(
+                Conflict("thread", "t", "message is summarised by a checkpoint", "> 2", str(seq))
+            )
+
+        assert agents.messages.clear("t") == summarised(1)
+        assert _seq(agents.messages.pop("t")) == 3
+        assert agents.messages.pop("t") == summarised(2)
+        assert agents.messages.delete_by_run("t", "r1") == Success(2)
+        assert agents.messages.clear("t") == Success(0)
+        assert agents.checkpoints.latest("t").unwrap() is not None, "checkpoints stay"
 
     def test_runs_of_other_threads_are_refused(self, agents: AgentStorage) -> None:
         agents.threads.create("u", project_id="p").unwrap()
