@@ -65,6 +65,8 @@ if TYPE_CHECKING:
 
     from runstore.layers._agents_memory import InMemoryAgentStorage, in_memory_agents
     from runstore.layers._agents_sqlite import SqliteAgentStorage, sqlite_agents
+    from runstore.layers._graphs_memory import InMemoryGraphCheckpointStore, in_memory_graphs
+    from runstore.layers._graphs_sqlite import SqliteGraphCheckpointStore, sqlite_graphs
     from runstore.layers._health_memory import InMemoryDatabaseHealth, in_memory_health
     from runstore.layers._health_sqlite import SqliteDatabaseHealth, sqlite_health
     from runstore.layers._ledger_memory import (
@@ -114,6 +116,7 @@ __all__ = [
     "InMemoryDatabase",
     "InMemoryDatabaseHealth",
     "InMemoryExecutionStorage",
+    "InMemoryGraphCheckpointStore",
     "InMemorySessionRepository",
     "Key",
     "Layer",
@@ -126,6 +129,7 @@ __all__ = [
     "SqliteDatabase",
     "SqliteDatabaseHealth",
     "SqliteExecutionStorage",
+    "SqliteGraphCheckpointStore",
     "SqliteSessionRepository",
     "Tag",
     "TxDict",
@@ -137,6 +141,7 @@ __all__ = [
     "in_memory",
     "in_memory_agents",
     "in_memory_database",
+    "in_memory_graphs",
     "in_memory_health",
     "in_memory_ledger",
     "in_memory_sessions",
@@ -154,6 +159,7 @@ __all__ = [
     "sqlite",
     "sqlite_agents",
     "sqlite_database",
+    "sqlite_graphs",
     "sqlite_health",
     "sqlite_ledger",
     "sqlite_sessions",
@@ -165,6 +171,8 @@ __all__ = [
 _NAMES_OF: dict[str, tuple[str, ...]] = {
     "_agents_memory": ("InMemoryAgentStorage", "in_memory_agents"),
     "_agents_sqlite": ("SqliteAgentStorage", "sqlite_agents"),
+    "_graphs_memory": ("InMemoryGraphCheckpointStore", "in_memory_graphs"),
+    "_graphs_sqlite": ("SqliteGraphCheckpointStore", "sqlite_graphs"),
     "_health_memory": ("InMemoryDatabaseHealth", "in_memory_health"),
     "_health_sqlite": ("SqliteDatabaseHealth", "sqlite_health"),
     "_ledger_memory": ("InMemoryActionRunStorage", "InMemoryExecutionStorage", "in_memory_ledger"),
@@ -272,6 +280,12 @@ def sqlite(
             requires=(*on_db, EXECUTION_STORAGE),
         ),
         _domain(
+            "_graphs_sqlite",
+            "sqlite_graphs",
+            provides=(GRAPH_CHECKPOINTS,),
+            requires=(*on_db, AGENT_STORAGE),
+        ),
+        _domain(
             "_sessions_sqlite", "sqlite_sessions", provides=(SESSION_REPOSITORY,), requires=on_db
         ),
         _domain(
@@ -329,6 +343,12 @@ def in_memory() -> Layer:
             "in_memory_agents",
             provides=(AGENT_STORAGE,),
             requires=(*in_db, EXECUTION_STORAGE),
+        ),
+        _domain(
+            "_graphs_memory",
+            "in_memory_graphs",
+            provides=(GRAPH_CHECKPOINTS,),
+            requires=(*in_db, AGENT_STORAGE),
         ),
         _domain(
             "_sessions_memory", "in_memory_sessions", provides=(SESSION_REPOSITORY,), requires=in_db
