@@ -19,7 +19,7 @@ its sync function on the writer with the sync repository.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import attrs
 from returns.result import Result
@@ -84,7 +84,7 @@ _AGENTS = Shape({}, {
     "runs": Shape(_methods(
         "get get_many list", "queue start claim renew reclaim finish cancel"
     )),
-    "messages": Shape(_methods("get list", "append append_many delete_by_run")),
+    "messages": Shape(_methods("get list", "append append_many delete_by_run pop clear")),
     "checkpoints": Shape(_methods("latest for_run", "create")),
 })
 SESSION_STORAGE = Shape(_methods(
@@ -95,6 +95,9 @@ SESSION_STORAGE = Shape(_methods(
 """The methods of :class:`~runstore.aio.AsyncSessionStorage` (``session_id`` is an attribute)."""
 _SESSIONS = Shape(_methods("get list search open", "create delete fork atomic"))
 _HEALTH = Shape(_methods("readiness quick_check status check", ""))
+_GRAPHS = Shape(_methods(
+    "get list", "put put_writes delete_thread delete_for_runs copy_thread prune"
+))
 
 SERVICES: Mapping[str, Service] = {
     service.key.key: service
@@ -106,6 +109,7 @@ SERVICES: Mapping[str, Service] = {
         Service(_tags.AGENT_STORAGE, sync_tags.AGENT_STORAGE, _AGENTS),
         Service(_tags.SESSION_REPOSITORY, sync_tags.SESSION_REPOSITORY, _SESSIONS),
         Service(_tags.DATABASE_HEALTH, sync_tags.DATABASE_HEALTH, _HEALTH),
+        Service(_tags.GRAPH_CHECKPOINTS, sync_tags.GRAPH_CHECKPOINTS, _GRAPHS),
     )
 }
 """Every async service, by the name of its key (an async Protocol's ``module.qualname``)."""
@@ -117,6 +121,9 @@ class Forward:
     Methods and nested stores are made on first access from the :class:`Shape` and kept;
     a name the shape lacks is an ``AttributeError``, as on the Protocol.
     """
+
+    on_repository: ClassVar[bool] = False
+    """Whether ``reach`` gives the session repository (whose ``atomic`` units may call it)."""
 
     def __init__(self, runner: Runner, reach: Callable[[Container], Any], shape: Shape) -> None:
         self._runner = runner
@@ -163,6 +170,8 @@ class SessionStorageForward(Forward):
     """:class:`~runstore.aio.AsyncSessionStorage` of one session: each call opens it again
     on the container that runs it (see the module doc)."""
 
+    on_repository = True
+
     def __init__(self, runner: Runner, reach: Callable[[Container], Any], session_id: str) -> None:
         super().__init__(runner, reach, SESSION_STORAGE)
         self._session_id = session_id
@@ -181,6 +190,8 @@ class SessionStorageForward(Forward):
 class SessionRepositoryForward(Forward):
     """:class:`~runstore.aio.AsyncSessionRepository`: forwards, with ``open`` and ``atomic``
     as the module doc says."""
+
+    on_repository = True
 
     async def open(self, session_id: str) -> Result[Any, SessionError]:
         """Open ``session_id`` as an :class:`~runstore.aio.AsyncSessionStorage`; the

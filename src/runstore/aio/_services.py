@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from returns.result import Result
 
+from runstore.services.graphs import PruneStrategy
 from runstore.services.ledger import DEFAULT_LIMIT
 from runstore.services.test_runs import (
     DEFAULT_FIX_CHECKS,
@@ -47,6 +48,12 @@ if TYPE_CHECKING:
         TokenUsage,
     )
     from runstore.services.errors import Busy, StorageFailure
+    from runstore.services.graphs import (
+        GraphCheckpoint,
+        GraphError,
+        GraphWrite,
+        NewGraphCheckpoint,
+    )
     from runstore.services.health import (
         DatabaseCheck,
         HealthError,
@@ -126,6 +133,7 @@ __all__ = [
     "AsyncDataStore",
     "AsyncDatabaseHealth",
     "AsyncExecutionStorage",
+    "AsyncGraphCheckpointStore",
     "AsyncMessageStore",
     "AsyncSessionRepository",
     "AsyncSessionStorage",
@@ -594,6 +602,12 @@ class AsyncMessageStore(Protocol):
     async def delete_by_run(self, thread_id: str, run_id: str) -> Result[int, AgentError]:
         ...
 
+    async def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
+        ...
+
+    async def clear(self, thread_id: str) -> Result[int, AgentError]:
+        ...
+
 
 class AsyncCheckpointStore(Protocol):
     """The async twin of :class:`~runstore.services.CheckpointStore`:
@@ -772,4 +786,72 @@ class AsyncDatabaseHealth(Protocol):
         ...
 
     async def check(self) -> Result[DatabaseCheck, HealthError]:
+        ...
+
+
+class AsyncGraphCheckpointStore(Protocol):
+    """The async twin of :class:`~runstore.services.graphs.GraphCheckpointStore`:
+    the graph checkpoints of agent threads (LangGraph's saver calls)."""
+
+    async def put(
+        self,
+        thread_id: str,
+        checkpoint: NewGraphCheckpoint,
+        *,
+        project_id: str,
+        checkpoint_ns: str = "",
+        at: datetime | int | None = None,
+    ) -> Result[None, GraphError]:
+        ...
+
+    async def put_writes(
+        self,
+        thread_id: str,
+        writes: Sequence[GraphWrite],
+        *,
+        checkpoint_id: str,
+        task_id: str,
+        task_path: str = "",
+        checkpoint_ns: str = "",
+    ) -> Result[None, GraphError]:
+        ...
+
+    async def get(
+        self,
+        thread_id: str,
+        *,
+        checkpoint_ns: str = "",
+        checkpoint_id: str | None = None,
+    ) -> Result[GraphCheckpoint | None, GraphError]:
+        ...
+
+    async def list(
+        self,
+        thread_id: str | None,
+        *,
+        checkpoint_ns: str | None = None,
+        checkpoint_id: str | None = None,
+        filter: Mapping[str, JsonValue] | None = None,  # LangGraph's name
+        before: str | None = None,
+        limit: int | None = None,
+    ) -> Result[tuple[GraphCheckpoint, ...], GraphError]:
+        ...
+
+    async def delete_thread(self, thread_id: str) -> Result[int, GraphError]:
+        ...
+
+    async def delete_for_runs(self, run_ids: Sequence[str]) -> Result[int, GraphError]:
+        ...
+
+    async def copy_thread(
+        self, source_thread_id: str, target_thread_id: str
+    ) -> Result[int, GraphError]:
+        ...
+
+    async def prune(
+        self,
+        thread_ids: Sequence[str],
+        *,
+        strategy: PruneStrategy | str = PruneStrategy.KEEP_LATEST,
+    ) -> Result[int, GraphError]:
         ...

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         AsyncDataReader,
         AsyncDataStore,
         AsyncExecutionStorage,
+        AsyncGraphCheckpointStore,
         AsyncSessionRepository,
     )
 
@@ -30,6 +31,7 @@ __all__ = [
     "DATA_READER",
     "DATA_STORE",
     "EXECUTION_STORAGE",
+    "GRAPH_CHECKPOINTS",
     "SESSION_REPOSITORY",
 ]
 
@@ -59,3 +61,9 @@ SESSION_REPOSITORY: Final[Tag[AsyncSessionRepository]] = Tag(
 DATABASE_HEALTH: Final[Tag[AsyncDatabaseHealth]] = Tag(f"{_SERVICES}.AsyncDatabaseHealth")
 """The health of the database under the services, awaited
 (:class:`~runstore.aio.AsyncDatabaseHealth`)."""
+
+GRAPH_CHECKPOINTS: Final[Tag[AsyncGraphCheckpointStore]] = Tag(
+    f"{_SERVICES}.AsyncGraphCheckpointStore"
+)
+"""The graph checkpoints of agent threads, awaited
+(:class:`~runstore.aio.AsyncGraphCheckpointStore`)."""
