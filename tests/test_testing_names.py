@@ -1,7 +1,8 @@
 """``runstore.testing`` names each domain's pieces one way, and pytest collects none of them.
 
-The domains are ``test_runs``, ``ledger``, ``agents`` and ``sessions``: a state machine is
-``<domain>_state_machine``, its class ``<Domain>Machine``, a contract ``<Domain>...Contract``.
+The domains are ``test_runs``, ``ledger``, ``agents``, ``graphs`` and ``sessions``: a state
+machine is ``<domain>_state_machine``, its class ``<Domain>Machine``, a contract
+``<Domain>...Contract``.
 The test-run names begin with ``test``/``Test``, which pytest collects from any test module
 that imports them, so they say ``__test__ = False`` while a contract's subclass is collected.
 """
@@ -13,7 +14,13 @@ import pytest
 import runstore.testing as testing
 from runstore.testing import TestRunsReaderContract, TestRunsStoreContract
 
-DOMAINS = {"test_runs": "TestRuns", "ledger": "Ledger", "agents": "Agents", "sessions": "Sessions"}
+DOMAINS = {
+    "test_runs": "TestRuns",
+    "ledger": "Ledger",
+    "agents": "Agents",
+    "graphs": "Graphs",
+    "sessions": "Sessions",
+}
 
 
 def test_every_domain_names_its_state_machine_and_contract_alike() -> None:

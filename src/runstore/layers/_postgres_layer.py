@@ -15,6 +15,7 @@ from runstore.layers._layer import Container, Layer, merge
 from runstore.layers._open import Access
 from runstore.layers._postgres_agents import postgres_agents
 from runstore.layers._postgres_database import Pool, PostgresDatabase, PostgresSettings
+from runstore.layers._postgres_graphs import postgres_graphs
 from runstore.layers._postgres_ledger import postgres_ledger
 from runstore.layers._postgres_migrations import (
     apply_migrations,
@@ -172,7 +173,8 @@ def postgres(
 ) -> Layer:
     """The PostgreSQL live layer: ``DatabaseHealth``, the test-run services (``DataStore``,
     ``DataReader``), the execution ledger (``ExecutionStorage``, ``ActionRunStorage``),
-    agent state (``AgentStorage``) and sessions (``SessionRepository``) on the database
+    agent state (``AgentStorage``), graph checkpoints (``GraphCheckpointStore``) and sessions
+    (``SessionRepository``) on the database
     ``target`` names.
 
     ``target`` is a DSN (``postgresql://user:password@host:5432/dbname`` or
@@ -197,6 +199,7 @@ def postgres_services() -> Layer:
         postgres_test_runs(),
         postgres_ledger(),
         postgres_agents(),
+        postgres_graphs(),
         postgres_sessions(),
     )
 

@@ -44,6 +44,14 @@ if TYPE_CHECKING:
         agents_state_machine,
     )
     from runstore.testing._bad_types import BadTypesContract
+    from runstore.testing._graphs import (
+        GraphsContract,
+        GraphsMachine,
+        graph_versions,
+        graphs_broken_prune_layer,
+        graphs_broken_writes_layer,
+        graphs_state_machine,
+    )
     from runstore.testing._health import HealthContract
     from runstore.testing._ledger import (
         LedgerContract,
@@ -121,6 +129,8 @@ __all__: list[str] = [
     "AgentsContract",
     "AgentsMachine",
     "BadTypesContract",
+    "GraphsContract",
+    "GraphsMachine",
     "HealthContract",
     "LayerFactory",
     "LedgerContract",
@@ -155,6 +165,10 @@ __all__: list[str] = [
     "flaky",
     "free_text",
     "git_states",
+    "graph_versions",
+    "graphs_broken_prune_layer",
+    "graphs_broken_writes_layer",
+    "graphs_state_machine",
     "huge_text",
     "item_results",
     "ledger_identifiers",
@@ -191,6 +205,10 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "agents_broken_fencing_layer",
         "agents_broken_sequence_layer", "agents_json_values",
         "agents_state_machine",
+    ),
+    "_graphs": (
+        "GraphsContract", "GraphsMachine", "graph_versions", "graphs_broken_prune_layer",
+        "graphs_broken_writes_layer", "graphs_state_machine",
     ),
     "_ledger": (
         "LedgerContract", "LedgerContractViolation", "LedgerMachine", "action_run_failures",
