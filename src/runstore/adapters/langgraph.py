@@ -1,0 +1,798 @@
+"""A LangGraph checkpoint saver backed by runstore's graph checkpoint store.
+
+``RunstoreSaver`` is a ``langgraph.checkpoint.base.BaseCheckpointSaver`` (langgraph-checkpoint
+4.3.2) over :class:`~runstore.services.graphs.GraphCheckpointStore`: swap it in for
+LangGraph's ``SqliteSaver``/``AsyncSqliteSaver`` in one line and the graph's state lives in a
+migrated runstore database (SQLite or PostgreSQL) beside the agent threads it belongs to::
+
+    with RunstoreSaver.from_path("runstore.db") as checkpointer:          # sync graphs
+        graph = builder.compile(checkpointer=checkpointer)
+
+    async with RunstoreSaver.from_path("runstore.db") as checkpointer:    # async graphs
+        graph = builder.compile(checkpointer=checkpointer)
+
+Every method of the interface is implemented, the extended ones too (``delete_for_runs``,
+``copy_thread``, ``prune`` and their async twins), with LangGraph's meaning, checked by
+LangGraph's own conformance suite (``langgraph-checkpoint-conformance`` 0.0.2). The async
+methods await the :mod:`runstore.aio` runner of the database, so they never block the event
+loop (SQLite runs on its writer thread); the sync methods run the same calls on the same
+runner from any thread, so a graph may be invoked with ``invoke`` and ``ainvoke`` alike and
+both see one database (an SQLite ``:memory:`` one too).
+
+What is stored (research of the interface: the ``langgraph-checkpoint`` sources):
+
+- a checkpoint's ``v``, ``id``, ``ts`` and ``channel_versions`` as columns; its other keys
+  (``versions_seen``, ``updated_channels``, ``pending_sends``) as one value of the saver's
+  ``serde``;
+- a channel's value once per version, only for the channels of ``new_versions`` (LangGraph's
+  ``InMemorySaver`` and ``PostgresSaver`` do the same): a checkpoint that leaves a channel
+  unchanged shares the stored value; a channel of ``new_versions`` without a value is stored
+  as type ``"empty"`` and left out of ``channel_values`` again;
+- metadata as a JSON object: ``get_serializable_checkpoint_metadata(config, metadata)``
+  (config keys merged in, NUL removed from strings, the legacy ``writes`` key dropped, as
+  ``PostgresSaver`` stores it), then through ``json.dumps``/``json.loads`` as ``SqliteSaver``
+  writes it (tuples become lists, lone surrogates are dropped);
+- pending writes with their task path, at index ``WRITES_IDX_MAP[channel]`` for the special
+  channels (a later write replaces) and at their position otherwise (the first wins), and
+  returned in ``writes_sort_key`` order.
+
+Failures of the store are raised, since LangGraph's callers expect exceptions: bad input
+(an id longer than 256 characters, a NaN in metadata, a negative limit) as
+:class:`InvalidCheckpointInput`, a ``ValueError``; a database that stayed busy as
+:class:`CheckpointStoreBusy`, a ``TimeoutError``; anything else (a thread of the same id in
+another project, an archived thread, a storage failure) as :class:`CheckpointStoreError`.
+Each carries the store's typed error as ``error``. Values the saver's ``serde`` cannot
+serialize, and metadata ``json.dumps`` cannot write, raise their ``TypeError`` before
+anything is stored, as in LangGraph's savers.
+
+This module imports LangGraph; nothing else in runstore does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from returns.result import Failure, Result, Success
+
+from runstore.adapters._loop import LoopThread
+from runstore.aio._runner import Access
+from runstore.layers import GRAPH_CHECKPOINTS
+from runstore.services.agents import InvalidQuery
+from runstore.services.errors import Busy, InvalidInput, NotFound
+from runstore.services.graphs import (
+    ChannelBlob,
+    ChannelValue,
+    GraphCheckpoint,
+    GraphCheckpointStore,
+    GraphError,
+    GraphWrite,
+    NewGraphCheckpoint,
+)
+
+if TYPE_CHECKING:
+    from runstore.aio import AsyncContainer, AsyncLayer
+    from runstore.layers import ConnectionSettings
+
+__all__ = [
+    "DEFAULT_PROJECT",
+    "CheckpointStoreBusy",
+    "CheckpointStoreError",
+    "InvalidCheckpointInput",
+    "RunstoreSaver",
+    "SaverScope",
+]
+
+T = TypeVar("T")
+
+DEFAULT_PROJECT: Final = "langgraph"
+"""The project of the agent threads a saver creates unless told another."""
+
+EMPTY: Final = "empty"
+"""The value type of a channel that has a version but no value (LangGraph's savers' name)."""
+
+STATE_KEYS: Final = ("versions_seen", "updated_channels", "pending_sends")
+"""The keys of a ``Checkpoint`` stored together as one serialized value."""
+
+LOOP_THREAD: Final = "runstore-langgraph-sync"
+"""The name of the thread a saver's sync methods run their calls on."""
+
+MAX_HELD_CHECKPOINTS: Final = 1_024
+"""How many checkpoints' early writes a saver holds at most (see :class:`_EarlyWrites`);
+past that the oldest are dropped."""
+
+
+class CheckpointStoreError(Exception):
+    """The store refused or failed a saver call; ``error`` is its typed error value
+    (a :data:`~runstore.services.graphs.GraphError`). Nothing of the call was written."""
+
+    def __init__(self, error: GraphError) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+class InvalidCheckpointInput(CheckpointStoreError, ValueError):
+    """The store refused an argument (``InvalidInput`` or ``InvalidQuery``): an id that is
+    not text of 1 to 256 characters, metadata that is not JSON, a negative ``limit``, an
+    unknown prune strategy, ``copy_thread`` of a thread onto itself."""
+
+
+class CheckpointStoreBusy(CheckpointStoreError, TimeoutError):
+    """Another connection held the database's write lock for the whole retry budget
+    (``Busy``); nothing was written and the call may be repeated."""
+
+
+def _raised(error: GraphError) -> CheckpointStoreError:
+    """The exception a saver raises for the store's ``error``."""
+    if isinstance(error, InvalidInput | InvalidQuery):
+        return InvalidCheckpointInput(error)
+    if isinstance(error, Busy):
+        return CheckpointStoreBusy(error)
+    return CheckpointStoreError(error)
+
+
+def _unwrap(result: Result[T, GraphError]) -> T:
+    """The value of ``result``, or its failure raised (see :func:`_raised`)."""
+    match result:
+        case Success(value):
+            return cast(T, value)
+        case Failure(error):
+            raise _raised(error)
+    raise AssertionError("a Result is a Success or a Failure")  # pragma: no cover
+
+
+# -- mapping LangGraph's values onto the store's records ---------------------------------------
+
+
+def _configurable(config: RunnableConfig) -> dict[str, Any]:
+    configurable: dict[str, Any] = config["configurable"]
+    return configurable
+
+
+def _thread_of(config: RunnableConfig) -> str:
+    """The thread id of ``config``, as text (LangGraph's savers take any value and ``str`` it)."""
+    return str(_configurable(config)["thread_id"])
+
+
+def _namespace_of(config: RunnableConfig) -> str:
+    return str(_configurable(config).get("checkpoint_ns") or "")
+
+
+def _config(thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def _json(value: object) -> Any:
+    """``value`` as JSON gives it back, as ``SqliteSaver`` stores metadata: tuples become
+    lists, lone surrogates are dropped; a value JSON cannot hold raises ``TypeError``."""
+    text = json.dumps(value, ensure_ascii=False).encode("utf-8", "ignore")
+    return json.loads(text)
+
+
+def _typed(serde: SerializerProtocol, value: object) -> ChannelValue:
+    kind, data = serde.dumps_typed(value)
+    return ChannelValue(kind, bytes(data))
+
+
+def _untyped(serde: SerializerProtocol, value: ChannelValue) -> Any:
+    return serde.loads_typed((value.type, value.value))
+
+
+def _new_checkpoint(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> NewGraphCheckpoint:
+    """The store's record of ``checkpoint`` put under ``config`` (whose ``checkpoint_id``, if
+    any, is the parent), with values for the channels of ``new_versions`` only."""
+    values = checkpoint["channel_values"]
+    raw = cast(dict[str, Any], checkpoint)
+    return NewGraphCheckpoint(
+        checkpoint_id=checkpoint["id"],
+        parent_checkpoint_id=get_checkpoint_id(config),
+        format_version=checkpoint["v"],
+        ts=checkpoint["ts"],
+        state=_typed(serde, {key: raw[key] for key in STATE_KEYS if key in raw}),
+        metadata=_json(get_serializable_checkpoint_metadata(config, metadata)),
+        channel_versions=dict(checkpoint["channel_versions"]),
+        blobs=tuple(
+            ChannelBlob(
+                channel,
+                version,
+                _typed(serde, values[channel]) if channel in values else ChannelValue(EMPTY, b""),
+            )
+            for channel, version in new_versions.items()
+        ),
+    )
+
+
+def _tuple(serde: SerializerProtocol, stored: GraphCheckpoint) -> CheckpointTuple:
+    """The ``CheckpointTuple`` of a stored checkpoint: values rebuilt at its versions,
+    pending writes in ``writes_sort_key`` order."""
+    checkpoint = cast(
+        Checkpoint,
+        {
+            "v": stored.format_version,
+            "id": stored.checkpoint_id,
+            "ts": stored.ts,
+            "channel_values": {
+                channel: _untyped(serde, value)
+                for channel, value in stored.channel_values.items()
+                if value.type != EMPTY
+            },
+            "channel_versions": dict(stored.channel_versions),
+            **_untyped(serde, stored.state),
+        },
+    )
+    writes = sorted(
+        stored.pending_writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx)
+    )
+    parent = stored.parent_checkpoint_id
+    return CheckpointTuple(
+        config=_config(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id),
+        checkpoint=checkpoint,
+        metadata=cast(CheckpointMetadata, stored.metadata),
+        parent_config=(
+            None if parent is None else _config(stored.thread_id, stored.checkpoint_ns, parent)
+        ),
+        pending_writes=[(w.task_id, w.channel, _untyped(serde, w.value)) for w in writes],
+    )
+
+
+def _writes(serde: SerializerProtocol, writes: Sequence[tuple[str, Any]]) -> tuple[GraphWrite, ...]:
+    """The store's records of a task's ``writes``: a special channel at its
+    ``WRITES_IDX_MAP`` index, any other at its position."""
+    return tuple(
+        GraphWrite(WRITES_IDX_MAP.get(channel, index), channel, _typed(serde, value))
+        for index, (channel, value) in enumerate(writes)
+    )
+
+
+def next_version(current: str | int | float | None) -> str:
+    """The version after ``current``: ``f"{n:032}.{random():016}"`` with ``n`` one more than
+    the integer part of ``current`` (0 for None), as LangGraph's ``InMemorySaver``,
+    ``SqliteSaver`` and ``PostgresSaver`` make them; text order is version order."""
+    if current is None:
+        number = 0
+    elif isinstance(current, str):
+        number = int(current.split(".", 1)[0])
+    else:
+        number = int(current)
+    return f"{number + 1:032}.{random.random():016}"
+
+
+# -- writes that arrive before their checkpoint -------------------------------------------------
+
+
+class _EarlyWrites:
+    """Pending writes sent for a checkpoint that is not stored yet, held until its ``put``.
+
+    LangGraph saves a super-step's checkpoint in the background and sends the next tasks'
+    writes as they finish (durability ``"async"``, its default), and at exit under
+    durability ``"exit"`` it sends the interrupted tasks' writes before the checkpoint
+    itself (langgraph's ``pregel/_loop.py``). Its own savers store such writes as rows
+    without a checkpoint; runstore's store refuses them (``NotFound``). So a ``put_writes``
+    that finds no checkpoint, or no thread, holds its writes here, and the ``put`` of that
+    checkpoint stores them right after the checkpoint, in the same call. The retry under
+    the lock closes the race with a ``put`` committing meanwhile: a ``put`` takes the held
+    writes only after its commit, under the same lock.
+
+    Held writes are in memory: if the checkpoint is never put through this saver, they are
+    never stored (nor is the checkpoint they belong to). At most
+    :data:`MAX_HELD_CHECKPOINTS` checkpoints are held, the oldest dropped first.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: OrderedDict[tuple[str, str, str], list[tuple[tuple[GraphWrite, ...], str, str]]]
+        self._held = OrderedDict()
+
+    def put_writes(
+        self,
+        store: GraphCheckpointStore,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str,
+        writes: tuple[GraphWrite, ...],
+        task_id: str,
+        task_path: str,
+    ) -> Result[None, GraphError]:
+        def write() -> Result[None, GraphError]:
+            return store.put_writes(
+                thread_id,
+                writes,
+                checkpoint_id=checkpoint_id,
+                task_id=task_id,
+                task_path=task_path,
+                checkpoint_ns=checkpoint_ns,
+            )
+
+        result = write()
+        if not _is_missing(result):
+            return result
+        with self._lock:
+            result = write()
+            if not _is_missing(result):
+                return result
+            key = (thread_id, checkpoint_ns, checkpoint_id)
+            self._held.setdefault(key, []).append((writes, task_id, task_path))
+            while len(self._held) > MAX_HELD_CHECKPOINTS:
+                self._held.popitem(last=False)
+        return Success(None)
+
+    def put(
+        self,
+        store: GraphCheckpointStore,
+        thread_id: str,
+        checkpoint: NewGraphCheckpoint,
+        project_id: str,
+        checkpoint_ns: str,
+    ) -> Result[None, GraphError]:
+        result = store.put(
+            thread_id, checkpoint, project_id=project_id, checkpoint_ns=checkpoint_ns
+        )
+        # Read without the lock: a put_writes that holds writes after this commit retries
+        # under the lock first and finds the checkpoint.
+        if not isinstance(result, Success) or not self._held:
+            return result
+        with self._lock:
+            held = self._held.pop((thread_id, checkpoint_ns, checkpoint.checkpoint_id), [])
+        for writes, task_id, task_path in held:
+            stored = store.put_writes(
+                thread_id,
+                writes,
+                checkpoint_id=checkpoint.checkpoint_id,
+                task_id=task_id,
+                task_path=task_path,
+                checkpoint_ns=checkpoint_ns,
+            )
+            if not isinstance(stored, Success):
+                return stored
+        return result
+
+
+def _is_missing(result: Result[None, GraphError]) -> bool:
+    """Whether ``result`` says the thread or the checkpoint written to does not exist."""
+    return isinstance(result, Failure) and isinstance(result.failure(), NotFound)
+
+
+# -- where the calls run -------------------------------------------------------------------------
+
+
+class _Calls:
+    """How a saver reaches its store: ``run`` from sync code, ``arun`` from a coroutine.
+
+    Over a :class:`runstore.aio.AsyncContainer`, both go through its runner (``arun`` awaits
+    it on the caller's loop, ``run`` on the saver's own loop thread), so they share one
+    database, its writer and its order. Over a sync store (a host's own container), both
+    call it on the calling thread.
+    """
+
+    def __init__(
+        self, container: AsyncContainer | None, store: GraphCheckpointStore | None
+    ) -> None:
+        self._container = container
+        self._store = store
+        self._loop = LoopThread(LOOP_THREAD)
+
+    def run(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
+        if self._store is not None:
+            return fn(self._store)
+        return self._loop.run(self._through_runner(access, fn))
+
+    async def arun(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
+        if self._store is not None:
+            return fn(self._store)
+        return await self._through_runner(access, fn)
+
+    def _through_runner(
+        self, access: Access, fn: Callable[[GraphCheckpointStore], T]
+    ) -> Coroutine[Any, Any, T]:
+        assert self._container is not None
+        return self._container.runner.call(access, lambda c: fn(c.get(GRAPH_CHECKPOINTS)))
+
+    def use(self, loop: LoopThread) -> None:
+        """Run the sync calls on ``loop`` (stopped by :meth:`close`) instead of a new one."""
+        self._loop.stop()
+        self._loop = loop
+
+    def run_coroutine(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the loop thread of the sync calls."""
+        return self._loop.run(coroutine)
+
+    def close(self) -> None:
+        self._loop.stop()
+
+
+# -- the saver -----------------------------------------------------------------------------------
+
+
+class RunstoreSaver(BaseCheckpointSaver[str]):
+    """LangGraph's ``BaseCheckpointSaver`` on runstore's graph checkpoint store.
+
+    Made from a :class:`runstore.aio.AsyncContainer` (``RunstoreSaver(container)``: async
+    methods await its runner without blocking the loop, sync methods run on the same runner
+    from any thread) or from a sync :class:`~runstore.services.graphs.GraphCheckpointStore`
+    of a host's container (``RunstoreSaver(container.get(GRAPH_CHECKPOINTS))``: every method
+    calls it on the calling thread, the async ones too, as ``InMemorySaver`` does, so the
+    container's thread rules apply). :meth:`from_path` and :meth:`from_layer` open a database
+    for the saver and close it with the ``with`` or ``async with`` block.
+
+    ``project_id`` is the project of the agent threads the saver creates (a LangGraph thread
+    is a runstore agent thread; ``delete_thread`` removes its graph checkpoints, not the
+    thread). ``serde`` serializes channel values and writes (LangGraph's
+    ``JsonPlusSerializer`` unless given).
+
+    ``get_next_version`` makes LangGraph's text versions (see :func:`next_version`).
+    The methods raise the exceptions in the module's docstring for the store's failures.
+
+    Raises ``TypeError`` for a ``source`` of another kind and ``KeyError`` for a container
+    whose layer provides no graph checkpoint store (every runstore layer provides one).
+    """
+
+    def __init__(
+        self,
+        source: AsyncContainer | GraphCheckpointStore,
+        *,
+        project_id: str = DEFAULT_PROJECT,
+        serde: SerializerProtocol | None = None,
+    ) -> None:
+        super().__init__(serde=serde)
+        from runstore import aio
+
+        if isinstance(source, aio.AsyncContainer):
+            if aio.GRAPH_CHECKPOINTS not in source:
+                raise KeyError(f"{source!r} provides no graph checkpoint store")
+            self._calls = _Calls(source, None)
+        elif isinstance(source, GraphCheckpointStore):
+            self._calls = _Calls(None, source)
+        else:
+            raise TypeError(
+                "RunstoreSaver takes a runstore.aio.AsyncContainer or a GraphCheckpointStore,"
+                f" not {type(source).__name__}"
+            )
+        self.project_id = project_id
+        self._early = _EarlyWrites()
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str,
+        *,
+        project_id: str = DEFAULT_PROJECT,
+        settings: ConnectionSettings | None = None,
+        serde: SerializerProtocol | None = None,
+    ) -> SaverScope:
+        """A saver on the SQLite database at ``path`` (created and migrated when missing,
+        ``":memory:"`` for one that lives as long as the block), for ``with`` or
+        ``async with``: ``with RunstoreSaver.from_path("runstore.db") as checkpointer:``.
+
+        ``settings`` are the connection's (:class:`~runstore.layers.ConnectionSettings`:
+        ``synchronous``, busy timeout, ...). Opening failures raise as
+        :func:`runstore.aio.build` raises them
+        (:class:`~runstore.exceptions.DatabaseOpenError`).
+        """
+        from runstore import aio
+
+        return cls.from_layer(aio.sqlite(path, settings), project_id=project_id, serde=serde)
+
+    @classmethod
+    def from_layer(
+        cls,
+        layer: AsyncLayer,
+        *,
+        project_id: str = DEFAULT_PROJECT,
+        serde: SerializerProtocol | None = None,
+    ) -> SaverScope:
+        """A saver on the database of the async ``layer`` (``aio.postgres(dsn)``,
+        ``aio.sqlite(path)``, ``aio.in_memory()``), opened by the ``with`` or ``async with``
+        block and closed when it ends."""
+        return SaverScope(cls, layer, project_id, serde)
+
+    def close(self) -> None:
+        """Stop the thread the sync methods of a container's saver run their calls on (it is
+        started on their first use). The container itself is its opener's to close."""
+        self._calls.close()
+
+    # -- sync methods ----------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint ``config`` names (its ``checkpoint_id``, else the newest of its
+        thread and namespace), or None when there is none."""
+        stored = _unwrap(self._calls.run("read", self._get(config)))
+        return None if stored is None else _tuple(self.serde, stored)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """The checkpoints that match, newest first: of ``config``'s thread (every thread for
+        None), of its namespace when it names one, only its ``checkpoint_id`` when given,
+        whose metadata has each top-level key of ``filter`` equal to its value, with ids
+        below ``before``'s, at most ``limit`` of them."""
+        found = _unwrap(self._calls.run("read", self._list(config, filter, before, limit)))
+        for stored in found:
+            yield _tuple(self.serde, stored)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Store ``checkpoint`` with ``metadata`` and the values of ``new_versions``' channels
+        under ``config``'s thread and namespace (its ``checkpoint_id`` is the parent); return
+        the config of the stored checkpoint. A thread not seen before becomes an agent thread
+        of the saver's project."""
+        _unwrap(self._calls.run("write", self._put(config, checkpoint, metadata, new_versions)))
+        return _config(_thread_of(config), _namespace_of(config), checkpoint["id"])
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """Store task ``task_id``'s pending ``writes`` (channel, value) against the checkpoint
+        ``config`` names; writes for a checkpoint not stored yet are held for its ``put``
+        (see :class:`_EarlyWrites`)."""
+        _unwrap(self._calls.run("write", self._put_writes(config, writes, task_id, task_path)))
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint and pending write of the thread, in every namespace."""
+        _unwrap(self._calls.run("write", lambda s: s.delete_thread(str(thread_id))))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints whose ``metadata["run_id"]`` is one of ``run_ids``, with
+        their writes, across every thread and namespace."""
+        _unwrap(self._calls.run("write", lambda s: s.delete_for_runs(run_ids)))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint of the source thread, every namespace, with metadata, values
+        and writes, to the target thread (a source without checkpoints copies nothing)."""
+        _unwrap(self._calls.run("write", self._copy(source_thread_id, target_thread_id)))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """Keep only the newest checkpoint of each namespace of ``thread_ids`` (with its
+        writes), or delete them all with ``strategy="delete"``. Note: LangGraph's beta delta
+        channels cannot be rebuilt past the kept checkpoint."""
+        _unwrap(self._calls.run("write", lambda s: s.prune(thread_ids, strategy=strategy)))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The version after ``current`` (:func:`next_version`)."""
+        return next_version(current)
+
+    # -- async methods: the same calls, awaited ---------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """:meth:`get_tuple`, awaited."""
+        stored = _unwrap(await self._calls.arun("read", self._get(config)))
+        return None if stored is None else _tuple(self.serde, stored)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """:meth:`list`, awaited."""
+        found = _unwrap(await self._calls.arun("read", self._list(config, filter, before, limit)))
+        for stored in found:
+            yield _tuple(self.serde, stored)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """:meth:`put`, awaited."""
+        put = self._put(config, checkpoint, metadata, new_versions)
+        _unwrap(await self._calls.arun("write", put))
+        return _config(_thread_of(config), _namespace_of(config), checkpoint["id"])
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        """:meth:`put_writes`, awaited."""
+        put = self._put_writes(config, writes, task_id, task_path)
+        _unwrap(await self._calls.arun("write", put))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        """:meth:`delete_thread`, awaited."""
+        _unwrap(await self._calls.arun("write", lambda s: s.delete_thread(str(thread_id))))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """:meth:`delete_for_runs`, awaited."""
+        _unwrap(await self._calls.arun("write", lambda s: s.delete_for_runs(run_ids)))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """:meth:`copy_thread`, awaited."""
+        _unwrap(await self._calls.arun("write", self._copy(source_thread_id, target_thread_id)))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """:meth:`prune`, awaited."""
+        _unwrap(await self._calls.arun("write", lambda s: s.prune(thread_ids, strategy=strategy)))
+
+    # -- one store call per method, shared by both kinds ------------------------------------
+
+    def _get(
+        self, config: RunnableConfig
+    ) -> Callable[[GraphCheckpointStore], Result[GraphCheckpoint | None, GraphError]]:
+        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        checkpoint_id = get_checkpoint_id(config)
+        return lambda s: s.get(thread_id, checkpoint_ns=checkpoint_ns, checkpoint_id=checkpoint_id)
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Callable[[GraphCheckpointStore], Result[tuple[GraphCheckpoint, ...], GraphError]]:
+        thread_id = checkpoint_ns = checkpoint_id = None
+        if config is not None:
+            thread_id = _thread_of(config)
+            namespace = _configurable(config).get("checkpoint_ns")
+            checkpoint_ns = None if namespace is None else str(namespace)
+            checkpoint_id = get_checkpoint_id(config)
+        before_id = None if before is None else get_checkpoint_id(before)
+        wanted = None if filter is None else _json(filter)
+        return lambda s: s.list(
+            thread_id,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
+            filter=wanted,
+            before=before_id,
+            limit=limit,
+        )
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
+        record = _new_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
+        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        return lambda s: self._early.put(s, thread_id, record, self.project_id, checkpoint_ns)
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
+        records = _writes(self.serde, writes)
+        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        checkpoint_id = str(_configurable(config)["checkpoint_id"])
+        return lambda s: self._early.put_writes(
+            s, thread_id, checkpoint_ns, checkpoint_id, records, task_id, task_path
+        )
+
+    def _copy(
+        self, source_thread_id: str, target_thread_id: str
+    ) -> Callable[[GraphCheckpointStore], Result[int, GraphError]]:
+        source, target = str(source_thread_id), str(target_thread_id)
+        return lambda s: s.copy_thread(source, target)
+
+
+class SaverScope(AbstractAsyncContextManager[RunstoreSaver]):
+    """Opens an async layer for a :class:`RunstoreSaver` in a ``with`` or an ``async with``
+    block and closes it when the block ends (made by :meth:`RunstoreSaver.from_path` and
+    :meth:`RunstoreSaver.from_layer`).
+
+    ``async with`` opens the database on the running loop; ``with`` opens it on the saver's
+    own loop thread, which its sync methods use. One scope opens one saver at a time.
+    """
+
+    def __init__(
+        self,
+        saver: type[RunstoreSaver],
+        layer: AsyncLayer,
+        project_id: str,
+        serde: SerializerProtocol | None,
+    ) -> None:
+        self._saver_type = saver
+        self._layer = layer
+        self._project_id = project_id
+        self._serde = serde
+        self._opened: AbstractAsyncContextManager[AsyncContainer] | None = None
+        self._saver: RunstoreSaver | None = None
+
+    async def __aenter__(self) -> RunstoreSaver:
+        from runstore import aio
+
+        if self._opened is not None:
+            raise RuntimeError("this saver scope is already open")
+        opened = aio.build(self._layer)
+        container = await opened.__aenter__()
+        self._opened = opened
+        self._saver = self._saver_type(container, project_id=self._project_id, serde=self._serde)
+        return self._saver
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        saver = self._saver
+        try:
+            await self._close(kind, error, trace)  # while the sync calls' loop still runs
+        finally:
+            if saver is not None:
+                saver.close()
+
+    def __enter__(self) -> RunstoreSaver:
+        loop = LoopThread(LOOP_THREAD)
+        saver = loop.run(self.__aenter__())
+        saver._calls.use(loop)  # its sync calls run on the loop the database was opened on
+        return saver
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        saver = self._saver
+        if saver is None:
+            return
+        try:
+            saver._calls.run_coroutine(self._close(kind, error, trace))
+        finally:
+            saver.close()
+
+    async def _close(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        opened = self._opened
+        self._opened = self._saver = None
+        if opened is not None:
+            await opened.__aexit__(kind, error, trace)
