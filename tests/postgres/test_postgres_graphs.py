@@ -14,7 +14,7 @@ from runstore.services.graphs import ChannelBlob, ChannelValue, NewGraphCheckpoi
 from runstore.testing import GraphsContract, LayerFactory, graphs_state_machine
 
 WORKERS = 4
-PUTS = 40
+PUTS = 30
 
 
 class TestPostgresGraphs(GraphsContract):
@@ -33,8 +33,9 @@ def test_state_machine_postgres(postgres_layers: LayerFactory) -> None:
 
 
 def _writer(dsn: str, worker: int) -> None:
-    """Put checkpoints whose every second one keeps the version of the one before (so writes
-    no value), pruning between them."""
+    """Put checkpoints into the worker's own namespace of a shared thread, every second one
+    keeping the version of the one before (so it writes no value), pruning the thread after
+    each put."""
     with build(postgres(dsn, access="write")) as c:
         graphs = c.get(GRAPH_CHECKPOINTS)
         for n in range(PUTS):
@@ -50,14 +51,14 @@ def _writer(dsn: str, worker: int) -> None:
                 channel_versions={"count": version},
                 blobs=blobs if n % 2 == 0 else (),
             )
-            graphs.put("shared", checkpoint, project_id="p").unwrap()
+            graphs.put("shared", checkpoint, project_id="p", checkpoint_ns=f"w{worker}").unwrap()
             graphs.prune(["shared"]).unwrap()
 
 
 def test_writers_of_one_thread_in_several_processes(postgres_dsn: str) -> None:
     """Processes create, put and prune one thread at once: no put fails on the thread a
-    concurrent first put created, and every kept checkpoint keeps its value (a prune never
-    collects a value a concurrent put names)."""
+    concurrent first put created, each namespace keeps its newest checkpoint, and every kept
+    checkpoint has its value (in any serial order of the units, it would)."""
     with build(postgres(postgres_dsn)):
         pass  # migrated; no connection of this process is open while the workers fork
     context = multiprocessing.get_context("fork")
@@ -69,6 +70,7 @@ def test_writers_of_one_thread_in_several_processes(postgres_dsn: str) -> None:
     assert [p.exitcode for p in workers] == [0] * WORKERS
     with build(postgres(postgres_dsn, access="read")) as c:
         kept = c.get(GRAPH_CHECKPOINTS).list("shared").unwrap()
-    assert kept
+    assert sorted(c.checkpoint_ns for c in kept) == [f"w{w}" for w in range(WORKERS)]
+    assert {c.checkpoint_id for c in kept} == {f"{PUTS - 1:04}.{w:02}" for w in range(WORKERS)}
     for checkpoint in kept:
         assert set(checkpoint.channel_values) == {"count"}, checkpoint

@@ -12,11 +12,12 @@ Isolation, per unit of work. Every write is one ``READ COMMITTED`` transaction o
 :class:`PostgresDatabase` that first takes the advisory lock of each thread it writes (the
 agent stores' lock, ``pg_advisory_xact_lock(AGENTS_LOCK, hashtext(thread_id))``, taken in
 sorted thread order), so the writers of one thread's graph rows, and of the thread itself,
-run one at a time: a put sees the thread a concurrent first put created, and a prune's or
-delete's collection of unnamed values never meets a put that names one of them without
-writing it. ``delete_for_runs`` finds the threads of its runs, locks them, and finds its
-checkpoints again under the locks. Reads run ``REPEATABLE READ READ ONLY`` (one snapshot)
-and take no lock. The layer keeps no cache.
+run one at a time, each seeing what the one before committed, as on SQLite: a put finds
+the thread a concurrent first put created, and the collection of values no checkpoint
+names (after a prune or delete) runs in one order with the puts of that thread, never
+beside an uncommitted one. ``delete_for_runs`` finds the threads of its runs, locks them,
+and finds its checkpoints again under the locks. Reads run ``REPEATABLE READ READ ONLY``
+(one snapshot) and take no lock. The layer keeps no cache.
 """
 
 from __future__ import annotations
