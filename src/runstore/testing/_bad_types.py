@@ -42,6 +42,7 @@ from runstore.layers import (
     DATA_READER,
     DATA_STORE,
     EXECUTION_STORAGE,
+    GRAPH_CHECKPOINTS,
     SESSION_REPOSITORY,
     Container,
     Layer,
@@ -220,10 +221,12 @@ _NAMED: dict[str, object] = {"role": "user"}
 
 def _records() -> dict[type, Callable[[], object]]:
     """A valid value of each record type a Protocol method takes beside other arguments."""
+    from runstore.services.graphs import ChannelValue
     from runstore.services.ledger import PhaseSucceeded
     from runstore.services.test_runs import RunRetentionPolicy, RunStart
 
     return {
+        ChannelValue: lambda: ChannelValue("bytes", b""),
         RunStart: lambda: RunStart("bad-types", "inv-1", _T0),
         RunRetentionPolicy: lambda: RunRetentionPolicy(1),
         PhaseSucceeded: PhaseSucceeded,
@@ -321,6 +324,7 @@ def _session_storage(container: Container, _stack: ExitStack) -> object | None:
 
 def _surfaces() -> tuple[Surface, ...]:
     from runstore.services.agents import AgentStorage
+    from runstore.services.graphs import GraphCheckpointStore
     from runstore.services.ledger import ActionRunStorage, ExecutionStorage
     from runstore.services.sessions import SessionRepository, SessionStorage
     from runstore.services.test_runs import DataReader, DataStore
@@ -339,6 +343,9 @@ def _surfaces() -> tuple[Surface, ...]:
                     Surface(f"AgentStorage.{attribute}", store,
                             _tag_service(AGENT_STORAGE, attribute))
                 )
+    found.append(
+        Surface("GraphCheckpointStore", GraphCheckpointStore, _tag_service(GRAPH_CHECKPOINTS))
+    )
     found.append(
         Surface("SessionRepository", SessionRepository, _tag_service(SESSION_REPOSITORY))
     )
@@ -495,6 +502,9 @@ def _state(side: _Side) -> tuple[object, ...]:
     if services.get("AgentStorage.messages") is not None:
         messages: Any = services["AgentStorage.messages"]
         reads.append(lambda: messages.list(_ID))
+    if services.get("GraphCheckpointStore") is not None:
+        graphs: Any = services["GraphCheckpointStore"]
+        reads.append(lambda: graphs.list(None))
     if services.get("SessionRepository") is not None:
         repository: Any = services["SessionRepository"]
         reads.append(lambda: repository.list())
