@@ -104,18 +104,18 @@ _THREAD_BLOBS = (
     "SELECT checkpoint_ns, channel, version, value_type, value FROM graph_blobs"
     " WHERE thread_key = ?"
 )
-_THREAD_HEADS = (
+_THREAD_HEADS = (  # CROSS JOIN: from the threads' checkpoints (their index), then threads
     "SELECT c.key, t.id, c.checkpoint_ns, c.checkpoint_id FROM graph_checkpoints c"
-    f" JOIN agent_threads t ON t.key = c.thread_key WHERE c.thread_key {_IN_KEYS}"
+    f" CROSS JOIN agent_threads t ON t.key = c.thread_key WHERE c.thread_key {_IN_KEYS}"
 )
-_RUN_HEADS = (
+_RUN_HEADS = (  # CROSS JOIN: from the checkpoints of the runs (their index), then threads
     "SELECT c.key, t.id, c.checkpoint_ns, c.checkpoint_id, c.thread_key"
-    " FROM graph_checkpoints c JOIN agent_threads t ON t.key = c.thread_key"
-    f" WHERE c.run_id {_IN_KEYS}"
+    " FROM graph_checkpoints c CROSS JOIN agent_threads t ON t.key = c.thread_key"
+    f" WHERE c.run_id {_IN_KEYS} AND c.run_id IS NOT NULL"  # the partial index's term
 )
 _DELETE = f"DELETE FROM graph_checkpoints WHERE key {_IN_KEYS}"
-_COLLECT = (
-    f"DELETE FROM graph_blobs WHERE thread_key {_IN_KEYS} AND NOT EXISTS ("
+_COLLECT = (  # one thread at a time: a probe of the primary key's first column each
+    "DELETE FROM graph_blobs WHERE thread_key = ? AND NOT EXISTS ("
     "SELECT 1 FROM graph_channel_versions v JOIN graph_checkpoints c"
     " ON c.key = v.checkpoint_key WHERE v.channel = graph_blobs.channel"
     " AND v.version = graph_blobs.version AND c.thread_key = graph_blobs.thread_key"
@@ -311,7 +311,7 @@ class SqliteGraphCheckpointStore(GraphStoreBase):
         self._sql.execute(_DELETE, (_keys(keys),))
 
     def _collect(self, thread_keys: Sequence[int]) -> None:
-        self._sql.execute(_COLLECT, (_keys(thread_keys),))
+        self._sql.executemany(_COLLECT, [(key,) for key in thread_keys])
 
 
 def _typed(db: SqliteDatabase, clock: Clock, agents: AgentStorage) -> GraphCheckpointStore:
