@@ -31,6 +31,7 @@ from runstore.adapters.langgraph import (
     InvalidCheckpointInput,
     RunstoreSaver,
 )
+from runstore.exceptions import DatabaseOpenError
 from runstore.layers import AGENT_STORAGE, GRAPH_CHECKPOINTS, build, sqlite
 from runstore.services.agents import InvalidQuery
 from runstore.services.errors import Conflict, InvalidInput
@@ -280,3 +281,11 @@ def test_a_container_without_the_graph_store_is_refused() -> None:
 
     with pytest.raises(KeyError, match="no graph checkpoint store"):
         asyncio.run(main())
+
+
+def test_a_database_that_cannot_be_opened_leaves_no_thread_behind(tmp_path: Path) -> None:
+    (tmp_path / "other.db").write_bytes(b"not a database at all, just some bytes" * 200)
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(DatabaseOpenError), RunstoreSaver.from_path(str(tmp_path / "other.db")):
+        pass
+    assert {t.name for t in threading.enumerate()} <= before

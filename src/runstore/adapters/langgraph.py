@@ -750,8 +750,13 @@ class SaverScope(AbstractAsyncContextManager[RunstoreSaver]):
         opened = aio.build(self._layer)
         container = await opened.__aenter__()
         self._opened = opened
-        self._saver = self._saver_type(container, project_id=self._project_id, serde=self._serde)
-        return self._saver
+        try:
+            saver = self._saver_type(container, project_id=self._project_id, serde=self._serde)
+        except BaseException as error:
+            await self._close(type(error), error, error.__traceback__)
+            raise
+        self._saver = saver
+        return saver
 
     async def __aexit__(
         self,
@@ -768,7 +773,11 @@ class SaverScope(AbstractAsyncContextManager[RunstoreSaver]):
 
     def __enter__(self) -> RunstoreSaver:
         loop = LoopThread(LOOP_THREAD)
-        saver = loop.run(self.__aenter__())
+        try:
+            saver = loop.run(self.__aenter__())
+        except BaseException:
+            loop.stop()
+            raise
         saver._calls.use(loop)  # its sync calls run on the loop the database was opened on
         return saver
 
