@@ -31,7 +31,7 @@ from runstore.adapters.langgraph import (
     InvalidCheckpointInput,
     RunstoreSaver,
 )
-from runstore.exceptions import DatabaseOpenError
+from runstore.exceptions import ContainerClosed, DatabaseOpenError
 from runstore.layers import AGENT_STORAGE, GRAPH_CHECKPOINTS, build, sqlite
 from runstore.services.agents import InvalidQuery
 from runstore.services.errors import Conflict, InvalidInput
@@ -289,3 +289,14 @@ def test_a_database_that_cannot_be_opened_leaves_no_thread_behind(tmp_path: Path
     with pytest.raises(DatabaseOpenError), RunstoreSaver.from_path(str(tmp_path / "other.db")):
         pass
     assert {t.name for t in threading.enumerate()} <= before
+
+
+def test_a_saver_is_closed_with_its_block() -> None:
+    with RunstoreSaver.from_path(":memory:") as saver:
+        put(saver, "t", 0)
+    threads = threading.active_count()
+    with pytest.raises(ContainerClosed):
+        saver.get_tuple(generate_config("t"))
+    with pytest.raises(ContainerClosed):
+        asyncio.run(saver.aget_tuple(generate_config("t")))
+    assert threading.active_count() == threads

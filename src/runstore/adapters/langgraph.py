@@ -76,6 +76,7 @@ from returns.result import Failure, Result, Success
 
 from runstore.adapters._loop import LoopThread
 from runstore.aio._runner import Access
+from runstore.exceptions import ContainerClosed
 from runstore.layers import GRAPH_CHECKPOINTS
 from runstore.services.agents import InvalidQuery
 from runstore.services.errors import Busy, InvalidInput, NotFound
@@ -401,16 +402,23 @@ class _Calls:
         self._container = container
         self._store = store
         self._loop = LoopThread(LOOP_THREAD)
+        self._closed = False
 
     def run(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
+        self._check_open()
         if self._store is not None:
             return fn(self._store)
         return self._loop.run(self._through_runner(access, fn))
 
     async def arun(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
+        self._check_open()
         if self._store is not None:
             return fn(self._store)
         return await self._through_runner(access, fn)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ContainerClosed("this RunstoreSaver is closed")
 
     def _through_runner(
         self, access: Access, fn: Callable[[GraphCheckpointStore], T]
@@ -428,6 +436,7 @@ class _Calls:
         return self._loop.run(coroutine)
 
     def close(self) -> None:
+        self._closed = True
         self._loop.stop()
 
 
@@ -517,8 +526,11 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         return SaverScope(cls, layer, project_id, serde)
 
     def close(self) -> None:
-        """Stop the thread the sync methods of a container's saver run their calls on (it is
-        started on their first use). The container itself is its opener's to close."""
+        """End the saver: stop the thread its sync methods run their calls on (started on
+        their first use); every method then raises
+        :class:`~runstore.exceptions.ContainerClosed`. Idempotent. A container given to the
+        saver stays open: it is its opener's to close (a :meth:`from_path` or
+        :meth:`from_layer` block closes both)."""
         self._calls.close()
 
     # -- sync methods ----------------------------------------------------------------------
