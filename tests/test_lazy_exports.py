@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-LAZY = ["runstore.services", "runstore.testing", "runstore.layers", "runstore.recorder"]
+LAZY = [
+    "runstore.services", "runstore.testing", "runstore.layers", "runstore.recorder", "runstore.aio"
+]
 
 
 def _type_checking_imports(package: str) -> dict[str, tuple[str, ...]]:

@@ -25,6 +25,7 @@ PACKAGES = [
     "runstore.migrations",
     "runstore.exceptions",
     "runstore.cli",
+    "runstore.aio",
 ]
 
 

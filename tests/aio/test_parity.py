@@ -17,6 +17,7 @@ import runstore.services
 from runstore import aio
 from runstore.aio import _services
 from runstore.aio._facade import SERVICES, SESSION_STORAGE, Shape
+from runstore.layers import Tag
 
 DIFFERENT = {
     ("SessionRepository", "atomic", "fn"): (
@@ -122,7 +123,7 @@ def test_the_session_storage_table_is_the_protocol() -> None:
 
 
 def test_every_twin_with_a_tag_is_a_service_of_the_container() -> None:
-    tags = {getattr(aio, name).key for name in aio.__all__ if name.isupper()}
+    tags = {value.key for name in aio.__all__ if isinstance(value := getattr(aio, name), Tag)}
     assert tags == set(SERVICES)
     nested = {"ThreadStore", "AgentRunStore", "MessageStore", "CheckpointStore", "SessionStorage"}
     assert {key.rsplit(".", 1)[1] for key in SERVICES} == {

@@ -21,10 +21,10 @@ Each method runs the sync service, unchanged, where it cannot block the event lo
 
 A container binds no event loop: it and its services may be awaited from any loop and any
 thread until its ``async with`` block exits. Cancelling a call that has not started means it
-never runs; a call that has started (a write handed to the writer) runs to its outcome,
-which the cancelled caller does not see: retry with the same client id or id, which
-runstore's writes accept as the same write. Leaving the block lets the calls already handed
-over finish, then closes the sync containers in the reverse order of their opening, on
+never runs; a write that has started runs to its outcome (committed or rolled back), and the
+caller's ``CancelledError`` comes only after it, so the caller's next call sees that outcome
+(a retry with the same client id or id is the same write to runstore). Leaving the block
+lets the calls already handed over finish, then closes the sync containers in the reverse order of their opening, on
 their own threads; the event loop only awaits.
 
 Importing this package imports no domain, no service and no driver: each name is read from
@@ -76,6 +76,7 @@ __all__ = [
     "DATABASE_HEALTH",
     "DATA_READER",
     "DATA_STORE",
+    "DEFAULT_READERS",
     "EXECUTION_STORAGE",
     "GRAPH_CHECKPOINTS",
     "SESSION_REPOSITORY",
@@ -107,8 +108,8 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "AsyncAgentRunStore",
         "AsyncAgentStorage",
         "AsyncCheckpointStore",
-        "AsyncDataReader",
         "AsyncDatabaseHealth",
+        "AsyncDataReader",
         "AsyncDataStore",
         "AsyncExecutionStorage",
         "AsyncGraphCheckpointStore",

@@ -55,11 +55,15 @@ class Runner(Protocol):
         ``fn`` calls sync services on the container it is given and must not keep it. What
         ``fn`` raises is raised here. Works from any event loop and any thread.
 
-        Cancellation: a call cancelled before its ``fn`` started never runs it; once ``fn``
-        has started it runs to its outcome (a write commits or rolls back as it would have),
-        which the cancelled caller does not see.
+        Cancellation: a call cancelled before its ``fn`` started never runs it. A ``"write"``
+        cancelled once ``fn`` has started runs to its outcome (it commits or rolls back as
+        it would have) and only then raises ``CancelledError`` here, so the caller's next
+        call sees that outcome; the value itself is dropped. A ``"read"`` may be abandoned
+        at once.
 
-        Raises :class:`~runstore.exceptions.ContainerClosed` once :meth:`aclose` has begun.
+        Once :meth:`aclose` has begun, a call answers as the sync service of a closed
+        container does (a session store: ``StorageFailure`` of kind ``closed``), or raises
+        :class:`~runstore.exceptions.ContainerClosed`.
         """
         ...
 

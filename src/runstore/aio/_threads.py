@@ -11,8 +11,11 @@ was awaited before the read was called.
 A call is awaited with :func:`asyncio.wrap_future`, which binds to whichever event loop
 awaits it: the runner binds no loop, so one runner serves several loops and threads.
 
-Cancellation: a call cancelled while it waits for its thread never runs; once started it
-runs to its outcome (a write commits or rolls back), which the cancelled caller does not see.
+Cancellation: a call cancelled while it waits for its thread never runs. A write cancelled
+once it has started runs to its outcome (it commits or rolls back as it would have), and the
+caller's ``CancelledError`` comes after that outcome, so what the caller does next sees it;
+the outcome itself is not returned. A read cancelled once started is abandoned at once (its
+thread finishes it and drops the value).
 
 Closing: :meth:`ThreadRunner.aclose` refuses new calls, lets the calls already handed over
 run, then closes each thread's container on that thread (readers first, then the writer:
@@ -27,11 +30,11 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from contextlib import ExitStack, asynccontextmanager, suppress
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from runstore.aio._runner import Access
 from runstore.exceptions import ContainerClosed
-from runstore.layers._layer import Container, Layer, build
+from runstore.layers._layer import Container, Layer, _key, build
 
 __all__ = ["ThreadRunner", "threads"]
 
@@ -75,7 +78,6 @@ class _Worker:
 
     def _close(self, after: tuple[Future[None], ...]) -> None:
         wait_all(after)
-        self.container = None
         try:
             self._stack.close()
         finally:
@@ -103,11 +105,14 @@ class ThreadRunner:
         """Run ``fn`` on the writer (``"write"``, or always without readers) or on the least
         busy reader (``"read"``); see :meth:`runstore.aio.Runner.call`.
 
-        Raises :class:`~runstore.exceptions.ContainerClosed` once closing has begun, and
-        whatever ``fn`` raises.
+        Once closing has begun, ``fn`` runs on the caller's thread against the services the
+        closed containers made, after the close: it answers as a service of a closed container
+        does from another thread (a session store with ``StorageFailure`` of kind
+        ``closed``, as its contract says; an SQLite store raises ``TransactionMisuse``).
+        Raises whatever ``fn`` raises.
         """
         if self._closed is not None:
-            raise ContainerClosed(f"{self._name} runner closed")
+            return await self._after_close(fn)
         worker = self._writer
         if access == "read" and self._readers:
             with self._lock:
@@ -118,7 +123,17 @@ class ThreadRunner:
             finally:
                 with self._lock:
                     worker.in_hand -= 1
-        return await asyncio.wrap_future(worker.submit(fn))
+        return await _outcome(worker.submit(fn))
+
+    async def _after_close(self, fn: Callable[[Container], T]) -> T:
+        """Run ``fn`` here, on the closed containers' services, once closing has ended: they
+        answer as services of a closed container do when called from another thread."""
+        closing = self._closed
+        assert closing is not None
+        with suppress(Exception):
+            await asyncio.shield(asyncio.wrap_future(closing))
+        containers = [w.container for w in (self._writer, *self._readers) if w.container]
+        return fn(cast(Container, _Closed(containers)))
 
     async def aclose(self) -> None:
         """Close as the module doc says; re-raises the first error a container's close raised.
@@ -131,6 +146,34 @@ class ThreadRunner:
 
     def __repr__(self) -> str:
         return f"<{self._name} runner, {len(self._readers)} readers>"
+
+
+async def _outcome(job: Future[T]) -> T:
+    """Await the write ``job``; when cancelled after it started, wait for its outcome first."""
+    waiting = asyncio.wrap_future(job)
+    try:
+        return await asyncio.shield(waiting)
+    except asyncio.CancelledError:
+        if not job.cancel():  # it has started (or ended): its outcome comes first
+            with suppress(BaseException):
+                await asyncio.shield(waiting)
+        raise
+
+
+class _Closed:
+    """The services the closed containers made, as their ``get`` gave them before they
+    closed (a closed :class:`~runstore.layers.Container` refuses ``get``), the writer's
+    first; a service none made is ContainerClosed."""
+
+    def __init__(self, containers: list[Container]) -> None:
+        self._made = [container._made for container in containers]
+
+    def get(self, key: object) -> object:
+        name = _key(key)
+        for made in self._made:
+            if name in made:
+                return made[name]
+        raise ContainerClosed(f"container closed; cannot get {name}")
 
 
 def _close_all(writer: _Worker, readers: tuple[_Worker, ...]) -> Future[None]:

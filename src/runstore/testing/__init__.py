@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         agents_json_values,
         agents_state_machine,
     )
+    from runstore.testing._aio import bridged
     from runstore.testing._bad_types import BadTypesContract
     from runstore.testing._graphs import (
         GraphsContract,
@@ -152,6 +153,7 @@ __all__: list[str] = [
     "agents_broken_sequence_layer",
     "agents_json_values",
     "agents_state_machine",
+    "bridged",
     "bad_session_ids",
     "changed_file_lists",
     "code_fingerprints",
@@ -214,6 +216,9 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "LedgerContract", "LedgerContractViolation", "LedgerMachine", "action_run_failures",
         "execution_failures", "ledger_identifiers", "ledger_json_values", "ledger_model_layer",
         "ledger_state_machine", "non_json_values", "phase_outcomes",
+    ),
+    "_aio": (
+        "bridged",
     ),
     "_bad_types": (
         "BadTypesContract",

@@ -1,9 +1,10 @@
 """A sync layer over an async one, so that every sync contract runs through ``runstore.aio``.
 
 ``bridged(aio.sqlite(path))`` is an ordinary :class:`~runstore.layers.Layer`: each of its
-services is a sync object whose every method runs the async façade's method on one
-background event loop (a daemon thread, shared by every bridge) and waits for its
-``Result``. So a contract suite, unchanged, drives
+services is a sync object whose every method runs the async façade's method to its end on
+an event loop of the calling thread (one per thread, made on its first call and closed with
+the container; so a contract that calls from several threads drives the façade from
+several loops, as async hosts do) and returns its ``Result``. So a contract suite, unchanged, drives
 ``sync call -> event loop -> async façade -> runner -> sync layer`` and compares what comes
 back with the in-memory model, as it does for any layer::
 
@@ -28,6 +29,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import attrs
 from returns.result import Result, Success
 
 from runstore.aio import AsyncContainer, AsyncLayer
@@ -40,50 +42,65 @@ __all__ = ["bridged"]
 
 T = TypeVar("T")
 
-_BRIDGE: Tag[AsyncContainer] = Tag(f"{__name__}.AsyncContainer")
+@attrs.frozen
+class _Opened:
+    """The async container a bridge opened, and the loops its calls run on."""
 
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_lock = threading.Lock()
+    container: AsyncContainer
+    loops: _Loops
+
+
+_BRIDGE: Tag[_Opened] = Tag(f"{__name__}._Opened")
+
 _inside = threading.local()
 """``repository``: the sync repository of the ``atomic`` unit running on this thread."""
 
 
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """The one event loop every bridge runs on, in a daemon thread, started on first use."""
-    global _loop
-    with _loop_lock:
-        if _loop is None:
-            loop = asyncio.new_event_loop()
-            threading.Thread(
-                target=loop.run_forever, name="runstore-aio-bridge", daemon=True
-            ).start()
-            _loop = loop
-        return _loop
+class _Loops:
+    """An event loop per calling thread, each closed with the bridge's container."""
 
+    def __init__(self) -> None:
+        self._mine = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[asyncio.AbstractEventLoop] = []
 
-def _wait(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` on the background loop and wait for its value."""
-    return asyncio.run_coroutine_threadsafe(coroutine, _background_loop()).result()
+    def wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` to its end on this thread's loop."""
+        loop: asyncio.AbstractEventLoop | None = getattr(self._mine, "loop", None)
+        if loop is None:
+            loop = self._mine.loop = asyncio.new_event_loop()
+            with self._lock:
+                self._all.append(loop)
+        return loop.run_until_complete(coroutine)
+
+    def close(self) -> None:
+        with self._lock:
+            loops, self._all = self._all, []
+        for loop in loops:
+            loop.close()
 
 
 def bridged(layer: AsyncLayer) -> Layer:
     """A sync layer whose services forward to the async services of ``layer`` (see the
     module doc). ``layer`` is opened when the sync layer is built and closed with it."""
 
-    def open_async(c: Container) -> Iterator[AsyncContainer]:
-        clocked = layer.merge(Layer.value(CLOCK, c.get(CLOCK)))
-        manager = build_async(clocked)
-        opened = _wait(manager.__aenter__())
+    def open_async(c: Container) -> Iterator[_Opened]:
+        loops = _Loops()
+        manager = build_async(layer.merge(Layer.value(CLOCK, c.get(CLOCK))))
+        opened = loops.wait(manager.__aenter__())
         try:
-            yield opened
+            yield _Opened(opened, loops)
         finally:
-            _wait(manager.__aexit__(None, None, None))
+            try:
+                loops.wait(manager.__aexit__(None, None, None))
+            finally:
+                loops.close()
 
     def service(entry: Service) -> Layer:
         def load() -> Layer:
             return Layer.service(
                 entry.sync,
-                lambda c: _Sync(c.get(_BRIDGE).get(entry.key), entry.shape),
+                lambda c: _Sync(c.get(_BRIDGE), entry.key.key, entry.shape),
                 requires=(_BRIDGE,),
             )
 
@@ -97,10 +114,13 @@ def bridged(layer: AsyncLayer) -> Layer:
 
 
 class _Sync:
-    """The sync face of the async service ``target`` (a façade :class:`Forward`)."""
+    """The sync face of an async service (a façade :class:`Forward`)."""
 
-    def __init__(self, target: Forward, shape: Shape) -> None:
-        self._target = target
+    def __init__(self, opened: _Opened, target: Forward | str, shape: Shape) -> None:
+        self._opened = opened
+        self._target = target if isinstance(target, Forward) else opened.container.get(
+            Tag[Any](target)
+        )
         self._shape = shape
 
     def __getattr__(self, name: str) -> Any:
@@ -109,7 +129,7 @@ class _Sync:
             raise AttributeError(name)
         made: Any
         if name in shape.stores:
-            made = _Sync(getattr(self._target, name), shape.stores[name])
+            made = _Sync(self._opened, getattr(self._target, name), shape.stores[name])
         elif name == "atomic":
             made = self._atomic
         elif name in shape.methods:
@@ -120,7 +140,7 @@ class _Sync:
         return made
 
     def _method(self, name: str) -> Callable[..., Any]:
-        target = self._target
+        target, opened = self._target, self._opened
 
         def call(*args: Any, **kwargs: Any) -> Any:
             repository = getattr(_inside, "repository", None)
@@ -131,7 +151,7 @@ class _Sync:
                         " called inside atomic"
                     )
                 return target.apply(repository, name, args, kwargs)
-            return _sync_value(_wait(getattr(target, name)(*args, **kwargs)))
+            return _sync_value(opened, opened.loops.wait(getattr(target, name)(*args, **kwargs)))
 
         call.__name__ = call.__qualname__ = name
         return call
@@ -144,16 +164,16 @@ class _Sync:
             finally:
                 _inside.repository = None
 
-        result: Result[T, Any] = _wait(self._target.atomic(operation, unit))
+        result: Result[T, Any] = self._opened.loops.wait(self._target.atomic(operation, unit))
         return result
 
     def __repr__(self) -> str:
         return f"<sync bridge of {self._target!r}>"
 
 
-def _sync_value(result: Any) -> Any:
+def _sync_value(opened: _Opened, result: Any) -> Any:
     """``result``, with an async service it carries (``open``'s storage) made sync."""
     if isinstance(result, Success) and isinstance(result.unwrap(), Forward):
         target: Forward = result.unwrap()
-        return Success(_Sync(target, target._shape))
+        return Success(_Sync(opened, target, target._shape))
     return result

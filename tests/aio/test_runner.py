@@ -1,0 +1,316 @@
+"""The runners of ``aio.sqlite`` and ``aio.in_memory``: where calls run, from which loops and
+threads they may be awaited, what cancelling one does, and how a container closes.
+
+Plain sync tests that each call ``asyncio.run`` (a fresh loop apiece).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from returns.result import Failure, Success
+
+from runstore import aio
+from runstore.aio._threads import ThreadRunner
+from runstore.exceptions import ContainerClosed, DatabaseOpenError, TransactionMisuse
+from runstore.layers import AGENT_STORAGE, Container, Layer, Tag, build, sqlite
+from runstore.services import NotFound
+from runstore.services.errors import StorageFailureKind
+
+T = TypeVar("T")
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    async def wrapped() -> T:
+        return await main()
+
+    return asyncio.run(wrapped())
+
+
+def _threads(container: aio.AsyncContainer) -> ThreadRunner:
+    runner = container.runner
+    assert isinstance(runner, ThreadRunner)
+    return runner
+
+
+def test_writes_run_on_the_writer_and_reads_on_the_readers(tmp_path: Path) -> None:
+    async def main() -> tuple[set[str], set[str], str, tuple[str, ...]]:
+        async with aio.build(aio.sqlite(tmp_path / "a.db", readers=2)) as c:
+            runner = _threads(c)
+            here = lambda _c: threading.current_thread().name  # noqa: E731
+            writes = {await runner.call("write", here) for _ in range(5)}
+            reads = set(await asyncio.gather(*(runner.call("read", here) for _ in range(20))))
+            return writes, reads, threading.current_thread().name, tuple(
+                t.name for t in runner.threads
+            )
+
+    writes, reads, loop_thread, threads = run(main)
+    assert writes == {threads[0]}
+    assert "writer" in threads[0]
+    assert reads <= set(threads[1:])
+    assert len(threads) == 3
+    assert loop_thread not in writes | reads
+
+
+@pytest.mark.parametrize("layer", [lambda: aio.sqlite(":memory:"), aio.in_memory])
+def test_a_layer_without_readers_runs_everything_on_its_one_thread(
+    layer: Callable[[], aio.AsyncLayer],
+) -> None:
+    async def main() -> set[str]:
+        async with aio.build(layer()) as c:
+            here = lambda _c: threading.current_thread().name  # noqa: E731
+            names = {await c.runner.call(kind, here) for kind in ("read", "write") * 3}
+            assert len(_threads(c).threads) == 1
+            return names
+
+    (name,) = run(main)
+    assert name != threading.current_thread().name
+
+
+def test_a_read_sees_the_write_awaited_before_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+            agents = c.get(aio.AGENT_STORAGE)
+            for i in range(20):
+                (await agents.threads.create(f"t{i}", project_id="p")).unwrap()
+                assert (await agents.threads.get(f"t{i}")).unwrap().id == f"t{i}"
+
+    run(main)
+
+
+def test_one_container_serves_other_loops_and_threads(tmp_path: Path) -> None:
+    """Built on one loop, awaited from loops of other threads at the same time."""
+
+    async def main() -> list[int]:
+        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+            messages = c.get(aio.AGENT_STORAGE).messages
+            await c.get(aio.AGENT_STORAGE).threads.create("t", project_id="p")
+
+            def elsewhere(i: int) -> int:
+                async def append() -> int:
+                    got = await messages.append("t", role="user", content=i)
+                    return got.unwrap().seq
+
+                return asyncio.run(append())
+
+            async def here() -> int:
+                return (await messages.append("t", role="user", content="here")).unwrap().seq
+
+            seqs = await asyncio.gather(
+                *(asyncio.to_thread(elsewhere, i) for i in range(4)), here()
+            )
+            return sorted(seqs)
+
+    assert run(main) == [1, 2, 3, 4, 5]
+
+
+def test_what_the_function_raises_is_raised_to_the_caller() -> None:
+    def boom(_c: Container) -> None:
+        raise LookupError("from the writer")
+
+    async def main() -> None:
+        async with aio.build(aio.in_memory()) as c:
+            await c.runner.call("write", boom)
+
+    with pytest.raises(LookupError, match="from the writer"):
+        run(main)
+
+
+# -- cancellation ------------------------------------------------------------------------------
+
+
+def _hold(started: threading.Event, release: threading.Event) -> Callable[[Container], None]:
+    def hold(_c: Container) -> None:
+        started.set()
+        assert release.wait(10)
+
+    return hold
+
+
+def test_a_cancelled_call_that_has_not_started_never_runs(tmp_path: Path) -> None:
+    async def main() -> object:
+        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+            threads = c.get(aio.AGENT_STORAGE).threads
+            started, release = threading.Event(), threading.Event()
+            holding = asyncio.create_task(c.runner.call("write", _hold(started, release)))
+            await asyncio.to_thread(started.wait, 10)
+            queued = asyncio.create_task(threads.create("never", project_id="p"))
+            await asyncio.sleep(0.01)  # handed to the writer, behind the holding call
+            queued.cancel()
+            await asyncio.sleep(0.01)  # the loop passes the cancel on to the queued job
+            release.set()
+            await holding
+            with pytest.raises(asyncio.CancelledError):
+                await queued
+            return await threads.get("never")
+
+    assert run(main) == Failure(NotFound("thread", "never"))
+
+
+def test_a_cancelled_write_that_has_started_runs_to_its_outcome(tmp_path: Path) -> None:
+    async def main() -> object:
+        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+            started, release = threading.Event(), threading.Event()
+            hold = _hold(started, release)
+
+            def write(container: Container) -> object:
+                hold(container)
+                return container.get(AGENT_STORAGE).threads.create("kept", project_id="p")
+
+            task = asyncio.create_task(c.runner.call("write", write))
+            await asyncio.to_thread(started.wait, 10)
+            task.cancel()
+            await asyncio.sleep(0.01)
+            assert not task.done(), "the cancelled caller waits for the write's outcome"
+            release.set()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Read on a reader: the write was committed before the caller saw CancelledError.
+            return (await c.get(aio.AGENT_STORAGE).threads.get("kept")).map(lambda t: t.id)
+
+    assert run(main) == Success("kept")
+
+
+# -- opening and closing -----------------------------------------------------------------------
+
+
+def _recorder(log: list[tuple[str, str]]) -> Layer:
+    """A scoped resource in each sync container, noting where it opens and closes."""
+
+    def resource(_c: Container) -> Iterator[None]:
+        log.append(("open", threading.current_thread().name))
+        yield
+        log.append(("close", threading.current_thread().name))
+
+    return Layer.service(Tag[None]("tests.aio.recorder"), resource)
+
+
+def test_closing_lets_handed_over_calls_finish_then_closes_readers_before_the_writer(
+    tmp_path: Path,
+) -> None:
+    log: list[tuple[str, str]] = []
+    path = tmp_path / "a.db"
+
+    async def main() -> list[object]:
+        layer = aio.sqlite(path, readers=2).merge(_recorder(log))
+        async with aio.build(layer) as c:
+            agents = c.get(aio.AGENT_STORAGE)
+            await agents.threads.create("t", project_id="p")
+            writes = [
+                asyncio.create_task(agents.messages.append("t", role="user", content=i))
+                for i in range(30)
+            ]
+            await asyncio.sleep(0)  # each task has handed its call to the writer
+        return list(await asyncio.gather(*writes))
+
+    results = run(main)
+    assert all(isinstance(r, Success) for r in results)
+    with build(sqlite(path)) as sync:
+        assert sync.get(AGENT_STORAGE).threads.get("t").unwrap().message_count == 30
+    opened = [name for event, name in log if event == "open"]
+    closed = [name for event, name in log if event == "close"]
+    assert "writer" in opened[0]
+    assert len(opened) == 3
+    assert sorted(closed) == sorted(opened)
+    assert closed[-1] == opened[0], "the writer closes last"
+    assert not any(t.name in opened for t in threading.enumerate()), "threads left running"
+
+
+def test_closing_never_blocks_the_loop() -> None:
+    """The writer is busy for 300 ms when the block exits: the loop keeps ticking."""
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.005)
+
+    async def main() -> float:
+        ticking = asyncio.create_task(ticker())
+        async with aio.build(aio.in_memory()) as c:
+            busy = asyncio.create_task(c.runner.call("write", lambda _c: time.sleep(0.3)))
+            await asyncio.sleep(0.01)
+            start = time.perf_counter()
+        closed = time.perf_counter()
+        await busy
+        ticking.cancel()
+        during = [t for t in ticks if start <= t <= closed]
+        assert closed - start >= 0.25, "the close waited for the busy call"
+        return max(b - a for a, b in itertools.pairwise(during))
+
+    assert run(main) < 0.2
+
+
+def test_a_closed_container_refuses_gets_and_its_services_answer_as_closed_ones(
+    tmp_path: Path,
+) -> None:
+    async def main() -> None:
+        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+            repo = c.get(aio.SESSION_REPOSITORY)
+            threads = c.get(aio.AGENT_STORAGE).threads
+            health = c.get(aio.DATABASE_HEALTH)
+            (await repo.list()).unwrap()
+            await threads.get("t")
+        with pytest.raises(ContainerClosed):
+            c.get(aio.DATABASE_HEALTH)
+        with pytest.raises(ContainerClosed):  # never made before the close: none to answer
+            await health.readiness()
+        refused = await repo.list()
+        assert isinstance(refused, Failure)
+        assert refused.failure().kind is StorageFailureKind.CLOSED
+        with pytest.raises(TransactionMisuse):  # the closed writer's, from another thread
+            await threads.get("t")
+
+    run(main)
+
+
+def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(
+    tmp_path: Path,
+) -> None:
+    foreign = tmp_path / "foreign.db"
+    foreign.write_bytes(b"not a database at all, but long enough to be read as one" * 100)
+    before = {t.name for t in threading.enumerate()}
+
+    async def main() -> None:
+        async with aio.build(aio.sqlite(foreign)):
+            pass  # pragma: no cover
+
+    with pytest.raises(DatabaseOpenError):
+        run(main)
+    time.sleep(0.05)  # the threads end after their last job
+    assert {t.name for t in threading.enumerate()} - before == set()
+
+
+def test_a_missing_service_and_a_bad_reader_count_are_refused() -> None:
+    async def main() -> None:
+        async with aio.build(aio.in_memory()) as c:
+            assert aio.DATA_STORE in c
+            assert Tag[Any]("no.such.Service") not in c
+            with pytest.raises(KeyError, match=r"no\.such\.Service"):
+                c.get(Tag[Any]("no.such.Service"))
+
+    run(main)
+    with pytest.raises(ValueError, match="readers"):
+        aio.sqlite(":memory:", readers=-1)
+    with pytest.raises(ValueError, match="readers"):
+        aio.sqlite(":memory:", readers=True)
+
+
+def test_the_facade_has_exactly_the_protocol_methods_each_a_coroutine_function() -> None:
+    async def main() -> None:
+        async with aio.build(aio.in_memory()) as c:
+            agents = c.get(aio.AGENT_STORAGE)
+            assert asyncio.iscoroutinefunction(agents.messages.append)
+            assert agents.messages is agents.messages
+            with pytest.raises(AttributeError, match="no_such"):
+                agents.messages.no_such  # type: ignore[attr-defined]  # noqa: B018
+            assert "append" in dir(agents.messages)
+
+    run(main)
