@@ -41,9 +41,14 @@ Failures of the store are raised, since LangGraph's callers expect exceptions: b
 :class:`InvalidCheckpointInput`, a ``ValueError``; a database that stayed busy as
 :class:`CheckpointStoreBusy`, a ``TimeoutError``; anything else (a thread of the same id in
 another project, an archived thread, a storage failure) as :class:`CheckpointStoreError`.
-Each carries the store's typed error as ``error``. Values the saver's ``serde`` cannot
-serialize, and metadata ``json.dumps`` cannot write, raise their ``TypeError`` before
-anything is stored, as in LangGraph's savers.
+Each carries the store's typed error as ``error``. A value the saver's ``serde`` cannot
+serialize, and metadata ``json.dumps`` cannot write (a ``TypeError``), raise what they raise
+before anything is stored, as in LangGraph's savers. A saver whose block has ended (or that
+was closed) raises :class:`~runstore.exceptions.ContainerClosed`.
+
+LangGraph sends a task's pending writes while the put of their checkpoint may still be
+queued; runstore's store refuses writes to a checkpoint it does not hold, so the saver holds
+them until that put (:class:`_EarlyWrites`).
 
 This module imports LangGraph; nothing else in runstore does.
 """
@@ -124,7 +129,7 @@ past that the oldest are dropped."""
 
 class CheckpointStoreError(Exception):
     """The store refused or failed a saver call; ``error`` is its typed error value
-    (a :data:`~runstore.services.graphs.GraphError`). Nothing of the call was written."""
+    (a :data:`~runstore.services.graphs.GraphError`). The failed store call wrote nothing."""
 
     def __init__(self, error: GraphError) -> None:
         self.error = error
@@ -292,18 +297,26 @@ def next_version(current: str | int | float | None) -> str:
 # -- writes that arrive before their checkpoint -------------------------------------------------
 
 
+_Key = tuple[str, str, str]
+"""A checkpoint's thread id, namespace and id."""
+
+_Writes = tuple[tuple[GraphWrite, ...], str, str]
+"""A task's writes, its id and its path."""
+
+
 class _EarlyWrites:
     """Pending writes sent for a checkpoint that is not stored yet, held until its ``put``.
 
-    LangGraph saves a super-step's checkpoint in the background and sends the next tasks'
-    writes as they finish (durability ``"async"``, its default), and at exit under
-    durability ``"exit"`` it sends the interrupted tasks' writes before the checkpoint
-    itself (langgraph's ``pregel/_loop.py``). Its own savers store such writes as rows
-    without a checkpoint; runstore's store refuses them (``NotFound``). So a ``put_writes``
-    that finds no checkpoint, or no thread, holds its writes here, and the ``put`` of that
-    checkpoint stores them right after the checkpoint, in the same call. The retry under
-    the lock closes the race with a ``put`` committing meanwhile: a ``put`` takes the held
-    writes only after its commit, under the same lock.
+    LangGraph saves a super-step's checkpoint in the background and sends the tasks' writes
+    as they finish, and at an interrupt under durability ``"exit"`` it sends the tasks'
+    writes before the checkpoint itself (langgraph's ``pregel/_loop.py``; with puts that
+    take 20 ms, every durability mode does it: ``tests/frameworks/test_langgraph_graph.py``).
+    Its own savers store such writes as rows without a checkpoint; runstore's store refuses
+    them (``NotFound``). So a ``put_writes`` that finds no checkpoint, or no thread, holds
+    its writes here, and the ``put`` of that checkpoint stores them right after the
+    checkpoint, in the same call. The retry under the lock closes the race with a ``put``
+    committing meanwhile: a ``put`` takes the held writes only after its commit, under the
+    same lock.
 
     Held writes are in memory: if the checkpoint is never put through this saver, they are
     never stored (nor is the checkpoint they belong to). At most
@@ -312,38 +325,19 @@ class _EarlyWrites:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: OrderedDict[tuple[str, str, str], list[tuple[tuple[GraphWrite, ...], str, str]]]
-        self._held = OrderedDict()
+        self._held: OrderedDict[_Key, list[_Writes]] = OrderedDict()
 
     def put_writes(
-        self,
-        store: GraphCheckpointStore,
-        thread_id: str,
-        checkpoint_ns: str,
-        checkpoint_id: str,
-        writes: tuple[GraphWrite, ...],
-        task_id: str,
-        task_path: str,
+        self, store: GraphCheckpointStore, key: _Key, writes: _Writes
     ) -> Result[None, GraphError]:
-        def write() -> Result[None, GraphError]:
-            return store.put_writes(
-                thread_id,
-                writes,
-                checkpoint_id=checkpoint_id,
-                task_id=task_id,
-                task_path=task_path,
-                checkpoint_ns=checkpoint_ns,
-            )
-
-        result = write()
+        result = _store_writes(store, key, writes)
         if not _is_missing(result):
             return result
         with self._lock:
-            result = write()
+            result = _store_writes(store, key, writes)
             if not _is_missing(result):
                 return result
-            key = (thread_id, checkpoint_ns, checkpoint_id)
-            self._held.setdefault(key, []).append((writes, task_id, task_path))
+            self._held.setdefault(key, []).append(writes)
             while len(self._held) > MAX_HELD_CHECKPOINTS:
                 self._held.popitem(last=False)
         return Success(None)
@@ -351,11 +345,11 @@ class _EarlyWrites:
     def put(
         self,
         store: GraphCheckpointStore,
-        thread_id: str,
+        key: _Key,
         checkpoint: NewGraphCheckpoint,
         project_id: str,
-        checkpoint_ns: str,
     ) -> Result[None, GraphError]:
+        thread_id, checkpoint_ns, _ = key
         result = store.put(
             thread_id, checkpoint, project_id=project_id, checkpoint_ns=checkpoint_ns
         )
@@ -364,19 +358,27 @@ class _EarlyWrites:
         if not isinstance(result, Success) or not self._held:
             return result
         with self._lock:
-            held = self._held.pop((thread_id, checkpoint_ns, checkpoint.checkpoint_id), [])
-        for writes, task_id, task_path in held:
-            stored = store.put_writes(
-                thread_id,
-                writes,
-                checkpoint_id=checkpoint.checkpoint_id,
-                task_id=task_id,
-                task_path=task_path,
-                checkpoint_ns=checkpoint_ns,
-            )
+            held = self._held.pop(key, [])
+        for writes in held:
+            stored = _store_writes(store, key, writes)
             if not isinstance(stored, Success):
                 return stored
         return result
+
+
+def _store_writes(
+    store: GraphCheckpointStore, key: _Key, writes: _Writes
+) -> Result[None, GraphError]:
+    thread_id, checkpoint_ns, checkpoint_id = key
+    records, task_id, task_path = writes
+    return store.put_writes(
+        thread_id,
+        records,
+        checkpoint_id=checkpoint_id,
+        task_id=task_id,
+        task_path=task_path,
+        checkpoint_ns=checkpoint_ns,
+    )
 
 
 def _is_missing(result: Result[None, GraphError]) -> bool:
@@ -707,8 +709,8 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
         record = _new_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
-        return lambda s: self._early.put(s, thread_id, record, self.project_id, checkpoint_ns)
+        key = (_thread_of(config), _namespace_of(config), record.checkpoint_id)
+        return lambda s: self._early.put(s, key, record, self.project_id)
 
     def _put_writes(
         self,
@@ -717,12 +719,10 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
-        records = _writes(self.serde, writes)
-        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        held = (_writes(self.serde, writes), task_id, task_path)
         checkpoint_id = str(_configurable(config)["checkpoint_id"])
-        return lambda s: self._early.put_writes(
-            s, thread_id, checkpoint_ns, checkpoint_id, records, task_id, task_path
-        )
+        key = (_thread_of(config), _namespace_of(config), checkpoint_id)
+        return lambda s: self._early.put_writes(s, key, held)
 
     def _copy(
         self, source_thread_id: str, target_thread_id: str
