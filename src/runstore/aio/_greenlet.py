@@ -20,6 +20,7 @@ its cursors and ``COPY``: they cover exactly what
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from psycopg_pool import AsyncConnectionPool
 from runstore.exceptions import TransactionMisuse
 
 __all__ = [
+    "BridgeStretches",
     "SyncConnection",
     "SyncCopy",
     "SyncCursor",
@@ -269,3 +271,39 @@ class SyncPool:
 
     def close(self) -> None:
         """Nothing: see the class docstring."""
+
+
+class BridgeStretches:
+    """Records how long each run of a bridge greenlet lasted between two switches: the time
+    the sync code held the event loop's thread without awaiting (a diagnostic for tests and
+    benchmarks; ``with BridgeStretches() as held: ...``).
+
+    ``stretches`` holds ``(ended, seconds)`` pairs, ``ended`` a ``time.perf_counter()``
+    reading. Installs a ``greenlet.settrace`` hook for the block (the previous one is put
+    back after), so it sees the bridge greenlets of every thread.
+    """
+
+    def __init__(self) -> None:
+        self.stretches: list[tuple[float, float]] = []
+        self._entered: float | None = None
+        self._previous: Any = None
+
+    def _trace(self, event: str, args: tuple[Any, Any]) -> None:
+        now = time.perf_counter()
+        if self._entered is not None:
+            self.stretches.append((now, now - self._entered))
+            self._entered = None
+        if event in ("switch", "throw") and isinstance(args[1], _Bridge):
+            self._entered = now
+
+    @property
+    def longest(self) -> float:
+        """The longest stretch (s; 0.0 when none)."""
+        return max((seconds for _, seconds in self.stretches), default=0.0)
+
+    def __enter__(self) -> BridgeStretches:
+        self._previous = greenlet.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        greenlet.settrace(self._previous)
