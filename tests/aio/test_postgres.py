@@ -23,7 +23,7 @@ from postgres.fixtures import PostgresCluster
 from postgres.server import fresh_name
 from runstore import aio
 from runstore.aio._greenlet import SyncPool, await_only, greenlet_spawn, in_bridge
-from runstore.aio._postgres import configure_connection, postgres
+from runstore.aio._postgres import configure_postgres_connection, postgres
 from runstore.aio._runner import Runner
 from runstore.exceptions import ContainerClosed, DatabaseOpenError, TransactionMisuse
 from runstore.layers import AGENT_STORAGE, Container, Layer
@@ -107,7 +107,7 @@ def test_the_proxies_stream_and_copy_through_async_connections(dsn: str) -> None
 
     async def main() -> tuple[int, list[tuple[Any, ...]]]:
         async with AsyncConnectionPool(
-            dsn, kwargs={"autocommit": True}, configure=configure_connection, open=False
+            dsn, kwargs={"autocommit": True}, configure=configure_postgres_connection, open=False
         ) as pool:
 
             def work() -> tuple[int, list[tuple[Any, ...]]]:
@@ -193,7 +193,7 @@ def test_read_access_refuses_writes(dsn: str) -> None:
 def test_a_callers_pool_serves_the_calls_and_stays_open(dsn: str) -> None:
     async def main() -> tuple[Any, bool]:
         async with AsyncConnectionPool(
-            dsn, kwargs={"autocommit": True}, configure=configure_connection, open=False
+            dsn, kwargs={"autocommit": True}, configure=configure_postgres_connection, open=False
         ) as pool:
             async with postgres(pool).open(Layer()) as runner:
                 created = await runner.call("write", create_thread("t1"))
@@ -310,31 +310,61 @@ def test_one_runner_serves_loops_in_several_threads_and_closes_every_pool(dsn: s
 # -- cancellation --------------------------------------------------------------------------------
 
 
-def test_a_cancelled_write_that_started_commits_and_the_caller_is_cancelled(dsn: str) -> None:
-    """The write waits on a lock another connection holds; cancelled there, it still
-    commits once the lock is given up, and ``aclose`` waits for it."""
+def test_a_cancelled_write_that_started_commits_before_the_caller_is_cancelled(
+    dsn: str,
+) -> None:
+    """The write waits on a lock another connection holds; cancelled there, it commits once
+    the lock is given up, and only then does the caller get ``CancelledError``."""
     admin = psycopg.connect(dsn, autocommit=True)
     admin.execute("SELECT pg_advisory_lock(%s, hashtext('t1'))", (AGENTS_LOCK,))
+    unlocked: list[float] = []
 
-    async def body(runner: Runner) -> str:
+    def unlock_later() -> None:
+        time.sleep(0.3)
+        unlocked.append(time.monotonic())
+        admin.execute("SELECT pg_advisory_unlock(%s, hashtext('t1'))", (AGENTS_LOCK,))
+
+    async def body(runner: Runner) -> tuple[str, float]:
         task = asyncio.ensure_future(runner.call("write", create_thread("t1")))
         await asyncio.sleep(0.3)  # the write is in, waiting for the lock
         task.cancel()
+        unlocking = asyncio.get_running_loop().run_in_executor(None, unlock_later)
         try:
             await task
         except asyncio.CancelledError:
             outcome = "cancelled"
         else:
             outcome = "not cancelled"
-        admin.execute("SELECT pg_advisory_unlock(%s, hashtext('t1'))", (AGENTS_LOCK,))
-        return outcome
+        cancelled_at = time.monotonic()
+        await unlocking
+        return outcome, cancelled_at
 
     try:
-        assert run_on(dsn, body) == "cancelled"
+        outcome, cancelled_at = run_on(dsn, body)
         stored = admin.execute("SELECT count(*) FROM agent_threads").fetchone()
     finally:
         admin.close()
+    assert outcome == "cancelled"
+    assert cancelled_at > unlocked[0]
     assert stored == (1,)
+
+
+def test_a_cancelled_read_rolls_back_where_it_waits(dsn: str) -> None:
+    async def body(runner: Runner) -> tuple[float, Any]:
+        task = asyncio.ensure_future(
+            runner.call("read", lambda c: c.get(PostgresDatabase).execute("SELECT pg_sleep(5)"))
+        )
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        waited = time.monotonic() - started
+        return waited, await runner.call("read", message_count("none"))
+
+    waited, after = run_on(dsn, body)
+    assert waited < 2.0
+    assert isinstance(after, Failure)  # the runner still answers: NotFound for that thread
 
 
 def test_a_call_cancelled_before_it_started_never_runs(dsn: str) -> None:

@@ -51,7 +51,7 @@ from runstore.aio._tags import (
 from runstore.layers._open import DEFAULT_DB_PATH
 
 if TYPE_CHECKING:
-    from runstore.aio._postgres import postgres
+    from runstore.aio._postgres import configure_postgres_connection, postgres
     from runstore.aio._services import (
         AsyncActionRunStorage,
         AsyncAgentRunStore,
@@ -97,6 +97,7 @@ __all__ = [
     "AsyncThreadStore",
     "Runner",
     "build",
+    "configure_postgres_connection",
     "in_memory",
     "postgres",
     "sqlite",
@@ -118,7 +119,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "AsyncSessionStorage",
         "AsyncThreadStore",
     ),
-    "_postgres": ("postgres",),
+    "_postgres": ("configure_postgres_connection", "postgres"),
 }
 
 if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there

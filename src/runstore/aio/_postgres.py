@@ -15,9 +15,10 @@ runs other tasks while the server works. A busy retry pauses with ``asyncio.slee
 - **Concurrency.** Each concurrent call gets a sync container of its own (a
   ``PostgresDatabase`` holds the state of one unit at a time), taken from the loop's idle
   ones or built; so calls run at once up to the pool's size, each a transaction of its own.
-- **Cancellation.** A read is cancelled where it waits: its transaction is rolled back.
-  A write that has started runs to its outcome (committed or not) and then the caller gets
-  ``CancelledError``, as on ``aio.sqlite``; make a retried write idempotent (client ids).
+- **Cancellation.** A call cancelled before it started never runs. A read that started is
+  cancelled where it waits: its transaction rolls back. A write that started runs to its
+  outcome (committed or rolled back) and then the caller gets ``CancelledError``, as on
+  ``aio.sqlite``.
 - **Work on the loop.** What the layer does between statements (validation, JSON encoding
   and decoding of bodies, building records) runs on the loop thread, between two awaits.
   Measured (``benchmarks/aio_postgres.py``, 2 cores at load 8 to 10): an append holds the
@@ -61,7 +62,13 @@ from runstore.layers._postgres_database import (
 )
 from runstore.layers._postgres_errors import password_of, redact
 
-__all__ = ["AsyncPool", "PostgresRunner", "configure_connection", "open_runner", "postgres"]
+__all__ = [
+    "AsyncPool",
+    "PostgresRunner",
+    "configure_postgres_connection",
+    "open_runner",
+    "postgres",
+]
 
 T = TypeVar("T")
 Row: TypeAlias = tuple[Any, ...]
@@ -72,9 +79,10 @@ _IDLE_CONTAINERS = 16
 """Idle sync containers a loop keeps for its next calls (more are built when needed)."""
 
 
-async def configure_connection(connection: AsyncConnection[Any]) -> None:
-    """Configure a connection of a caller's ``AsyncConnectionPool`` as runstore needs it
-    (``AsyncConnectionPool(dsn, kwargs={"autocommit": True}, configure=configure_connection)``)."""
+async def configure_postgres_connection(connection: AsyncConnection[Any]) -> None:
+    """Configure a connection of a caller's ``AsyncConnectionPool`` as runstore needs it:
+    ``AsyncConnectionPool(dsn, kwargs={"autocommit": True},
+    configure=configure_postgres_connection)``."""
     _configure(connection)
 
 
@@ -142,14 +150,13 @@ class PostgresRunner:
 
     async def call(self, access: Access, fn: Callable[[Container], T]) -> T:
         """Run ``fn`` on a sync container of this loop's pool and return what it returns
-        (see :meth:`runstore.aio.Runner.call`; ``access`` does not matter here: every
-        call has a transaction of its own).
+        (see :meth:`runstore.aio.Runner.call`).
 
-        Cancelled before ``fn`` started, it never runs; once started it runs to its outcome
-        on the loop (``aclose`` waits for it) and the caller gets ``CancelledError`` at once.
+        Cancelled before ``fn`` started, it never runs. Once started, a ``"write"`` runs to
+        its outcome (committed or rolled back) and the caller's ``CancelledError`` comes
+        after it; a ``"read"`` is cancelled where it waits (its transaction rolls back).
         Raises :class:`~runstore.exceptions.ContainerClosed` once :meth:`aclose` has begun.
         """
-        del access
         state = await self._loop_pool()
         started: list[bool] = []
         task = asyncio.ensure_future(greenlet_spawn(self._run, state, fn, started))
@@ -158,8 +165,10 @@ class PostgresRunner:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            if not started:
+            if not started or access != "write":
                 task.cancel()
+            else:
+                await _outcome(task)
             raise
 
     def _run(self, state: _LoopPool, fn: Callable[[Container], T], started: list[bool]) -> T:
@@ -224,7 +233,7 @@ class PostgresRunner:
         if isinstance(target, str):
             pool: AsyncPool = AsyncConnectionPool(
                 target,
-                configure=configure_connection,
+                configure=configure_postgres_connection,
                 **pool_options(
                     self._settings,
                     _connection_kwargs(self._settings, read_only=self._read_only),
@@ -258,6 +267,17 @@ class PostgresRunner:
             await asyncio.wrap_future(closing)
         else:
             _abandon(state)
+
+
+async def _outcome(task: asyncio.Future[Any]) -> None:
+    """Wait until ``task`` is done, however often the waiter is cancelled meanwhile."""
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            continue
+        except BaseException:  # its outcome is not the cancelled caller's to see
+            return
 
 
 async def _drop_idle(state: _LoopPool) -> None:
