@@ -188,6 +188,7 @@ class _Database:
         except BaseException:
             self._loop.stop()
             raise
+        self.container = container
         self.agents: AsyncAgentStorage = container.get(aio.AGENT_STORAGE)
 
     def close(self) -> None:
