@@ -3,7 +3,7 @@
 Each machine drives ``sync call -> bridge loop -> aio façade -> greenlet -> sync PostgreSQL
 layer`` (``runstore.testing._aio.bridged(aio.postgres(dsn))``) beside the in-memory model and
 compares whole ``Result``\\ s after every step (each example on a database of its own,
-copied from the session's migrated template; :data:`EXAMPLES` says how many). The full
+copied from the session's migrated template; :func:`examples` says how many). The full
 contracts run through the façade on SQLite; a forwarding bug shows on any backend, so here
 the machines prove the PostgreSQL runner (greenlets, per-call containers, per-loop pools).
 """
@@ -23,13 +23,15 @@ from runstore import aio
 from runstore.layers import Layer
 from runstore.testing import LayerFactory, bridged
 
-EXAMPLES: dict[str, settings | None] = {
-    name: None if DEEP else settings(max_examples=examples, stateful_step_count=10, deadline=None)
-    for name, examples in (("agents", 10), ("ledger", 10), ("sessions", 10), ("test_runs", 2))
-}
-"""Each machine's settings: 10 examples of 10 steps, the test-runs machine 2 (its invariant
-reads every run through both readers after each step: an example costs about 7 s here, 19 s
-on the sync PostgreSQL layer at 50 steps); the profile's own under ``deep``."""
+
+def examples(machine: str) -> settings | None:
+    """A machine's settings: 10 examples of 10 steps, the test-runs machine 2 (its invariant
+    reads every run through both readers after each step: an example costs about 7 s here,
+    19 s on the sync PostgreSQL layer at 50 steps); the profile's own under ``deep``."""
+    if DEEP:
+        return None
+    count = 2 if machine == "test_runs" else 10
+    return settings(max_examples=count, stateful_step_count=10, deadline=None)
 
 
 @pytest.fixture
@@ -50,4 +52,4 @@ def aio_postgres_layers(postgres_server: PostgresCluster) -> Iterator[LayerFacto
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_state_machine_through_the_facade(aio_postgres_layers: LayerFactory, machine: str) -> None:
-    run_state_machine_as_test(MACHINES[machine](aio_postgres_layers), settings=EXAMPLES[machine])
+    run_state_machine_as_test(MACHINES[machine](aio_postgres_layers), settings=examples(machine))
