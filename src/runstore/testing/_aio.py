@@ -63,19 +63,25 @@ class _Loops:
         self._mine = threading.local()
         self._lock = threading.Lock()
         self._all: list[asyncio.AbstractEventLoop] = []
+        self._closed = False
 
     def wait(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` to its end on this thread's loop."""
+        """Run ``coroutine`` to its end on this thread's loop (on a loop of its own once the
+        container closed: a service kept past it answers as a closed one)."""
         loop: asyncio.AbstractEventLoop | None = getattr(self._mine, "loop", None)
         if loop is None:
-            loop = self._mine.loop = asyncio.new_event_loop()
             with self._lock:
+                if self._closed:
+                    return asyncio.run(coroutine)
+                loop = self._mine.loop = asyncio.new_event_loop()
                 self._all.append(loop)
+        if loop.is_closed():
+            return asyncio.run(coroutine)
         return loop.run_until_complete(coroutine)
 
     def close(self) -> None:
         with self._lock:
-            loops, self._all = self._all, []
+            loops, self._all, self._closed = self._all, [], True
         for loop in loops:
             loop.close()
 
