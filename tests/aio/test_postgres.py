@@ -392,6 +392,28 @@ def test_a_call_cancelled_before_it_started_never_runs(dsn: str) -> None:
     assert ran == []
 
 
+def test_reads_cancelled_at_any_point_leave_the_pool_whole(dsn: str) -> None:
+    """60 reads cancelled after 0 to 6 ms (waiting for a connection, mid-statement, giving
+    the connection back): afterwards the pool (at most 2 connections) still serves 8
+    concurrent reads, none waiting out its 1 s for a connection."""
+
+    async def body(runner: Runner) -> list[Any]:
+        for n in range(60):
+            tasks = [
+                asyncio.ensure_future(runner.call("read", message_count("none"))) for _ in range(3)
+            ]
+            await asyncio.sleep((n % 7) / 1000)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return list(
+            await asyncio.gather(*(runner.call("read", message_count("none")) for _ in range(8)))
+        )
+
+    answers = run_on(dsn, body, settings=PostgresSettings(pool_max_size=2, connect_timeout_s=1))
+    assert [type(a.failure()).__name__ for a in answers] == ["NotFound"] * 8
+
+
 # -- busy retries --------------------------------------------------------------------------------
 
 
