@@ -25,8 +25,10 @@ can be used for sorting"). This is the one documented exception to runstore's ru
 ordering by sequence numbers: the ids are the runtime's and its contract orders by them.
 
 Ids (threads, checkpoints, tasks, runs) are text of 1 to :data:`MAX_ID_CHARS` characters;
-namespaces, channels, task paths and value types are text too (see the limits below). Text
-with NUL or a lone surrogate is refused with ``InvalidInput``. Times at rest are epoch ms.
+namespaces, channels, task paths and value types are text too (see the limits below). A
+thread id follows the agents service's rule for ids (NUL allowed); any other text with NUL,
+and any text with a lone surrogate, is refused with ``InvalidInput``. Times at rest are
+epoch ms.
 
 Every method returns a ``Result`` whose failure is one :data:`GraphError`. The checks of a
 write happen in this order, identically in every layer: the arguments (``InvalidInput`` /
