@@ -5,7 +5,9 @@ Profiles (``HYPOTHESIS_PROFILE``): ``default`` (fast, for local runs), ``ci`` (w
 on PostgreSQL and 20 on two connections to one SQLite file, whose examples cost seconds each),
 ``deep`` (many more examples, every layer alike; run before calling an issue resolved).
 ``RUNSTORE_SLOW=1`` runs tests marked ``slow`` (crash loops, soak tests). The tests run in
-pytest-xdist workers (``-n 2``), each its own process with its own PostgreSQL server.
+pytest-xdist workers (``-n 2``), each its own process with its own PostgreSQL server and its
+own migrated SQLite template (``sqlite_files``, ``sqlite_memory_layers``: see
+:mod:`sqlite_template`).
 
 ``@pytest.mark.acceptance_inputs(FOLDER)`` marks a test that reads the shared acceptance
 inputs in ``FOLDER`` (``../shared/acceptance/...`` beside the repository). When the folder is
@@ -23,8 +25,16 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from postgres.fixtures import postgres_dsn, postgres_layers, postgres_server
+from sqlite_template import sqlite_files, sqlite_memory_layers, sqlite_template
 
-__all__ = ["postgres_dsn", "postgres_layers", "postgres_server"]  # fixtures for every folder
+__all__ = [  # fixtures for every folder
+    "postgres_dsn",
+    "postgres_layers",
+    "postgres_server",
+    "sqlite_files",
+    "sqlite_memory_layers",
+    "sqlite_template",
+]
 
 settings.register_profile(
     "default",

@@ -2,27 +2,24 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from runstore.layers import Layer, in_memory, sqlite
+from runstore.layers import Layer, in_memory
 from runstore.services.agents import NewMessage
 from runstore.testing import (
     AgentsContract,
     AgentsMachine,
+    LayerFactory,
     agents_broken_clear_layer,
     agents_broken_client_id_layer,
     agents_broken_fencing_layer,
     agents_broken_sequence_layer,
     agents_state_machine,
 )
-
-_counter = itertools.count()
 
 
 class TestInMemoryAgents(AgentsContract):
@@ -31,14 +28,15 @@ class TestInMemoryAgents(AgentsContract):
 
 
 class TestSqliteMemoryAgents(AgentsContract):
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteFileAgents(AgentsContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> object:
-        return lambda: sqlite(tmp_path / f"agents-{next(_counter)}.db")
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 def test_state_machine_in_memory() -> None:
@@ -48,16 +46,13 @@ def test_state_machine_in_memory() -> None:
     )
 
 
-def test_state_machine_sqlite_memory() -> None:
-    run_state_machine_as_test(agents_state_machine(lambda: sqlite(":memory:")))
+def test_state_machine_sqlite_memory(sqlite_memory_layers: LayerFactory) -> None:
+    run_state_machine_as_test(agents_state_machine(sqlite_memory_layers))
 
 
-def test_state_machine_sqlite_file(tmp_path: Path) -> None:
-    def factory() -> Layer:
-        return sqlite(tmp_path / f"machine-{next(_counter)}.db")
-
+def test_state_machine_sqlite_file(sqlite_files: LayerFactory) -> None:
     run_state_machine_as_test(
-        agents_state_machine(factory), settings=settings(max_examples=10, deadline=None)
+        agents_state_machine(sqlite_files), settings=settings(max_examples=10, deadline=None)
     )
 
 

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
-from runstore.layers import Layer, in_memory, open_database, sqlite
+from runstore.layers import Layer, in_memory, sqlite
 from runstore.testing import HealthContract, LayerFactory
+from sqlite_template import SqliteTemplate
 
 
 class TestInMemoryHealth(HealthContract):
@@ -25,9 +25,8 @@ class TestSqliteMemoryHealth(HealthContract):
 
 class TestSqliteFileHealth(HealthContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        numbers = itertools.count()
-        return lambda: sqlite(tmp_path / f"health-{next(numbers)}.db")
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 class TestSqliteReadOnlyHealth(HealthContract):
@@ -36,15 +35,8 @@ class TestSqliteReadOnlyHealth(HealthContract):
     writable: ClassVar[bool] = False
 
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        numbers = itertools.count()
-
-        def factory() -> Layer:
-            path = tmp_path / f"health-ro-{next(numbers)}.db"
-            open_database(path).unwrap().close()
-            return sqlite(path, access="read")
-
-        return factory
+    def layer_factory(self, sqlite_template: SqliteTemplate, tmp_path: Path) -> LayerFactory:
+        return lambda: sqlite(sqlite_template.copy(tmp_path), access="read")
 
 
 class TestPostgresHealth(HealthContract):

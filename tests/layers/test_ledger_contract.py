@@ -3,12 +3,9 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
-
 import pytest
 
-from runstore.layers import Layer, in_memory, sqlite
+from runstore.layers import Layer, in_memory
 from runstore.testing import LayerFactory, LedgerContract
 
 
@@ -18,15 +15,15 @@ class TestInMemoryLedger(LedgerContract):
 
 
 class TestSqliteMemoryLedger(LedgerContract):
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteFileLedger(LedgerContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        numbers = itertools.count()
-        return lambda: sqlite(tmp_path / f"ledger-{next(numbers)}.db")
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 class TestPostgresLedger(LedgerContract):

@@ -3,14 +3,12 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 from hypothesis import settings
 
-from runstore.layers import Layer, in_memory, sqlite
+from runstore.layers import Layer, in_memory
 from runstore.testing import LayerFactory, SessionsContract
 
 
@@ -25,15 +23,15 @@ class TestInMemorySessions(SessionsContract):
 
 
 class TestSqliteMemorySessions(SessionsContract):
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteFileSessions(SessionsContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        numbers = itertools.count()
-        return lambda: sqlite(tmp_path / f"sessions-{next(numbers)}.db")
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 class TestPostgresSessions(SessionsContract):

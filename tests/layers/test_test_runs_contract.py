@@ -16,6 +16,7 @@ from runstore.layers import Container, Layer, build, in_memory, merge, sqlite
 from runstore.services.clock import Clock
 from runstore.services.test_runs import DataReader, DataStore
 from runstore.testing import LayerFactory, TestRunsReaderContract, TestRunsStoreContract
+from sqlite_template import SqliteTemplate
 
 
 def _quick(examples: int, ci: int | None = None) -> settings | None:
@@ -47,32 +48,29 @@ class TestInMemoryDataReader(TestRunsReaderContract):
 class TestSqliteMemoryDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(12)
 
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteMemoryDataReader(TestRunsReaderContract):
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
-
-
-def _files(tmp_path: Path) -> LayerFactory:
-    counter = itertools.count()
-    return lambda: sqlite(tmp_path / f"runs-{next(counter)}.db")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteFileDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(5)
 
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        return _files(tmp_path)
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 class TestSqliteFileDataReader(TestRunsReaderContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        return _files(tmp_path)
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 class _Alternating:
@@ -86,11 +84,9 @@ class _Alternating:
         return getattr(next(self._targets), name)
 
 
-def _two_connections(tmp_path: Path) -> LayerFactory:
-    counter = itertools.count()
-
+def _two_connections(template: SqliteTemplate, tmp_path: Path) -> LayerFactory:
     def factory() -> Layer:
-        path = tmp_path / f"shared-{next(counter)}.db"
+        path = template.copy(tmp_path, "shared")
 
         def pair(c: Container) -> Iterator[tuple[DataStore, DataReader]]:
             clock = Layer.value(Clock, c.get(Clock))
@@ -119,8 +115,8 @@ class TestSqliteTwoConnectionsDataStore(TestRunsStoreContract):
     state_machine_settings = _quick(5, ci=20)
 
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> LayerFactory:
-        return _two_connections(tmp_path)
+    def layer_factory(self, sqlite_template: SqliteTemplate, tmp_path: Path) -> LayerFactory:
+        return _two_connections(sqlite_template, tmp_path)
 
 
 class TestPostgresDataStore(TestRunsStoreContract):
