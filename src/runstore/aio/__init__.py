@@ -24,8 +24,9 @@ thread until its ``async with`` block exits. Cancelling a call that has not star
 never runs; a write that has started runs to its outcome (committed or rolled back), and the
 caller's ``CancelledError`` comes only after it, so the caller's next call sees that outcome
 (a retry with the same client id or id is the same write to runstore). Leaving the block
-lets the calls already handed over finish, then closes the sync containers in the reverse order of their opening, on
-their own threads; the event loop only awaits.
+lets the calls already handed over finish, then closes the sync containers in the reverse
+order of their opening, on their own threads; the event loop only awaits. A service kept
+past the block answers as a closed sync service does.
 
 Importing this package imports no domain, no service and no driver: each name is read from
 its module on first use.
