@@ -245,6 +245,11 @@ class RunstoreSession:
     default ``limit`` of :meth:`get_items`; ``project_id`` is the project of the thread the
     session makes.
 
+    The first session on a file opens it in the constructor, which waits until the
+    database is open and migrated (as ``SQLiteSession``'s constructor makes its tables):
+    make sessions of a new file before a latency-sensitive loop runs, or open the container
+    yourself and use :meth:`from_storage`.
+
     Raises ``TypeError`` for settings the SDK refuses (an unknown key), as ``SQLiteSession``
     does, and :class:`~runstore.exceptions.DatabaseOpenError` for a file that cannot be
     opened or migrated.
