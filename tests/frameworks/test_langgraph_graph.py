@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import re
+import sys
 import time
+import types
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
@@ -195,3 +198,32 @@ def test_writes_sent_before_their_checkpoint_reach_it(durability: Durability, pa
     assert recording.early, "no early writes: this test would prove nothing"
     with SlowPuts.from_path(path) as saver:
         assert run_sync(saver, durability) == expected
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_example() -> str:
+    """The python block of the README's LangGraph subsection (marked not run there, since the
+    main test venv has no LangGraph)."""
+    section = README.read_text(encoding="utf-8").split("### LangGraph: `RunstoreSaver`", 1)[1]
+    found = re.search(r"^```python\n(.*?)^```$", section, re.M | re.S)
+    assert found is not None, "the LangGraph subsection has no python block"
+    return found[1]
+
+
+def test_the_readme_example_runs_twice_in_a_fresh_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = compile(readme_example(), "README.md", "exec")
+    outputs = []
+    for _ in range(2):  # each run in a fresh module, whose annotations LangGraph resolves
+        module = types.ModuleType("readme_example")
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        exec(code, module.__dict__)
+        outputs.append(capsys.readouterr().out)
+    assert outputs == [
+        "['hello', 'reply to hello']\n3 checkpoints in chat-1\n",
+        "['hello', 'reply to hello']\n6 checkpoints in chat-1\n",
+    ]
