@@ -111,19 +111,24 @@ class ThreadRunner:
         ``closed``, as its contract says; an SQLite store raises ``TransactionMisuse``).
         Raises whatever ``fn`` raises.
         """
-        if self._closed is not None:
-            return await self._after_close(fn)
         worker = self._writer
         if access == "read" and self._readers:
             with self._lock:
                 worker = min(self._readers, key=lambda r: r.in_hand)
                 worker.in_hand += 1
             try:
-                return await asyncio.wrap_future(worker.submit(fn))
+                job = self._hand_over(worker, fn)
+                return await (self._after_close(fn) if job is None else asyncio.wrap_future(job))
             finally:
                 with self._lock:
                     worker.in_hand -= 1
-        return await _outcome(worker.submit(fn))
+        job = self._hand_over(worker, fn)
+        return await (self._after_close(fn) if job is None else _outcome(job))
+
+    def _hand_over(self, worker: _Worker, fn: Callable[[Container], T]) -> Future[T] | None:
+        """Queue ``fn`` on ``worker``; None once closing has begun (on any thread)."""
+        with self._lock:  # so that no job is queued behind a close begun on another thread
+            return None if self._closed is not None else worker.submit(fn)
 
     async def _after_close(self, fn: Callable[[Container], T]) -> T:
         """Run ``fn`` here, on the closed containers' services, once closing has ended: they
@@ -140,9 +145,11 @@ class ThreadRunner:
 
         Cancelling the awaiting task does not stop the closing, which goes on on the threads.
         """
-        if self._closed is None:
-            self._closed = _close_all(self._writer, self._readers)
-        await asyncio.shield(asyncio.wrap_future(self._closed))
+        with self._lock:
+            if self._closed is None:
+                self._closed = _close_all(self._writer, self._readers)
+            closed = self._closed
+        await asyncio.shield(asyncio.wrap_future(closed))
 
     def __repr__(self) -> str:
         return f"<{self._name} runner, {len(self._readers)} readers>"
