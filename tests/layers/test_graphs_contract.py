@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from runstore.layers import CLOCK, GRAPH_CHECKPOINTS, Layer, build, in_memory, merge, sqlite
+from runstore.layers import CLOCK, GRAPH_CHECKPOINTS, Layer, build, in_memory, merge
 from runstore.services.clock import FixedClock
 from runstore.testing import (
     GraphsContract,
+    LayerFactory,
     graphs_broken_prune_layer,
     graphs_broken_writes_layer,
     graphs_state_machine,
 )
-
-_counter = itertools.count()
 
 
 class TestInMemoryGraphs(GraphsContract):
@@ -28,14 +25,15 @@ class TestInMemoryGraphs(GraphsContract):
 
 
 class TestSqliteMemoryGraphs(GraphsContract):
-    def make_layer(self) -> Layer:
-        return sqlite(":memory:")
+    @pytest.fixture
+    def layer_factory(self, sqlite_memory_layers: LayerFactory) -> LayerFactory:
+        return sqlite_memory_layers
 
 
 class TestSqliteFileGraphs(GraphsContract):
     @pytest.fixture
-    def layer_factory(self, tmp_path: Path) -> object:
-        return lambda: sqlite(tmp_path / f"graphs-{next(_counter)}.db")
+    def layer_factory(self, sqlite_files: LayerFactory) -> LayerFactory:
+        return sqlite_files
 
 
 def test_state_machine_in_memory() -> None:
@@ -45,19 +43,16 @@ def test_state_machine_in_memory() -> None:
     )
 
 
-def test_state_machine_sqlite_memory() -> None:
+def test_state_machine_sqlite_memory(sqlite_memory_layers: LayerFactory) -> None:
     run_state_machine_as_test(
-        graphs_state_machine(lambda: sqlite(":memory:")),
+        graphs_state_machine(sqlite_memory_layers),
         settings=settings(max_examples=25, deadline=None),
     )
 
 
-def test_state_machine_sqlite_file(tmp_path: Path) -> None:
-    def factory() -> Layer:
-        return sqlite(tmp_path / f"machine-{next(_counter)}.db")
-
+def test_state_machine_sqlite_file(sqlite_files: LayerFactory) -> None:
     run_state_machine_as_test(
-        graphs_state_machine(factory), settings=settings(max_examples=10, deadline=None)
+        graphs_state_machine(sqlite_files), settings=settings(max_examples=10, deadline=None)
     )
 
 
