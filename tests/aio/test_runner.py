@@ -198,9 +198,12 @@ def test_closing_lets_handed_over_calls_finish_then_closes_readers_before_the_wr
     log: list[tuple[str, str]] = []
     path = tmp_path / "a.db"
 
+    threads: list[threading.Thread] = []
+
     async def main() -> list[object]:
         layer = aio.sqlite(path, readers=2).merge(_recorder(log))
         async with aio.build(layer) as c:
+            threads.extend(_threads(c).threads)
             agents = c.get(aio.AGENT_STORAGE)
             await agents.threads.create("t", project_id="p")
             writes = [
@@ -220,7 +223,9 @@ def test_closing_lets_handed_over_calls_finish_then_closes_readers_before_the_wr
     assert len(opened) == 3
     assert sorted(closed) == sorted(opened)
     assert closed[-1] == opened[0], "the writer closes last"
-    assert not any(t.name in opened for t in threading.enumerate()), "threads left running"
+    for thread in threads:  # each ends once its last job (its close) is done
+        thread.join(timeout=10)
+    assert [t.name for t in threads if t.is_alive()] == [], "threads left running"
 
 
 def test_closing_never_blocks_the_loop() -> None:
@@ -276,7 +281,7 @@ def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(
 ) -> None:
     foreign = tmp_path / "foreign.db"
     foreign.write_bytes(b"not a database at all, but long enough to be read as one" * 100)
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())
 
     async def main() -> None:
         async with aio.build(aio.sqlite(foreign)):
@@ -284,8 +289,10 @@ def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(
 
     with pytest.raises(DatabaseOpenError):
         run(main)
-    time.sleep(0.05)  # the threads end after their last job
-    assert {t.name for t in threading.enumerate()} - before == set()
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("runstore-")]
+    for thread in started:  # each ends after its last job
+        thread.join(timeout=10)
+    assert [t.name for t in started if t.is_alive()] == []
 
 
 def test_a_missing_service_and_a_bad_reader_count_are_refused() -> None:
