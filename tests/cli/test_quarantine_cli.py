@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -209,9 +209,13 @@ def test_a_fix_check_releases_a_fixed_test_and_keeps_a_flaky_one(
                                "classification": entry["tests"][0]["classification"]}]
     code, out, _ = _cli(project, "show", "latest", "test_counted.py::test_one_in_three")
     assert "quarantined in this run by test_counted.py::test_one_in_three" in out
-    # quarantined anew after the check (removed, added again): the old check is not its own
-    file.write_text(file.read_text(encoding="utf-8").replace("added = 2026-12-01",
-                                                              "added = 2026-12-02"))
+    # quarantined anew after the check (removed, added again): the old check is not its own.
+    # The check is stamped by the real clock, so the new entry is dated the day after the
+    # real today (allowed: a day of slack for another time zone), not after the fixed TODAY.
+    real_today = date.today()
+    monkeypatch.setattr(quarantine_module, "today", lambda: real_today)
+    file.write_text(file.read_text(encoding="utf-8").replace(
+        "added = 2026-12-01", f"added = {(real_today + timedelta(days=1)).isoformat()}"))
     code, out, _ = _cli(project, "--format", "json", "quarantine", "list")
     assert json.loads(out)["entries"][0]["last_fix_check"] is None
 
