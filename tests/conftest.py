@@ -7,7 +7,8 @@ on PostgreSQL and 20 on two connections to one SQLite file, whose examples cost 
 ``RUNSTORE_SLOW=1`` runs tests marked ``slow`` (crash loops, soak tests). The tests run in
 pytest-xdist workers (``-n 2``), each its own process with its own PostgreSQL server and its
 own migrated SQLite template (``sqlite_files``, ``sqlite_memory_layers``: see
-:mod:`sqlite_template`).
+:mod:`sqlite_template`); the longest tests run first, split between the workers (see
+:mod:`schedule`).
 
 ``@pytest.mark.acceptance_inputs(FOLDER)`` marks a test that reads the shared acceptance
 inputs in ``FOLDER`` (``../shared/acceptance/...`` beside the repository). When the folder is
@@ -25,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from postgres.fixtures import postgres_dsn, postgres_layers, postgres_server
+from schedule import long_first
 from sqlite_template import sqlite_files, sqlite_memory_layers, sqlite_template
 
 __all__ = [  # fixtures for every folder
@@ -60,7 +62,14 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+# Last, so that it orders what -k, -m and the other plugins left (xdist sends that collection).
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The longest tests first, split across the xdist workers so that they end together.
+    workerinput = getattr(config, "workerinput", None)
+    workers = int(workerinput["workercount"]) if workerinput is not None else 1
+    order = long_first([item.nodeid for item in items], workers, config.option.maxschedchunk)
+    items[:] = [items[index] for index in order]
     if os.environ.get("RUNSTORE_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow: set RUNSTORE_SLOW=1 to run")
