@@ -68,7 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # The longest tests first, split across the xdist workers so that they end together.
     workerinput = getattr(config, "workerinput", None)
     workers = int(workerinput["workercount"]) if workerinput is not None else 1
-    order = long_first([item.nodeid for item in items], workers, config.option.maxschedchunk)
+    chunk = getattr(config.option, "maxschedchunk", None)  # an xdist option; None without it
+    order = long_first([item.nodeid for item in items], workers, chunk)
     items[:] = [items[index] for index in order]
     if os.environ.get("RUNSTORE_SLOW") == "1":
         return
