@@ -19,10 +19,11 @@ from returns.result import Failure, Success
 
 from runstore import aio
 from runstore.aio._threads import ThreadRunner
-from runstore.exceptions import ContainerClosed, DatabaseOpenError, TransactionMisuse
+from runstore.exceptions import ContainerClosed, DatabaseOpenError
 from runstore.layers import AGENT_STORAGE, Container, Layer, Tag, build, sqlite
 from runstore.services import NotFound
 from runstore.services.errors import StorageFailureKind
+from runstore.services.sessions import NewEntry, NewSession
 
 T = TypeVar("T")
 
@@ -253,27 +254,45 @@ def test_closing_never_blocks_the_loop() -> None:
     assert run(main) < 0.2
 
 
-def test_a_closed_container_refuses_gets_and_its_services_answer_as_closed_ones(
+def test_after_close_every_call_is_refused_the_same_way_and_runs_nothing(
     tmp_path: Path,
 ) -> None:
+    """``ContainerClosed`` from every call, whether its service was used before the close or
+    not, except the session services' ``StorageFailure(closed)`` (their contract's answer);
+    no service code runs, on the loop's thread or any other."""
+    ran: list[str] = []
+
     async def main() -> None:
-        async with aio.build(aio.sqlite(tmp_path / "a.db")) as c:
+        async with aio.build(aio.sqlite(tmp_path / "a.db", readers=1)) as c:
             repo = c.get(aio.SESSION_REPOSITORY)
             threads = c.get(aio.AGENT_STORAGE).threads
             health = c.get(aio.DATABASE_HEALTH)
             (await repo.list()).unwrap()
+            (await repo.create(NewSession(id="s"))).unwrap()
+            session = (await repo.open("s")).unwrap()
             await threads.get("t")
+            runner = c.runner
         with pytest.raises(ContainerClosed):
             c.get(aio.DATABASE_HEALTH)
-        with pytest.raises(ContainerClosed):  # never made before the close: none to answer
-            await health.readiness()
-        refused = await repo.list()
-        assert isinstance(refused, Failure)
-        assert refused.failure().kind is StorageFailureKind.CLOSED
-        with pytest.raises(TransactionMisuse):  # the closed writer's, from another thread
-            await threads.get("t")
+        for refused_call in (health.readiness(), threads.get("t"), threads.list("p")):
+            with pytest.raises(ContainerClosed):
+                await refused_call
+        for access in ("read", "write"):
+            with pytest.raises(ContainerClosed):
+                await runner.call(access, lambda _c: ran.append("ran"))
+        answers = [
+            await repo.list(),
+            await repo.open("s"),
+            await repo.atomic("t", lambda _r: Success(1)),
+            await session.append(NewEntry.message("a", None, {"role": "user"}, timestamp=0)),
+            await session.info(),
+        ]
+        for answer in answers:
+            assert isinstance(answer, Failure), answer
+            assert answer.failure().kind is StorageFailureKind.CLOSED
 
     run(main)
+    assert ran == []
 
 
 def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(

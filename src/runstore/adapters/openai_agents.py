@@ -179,6 +179,7 @@ class _Database:
 
         self.key = key
         self.users = 0
+        self.pid = os.getpid()
         self._loop = LoopThread("runstore-openai-agents")
         self._scope: AbstractAsyncContextManager[AsyncContainer] = aio.build(
             aio.sqlite(key[0], key[1])
@@ -192,7 +193,10 @@ class _Database:
         self.agents: AsyncAgentStorage = container.get(aio.AGENT_STORAGE)
 
     def close(self) -> None:
-        """Close the container (after the calls handed over ran) and end the loop thread."""
+        """Close the container (after the calls handed over ran) and end the loop thread;
+        nothing in a forked child (they are the parent's)."""
+        if os.getpid() != self.pid:
+            return
         try:
             self._loop.run(self._scope.__aexit__(None, None, None))
         finally:
@@ -201,6 +205,18 @@ class _Database:
 
 _databases: dict[tuple[str, ConnectionSettings | None], _Database] = {}
 _databases_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's databases are not this process's to share (their
+    threads stayed behind), so the child's new sessions open their own; a session made in
+    the parent raises ``ConnectionUsedAfterFork`` when used here (its runner refuses)."""
+    global _databases_lock
+    _databases.clear()
+    _databases_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _acquire(path: str | os.PathLike[str], settings: ConnectionSettings | None) -> _Database:

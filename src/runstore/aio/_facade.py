@@ -14,6 +14,11 @@ every call opens the session again on the container that runs it (a sync storage
 one container, and a runner may run each call on another one); a session deleted meanwhile
 answers each call with the ``NotFound`` of ``open``. ``AsyncSessionRepository.atomic`` runs
 its sync function on the writer with the sync repository.
+
+After the container closed, a call raises the runner's
+:class:`~runstore.exceptions.ContainerClosed`, except on the session repository and its
+storages, whose contract answers ``StorageFailure`` of kind ``closed`` (as the sync layers'
+closed session stores do).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import attrs
-from returns.result import Result
+from returns.result import Failure, Result
 
 from runstore.aio import _tags
 from runstore.aio._runner import Access, Runner
+from runstore.exceptions import ContainerClosed
 from runstore.layers import _tags as sync_tags
 from runstore.layers._layer import Container, Tag
 
@@ -152,9 +158,10 @@ class Forward:
 
     def _method(self, name: str, access: Access) -> Callable[..., Any]:
         runner, reach, apply = self._runner, self._reach, self.apply
+        call = _session_call if self.on_repository else _plain
 
         async def forward(*args: Any, **kwargs: Any) -> Any:
-            return await runner.call(access, lambda c: apply(reach(c), name, args, kwargs))
+            return await call(runner, access, lambda c: apply(reach(c), name, args, kwargs), name)
 
         forward.__name__ = forward.__qualname__ = name
         return forward
@@ -164,6 +171,26 @@ class Forward:
 
     def __repr__(self) -> str:
         return f"<async {type(self).__name__} over {self._runner!r}>"
+
+
+async def _plain(runner: Runner, access: Access, fn: Callable[[Container], T], _: str) -> T:
+    return await runner.call(access, fn)
+
+
+async def _session_call(
+    runner: Runner, access: Access, fn: Callable[[Container], Any], operation: str
+) -> Any:
+    """``runner.call`` for the session services: a closed container's ``ContainerClosed``
+    becomes ``Failure(StorageFailure(kind=closed))`` of ``operation``, as their contract
+    says."""
+    from runstore.services.errors import StorageFailure, StorageFailureKind
+
+    try:
+        return await runner.call(access, fn)
+    except ContainerClosed:
+        return Failure(StorageFailure(
+            operation, StorageFailureKind.CLOSED, 0, "the session store was closed", "sessions"
+        ))
 
 
 class SessionStorageForward(Forward):
@@ -198,8 +225,8 @@ class SessionRepositoryForward(Forward):
         failures of the sync ``open`` (``NotFound``, ``InvalidInput``, ``Busy``,
         ``StorageFailure``)."""
         reach = self._reach
-        opened: Result[Any, SessionError] = await self._runner.call(
-            "read", lambda c: reach(c).open(session_id)
+        opened: Result[Any, SessionError] = await _session_call(
+            self._runner, "read", lambda c: reach(c).open(session_id), "open session"
         )
         return opened.map(lambda _: SessionStorageForward(self._runner, reach, session_id))
 
@@ -214,7 +241,10 @@ class SessionRepositoryForward(Forward):
             repository: SessionRepository = reach(c)
             return repository.atomic(operation, lambda: fn(repository))
 
-        return await self._runner.call("write", unit)
+        answer: Result[T, E | Busy | StorageFailure] = await _session_call(
+            self._runner, "write", unit, operation
+        )
+        return answer
 
 
 def facade(service: Service, runner: Runner) -> Any:

@@ -35,6 +35,7 @@ runs other tasks while the server works. A busy retry pauses with ``asyncio.slee
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, ExitStack, asynccontextmanager
@@ -47,7 +48,7 @@ from psycopg_pool import AsyncConnectionPool
 from returns.result import Failure
 
 from runstore.aio._greenlet import SyncPool, await_only, greenlet_spawn
-from runstore.aio._runner import Access, AsyncLayer, Runner
+from runstore.aio._runner import Access, AsyncLayer, Runner, refuse_after_fork
 from runstore.exceptions import ContainerClosed, DatabaseOpenError
 from runstore.layers._layer import Container, Layer, build, merge
 from runstore.layers._open import Access as OpenAccess
@@ -146,6 +147,7 @@ class PostgresRunner:
         self._lock = threading.Lock()
         self._loops: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
         self._closed = False
+        self._pid = os.getpid()
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -156,7 +158,9 @@ class PostgresRunner:
         Cancelled before ``fn`` started, it never runs. Once started, a ``"write"`` runs to
         its outcome (committed or rolled back) and the caller's ``CancelledError`` comes
         after it; a ``"read"`` is cancelled where it waits (its transaction rolls back).
-        Raises :class:`~runstore.exceptions.ContainerClosed` once :meth:`aclose` has begun.
+        Raises :class:`~runstore.exceptions.ContainerClosed` once :meth:`aclose` has begun,
+        and :class:`~runstore.exceptions.ConnectionUsedAfterFork` in a process forked from
+        the one that opened the runner (its pools and connections are the parent's).
         """
         state = await self._loop_pool()
         started: list[bool] = []
@@ -212,6 +216,7 @@ class PostgresRunner:
     # -- pools ---------------------------------------------------------------------------------
 
     async def _loop_pool(self) -> _LoopPool:
+        refuse_after_fork(self._pid, f"the PostgreSQL container of {self._shown}")
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._closed:
@@ -251,7 +256,10 @@ class PostgresRunner:
     async def aclose(self) -> None:
         """Once the calls handed over have run, drop the idle containers and close every
         loop's pool this runner opened (a caller's pool stays open). Idempotent; calls made
-        afterwards raise ``ContainerClosed``."""
+        afterwards raise ``ContainerClosed``. In a forked child it closes nothing (the pools
+        are the parent's)."""
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             self._closed = True
             states = list(self._loops.values())

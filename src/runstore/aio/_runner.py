@@ -19,19 +19,20 @@ the sync container's ``get(DATA_STORE)`` is a ``DataStore``::
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, final, overload
 
 import attrs
 
-from runstore.exceptions import ContainerClosed
+from runstore.exceptions import ConnectionUsedAfterFork, ContainerClosed
 from runstore.layers._layer import Container, Layer, Tag, _key, merge
 
 if TYPE_CHECKING:
     from typing_extensions import TypeForm
 
-__all__ = ["Access", "AsyncContainer", "AsyncLayer", "Runner", "build"]
+__all__ = ["Access", "AsyncContainer", "AsyncLayer", "Runner", "build", "refuse_after_fork"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -61,16 +62,30 @@ class Runner(Protocol):
         call sees that outcome; the value itself is dropped. A ``"read"`` may be abandoned
         at once.
 
-        Once :meth:`aclose` has begun, a call answers as the sync service of a closed
-        container does (a session store: ``StorageFailure`` of kind ``closed``), or raises
-        :class:`~runstore.exceptions.ContainerClosed`.
+        Once :meth:`aclose` has begun, a call raises
+        :class:`~runstore.exceptions.ContainerClosed` without running ``fn`` (the façade
+        answers a session store's call with ``StorageFailure`` of kind ``closed`` instead,
+        as that Protocol's contract says). In a process forked from the one that opened the
+        runner, a call raises :class:`~runstore.exceptions.ConnectionUsedAfterFork` at once
+        (the runner's threads, loops and connections are the parent's), as the sync layers'
+        connections do.
         """
         ...
 
     async def aclose(self) -> None:
         """Close the sync containers, in the reverse order of their opening, after the calls
-        already handed over have run; never blocks the event loop. Idempotent."""
+        already handed over have run; never blocks the event loop. Idempotent. In a forked
+        child it closes nothing (what it would close is the parent's)."""
         ...
+
+
+def refuse_after_fork(pid: int, what: str) -> None:
+    """Raise :class:`~runstore.exceptions.ConnectionUsedAfterFork` unless this is process
+    ``pid``, the one that made ``what`` (named in the message): a thread, a loop or a
+    connection does not cross ``fork()``, so a forked child must open its own."""
+    here = os.getpid()
+    if here != pid:
+        raise ConnectionUsedAfterFork(f"{what} was opened in process {pid}, used in {here}")
 
 
 @final

@@ -19,22 +19,30 @@ thread finishes it and drops the value).
 
 Closing: :meth:`ThreadRunner.aclose` refuses new calls, lets the calls already handed over
 run, then closes each thread's container on that thread (readers first, then the writer:
-the reverse of their opening) and lets the threads end; the event loop only awaits.
+the reverse of their opening) and lets the threads end; the event loop only awaits. A call
+made once closing has begun raises :class:`~runstore.exceptions.ContainerClosed` and runs
+nothing, on any thread.
+
+Fork: a child inherits the executors but not their threads, so a job queued there would
+wait forever. The runner remembers the process that opened it: in any other process a call
+raises :class:`~runstore.exceptions.ConnectionUsedAfterFork` at once, and
+:meth:`ThreadRunner.aclose` closes nothing (the containers are the parent's).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_all
 from contextlib import ExitStack, asynccontextmanager, suppress
-from typing import TypeVar, cast
+from typing import TypeVar
 
-from runstore.aio._runner import Access
+from runstore.aio._runner import Access, refuse_after_fork
 from runstore.exceptions import ContainerClosed
-from runstore.layers._layer import Container, Layer, _key, build
+from runstore.layers._layer import Container, Layer, build
 
 __all__ = ["ThreadRunner", "threads"]
 
@@ -95,6 +103,7 @@ class ThreadRunner:
         self._readers = readers
         self._lock = threading.Lock()
         self._closed: Future[None] | None = None
+        self._pid = os.getpid()
 
     @property
     def threads(self) -> tuple[threading.Thread, ...]:
@@ -105,46 +114,39 @@ class ThreadRunner:
         """Run ``fn`` on the writer (``"write"``, or always without readers) or on the least
         busy reader (``"read"``); see :meth:`runstore.aio.Runner.call`.
 
-        Once closing has begun, ``fn`` runs on the caller's thread against the services the
-        closed containers made, after the close: it answers as a service of a closed container
-        does from another thread (a session store with ``StorageFailure`` of kind
-        ``closed``, as its contract says; an SQLite store raises ``TransactionMisuse``).
-        Raises whatever ``fn`` raises.
+        Raises :class:`~runstore.exceptions.ContainerClosed` once closing has begun (on any
+        thread) without running ``fn``, and
+        :class:`~runstore.exceptions.ConnectionUsedAfterFork` in a process forked from the
+        one that opened the runner. Raises whatever ``fn`` raises.
         """
+        refuse_after_fork(self._pid, repr(self))
         worker = self._writer
         if access == "read" and self._readers:
             with self._lock:
                 worker = min(self._readers, key=lambda r: r.in_hand)
                 worker.in_hand += 1
             try:
-                job = self._hand_over(worker, fn)
-                return await (self._after_close(fn) if job is None else asyncio.wrap_future(job))
+                return await asyncio.wrap_future(self._hand_over(worker, fn))
             finally:
                 with self._lock:
                     worker.in_hand -= 1
-        job = self._hand_over(worker, fn)
-        return await (self._after_close(fn) if job is None else _outcome(job))
+        return await _outcome(self._hand_over(worker, fn))
 
-    def _hand_over(self, worker: _Worker, fn: Callable[[Container], T]) -> Future[T] | None:
-        """Queue ``fn`` on ``worker``; None once closing has begun (on any thread)."""
+    def _hand_over(self, worker: _Worker, fn: Callable[[Container], T]) -> Future[T]:
+        """Queue ``fn`` on ``worker``; ContainerClosed once closing has begun (on any thread)."""
         with self._lock:  # so that no job is queued behind a close begun on another thread
-            return None if self._closed is not None else worker.submit(fn)
-
-    async def _after_close(self, fn: Callable[[Container], T]) -> T:
-        """Run ``fn`` here, on the closed containers' services, once closing has ended: they
-        answer as services of a closed container do when called from another thread."""
-        closing = self._closed
-        assert closing is not None
-        with suppress(Exception):
-            await asyncio.shield(asyncio.wrap_future(closing))
-        containers = [w.container for w in (self._writer, *self._readers) if w.container]
-        return fn(cast(Container, _Closed(containers)))
+            if self._closed is not None:
+                raise ContainerClosed(f"the {self._name} container is closed")
+            return worker.submit(fn)
 
     async def aclose(self) -> None:
         """Close as the module doc says; re-raises the first error a container's close raised.
 
         Cancelling the awaiting task does not stop the closing, which goes on on the threads.
+        In a forked child it does nothing (see the module doc).
         """
+        if os.getpid() != self._pid:
+            return
         with self._lock:
             if self._closed is None:
                 self._closed = _close_all(self._writer, self._readers)
@@ -165,22 +167,6 @@ async def _outcome(job: Future[T]) -> T:
             with suppress(BaseException):
                 await asyncio.shield(waiting)
         raise
-
-
-class _Closed:
-    """The services the closed containers made, as their ``get`` gave them before they
-    closed (a closed :class:`~runstore.layers.Container` refuses ``get``), the writer's
-    first; a service none made is ContainerClosed."""
-
-    def __init__(self, containers: list[Container]) -> None:
-        self._made = [container._made for container in containers]
-
-    def get(self, key: object) -> object:
-        name = _key(key)
-        for made in self._made:
-            if name in made:
-                return made[name]
-        raise ContainerClosed(f"container closed; cannot get {name}")
 
 
 def _close_all(writer: _Worker, readers: tuple[_Worker, ...]) -> Future[None]:
