@@ -19,13 +19,19 @@ import pytest
 from psycopg_pool import AsyncConnectionPool
 from returns.result import Failure, Success
 
+from forking import in_child
 from postgres.fixtures import PostgresCluster
 from postgres.server import fresh_name
 from runstore import aio
 from runstore.aio._greenlet import SyncPool, await_only, greenlet_spawn, in_bridge
 from runstore.aio._postgres import configure_postgres_connection, postgres
 from runstore.aio._runner import Runner
-from runstore.exceptions import ContainerClosed, DatabaseOpenError, TransactionMisuse
+from runstore.exceptions import (
+    ConnectionUsedAfterFork,
+    ContainerClosed,
+    DatabaseOpenError,
+    TransactionMisuse,
+)
 from runstore.layers import AGENT_STORAGE, Container, Layer
 from runstore.layers._postgres_agents import AGENTS_LOCK
 from runstore.layers._postgres_database import PostgresDatabase, PostgresSettings
@@ -310,6 +316,29 @@ def test_one_runner_serves_loops_in_several_threads_and_closes_every_pool(dsn: s
 # -- cancellation --------------------------------------------------------------------------------
 
 
+async def until_server_shows(dsn: str, query: str, *, deadline_s: float = 30.0) -> None:
+    """Return once ``query`` (one count) counts a row on the server, polled every 10 ms from
+    another connection on a thread; fail after ``deadline_s`` s (a bound for a call that
+    never reached the server, far above the connect and first statement on a loaded box)."""
+
+    def poll() -> bool:
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            end = time.monotonic() + deadline_s
+            while time.monotonic() < end:
+                row = watcher.execute(query).fetchone()
+                if row is not None and row[0] > 0:
+                    return True
+                time.sleep(0.01)
+        return False
+
+    assert await asyncio.to_thread(poll), f"the server never showed: {query}"
+
+
+WAITING_ON_AN_ADVISORY_LOCK = (
+    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+)
+
+
 def test_a_cancelled_write_that_started_commits_before_the_caller_is_cancelled(
     dsn: str,
 ) -> None:
@@ -326,7 +355,7 @@ def test_a_cancelled_write_that_started_commits_before_the_caller_is_cancelled(
 
     async def body(runner: Runner) -> tuple[str, float]:
         task = asyncio.ensure_future(runner.call("write", create_thread("t1")))
-        await asyncio.sleep(0.3)  # the write is in, waiting for the lock
+        await until_server_shows(dsn, WAITING_ON_AN_ADVISORY_LOCK)  # the write started
         task.cancel()
         unlocking = asyncio.get_running_loop().run_in_executor(None, unlock_later)
         try:
@@ -354,7 +383,11 @@ def test_a_cancelled_read_rolls_back_where_it_waits(dsn: str) -> None:
         task = asyncio.ensure_future(
             runner.call("read", lambda c: c.get(PostgresDatabase).execute("SELECT pg_sleep(5)"))
         )
-        await asyncio.sleep(0.3)
+        await until_server_shows(
+            dsn,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE state = 'active' AND query = 'SELECT pg_sleep(5)'",
+        )
         started = time.monotonic()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -363,7 +396,7 @@ def test_a_cancelled_read_rolls_back_where_it_waits(dsn: str) -> None:
         return waited, await runner.call("read", message_count("none"))
 
     waited, after = run_on(dsn, body)
-    assert waited < 2.0
+    assert waited < 4.0  # the server's sleep (5 s) was cut short
     assert isinstance(after, Failure)  # the runner still answers: NotFound for that thread
 
 
@@ -451,3 +484,35 @@ def test_busy_retries_pause_on_the_loop_and_end_in_busy(dsn: str) -> None:
     assert isinstance(outcome.failure(), Busy)
     assert outcome.failure().waited_ms >= 600
     assert ticks > 60, ticks
+
+
+# -- fork ----------------------------------------------------------------------------------------
+
+
+def test_a_forked_child_is_refused_at_once_and_the_parent_goes_on(dsn: str) -> None:
+    """In a child forked after the runner opened its pool, a call (on the child's own loop)
+    raises ``ConnectionUsedAfterFork`` and the close closes nothing of the parent's."""
+
+    def child(runner: Runner) -> str:
+        async def main() -> str:
+            try:
+                await asyncio.wait_for(runner.call("write", create_thread("c")), 5)
+            except ConnectionUsedAfterFork:
+                await asyncio.wait_for(runner.aclose(), 5)
+                return "refused"
+            return "answered"
+
+        return asyncio.run(main())
+
+    async def body(runner: Runner) -> tuple[str, Any, Any]:
+        (await runner.call("write", create_thread("t"))).unwrap()
+        answer = await asyncio.to_thread(in_child, lambda: child(runner))
+        (await runner.call("write", create_thread("u"))).unwrap()
+        return answer, await runner.call("read", message_count("t")), await runner.call(
+            "read", message_count("c")
+        )
+
+    answer, parents, childs = run_on(dsn, body)
+    assert answer == "refused"
+    assert parents == Success(0)
+    assert isinstance(childs, Failure)  # the child wrote nothing
