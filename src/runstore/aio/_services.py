@@ -813,6 +813,7 @@ class AsyncGraphCheckpointStore(Protocol):
         task_id: str,
         task_path: str = "",
         checkpoint_ns: str = "",
+        project_id: str | None = None,
     ) -> Result[None, GraphError]:
         ...
 

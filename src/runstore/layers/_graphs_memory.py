@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 from returns.result import Success
 
-from runstore.layers._graphs_shared import GraphStoreBase
+from runstore.layers._graphs_shared import GraphStoreBase, Place
 from runstore.layers._layer import Container, Layer
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.layers._tags import AGENT_STORAGE, CLOCK, GRAPH_CHECKPOINTS
@@ -49,7 +49,8 @@ class InMemoryGraphCheckpointStore(GraphStoreBase):
         self._checkpoints: TxDict[int, _Stored] = db.mirror()
         self._index: TxDict[tuple[int, str, str], int] = db.mirror()
         self._blobs: TxDict[tuple[int, str, str, str], ChannelValue] = db.mirror()
-        self._pending: TxDict[int, tuple[PendingWrite, ...]] = db.mirror()
+        # by (thread key, namespace, checkpoint id): writes may come before their checkpoint
+        self._pending: TxDict[Place, tuple[PendingWrite, ...]] = db.mirror()
         self._keys: TxDict[str, int] = db.mirror()
 
     # -- threads -------------------------------------------------------------------------
@@ -77,6 +78,8 @@ class InMemoryGraphCheckpointStore(GraphStoreBase):
                 self._delete([key])
         for blob in [b for b in self._blobs if alive.get(b[0]) is False]:
             del self._blobs[blob]
+        for place in [p for p in self._pending if alive.get(p[0]) is False]:
+            del self._pending[place]
 
     # -- writes --------------------------------------------------------------------------
 
@@ -104,19 +107,38 @@ class InMemoryGraphCheckpointStore(GraphStoreBase):
         for blob in blobs:
             self._blobs[(thread_key, checkpoint_ns, blob.channel, blob.version)] = blob.value
 
-    def _store_writes(self, key: int, writes: Sequence[PendingWrite], *, replace: bool) -> None:
-        stored = {(w.task_id, w.idx): w for w in self._pending.get(key, ())}
+    def _store_writes(self, at: Place, writes: Sequence[PendingWrite], *, replace: bool) -> None:
+        stored = {(w.task_id, w.idx): w for w in self._pending.get(at, ())}
         for write in writes:
             place = (write.task_id, write.idx)
             if replace or place not in stored:
                 stored[place] = write
-        self._pending[key] = tuple(stored.values())
+        self._pending[at] = tuple(stored.values())
 
     def _delete(self, keys: Sequence[int]) -> None:
         for key in keys:
             stored = self._checkpoints.pop(key)
-            del self._index[(stored.thread_key, stored.checkpoint_ns, stored.row.checkpoint_id)]
-            self._pending.pop(key, None)
+            place = (stored.thread_key, stored.checkpoint_ns, stored.row.checkpoint_id)
+            del self._index[place]
+            self._pending.pop(place, None)
+
+    def _delete_writes(self, thread_keys: Sequence[int]) -> None:
+        threads = set(thread_keys)
+        for place in [p for p in self._pending if p[0] in threads]:
+            del self._pending[place]
+
+    def _count_values(self) -> int:
+        live = {k for k in {b[0] for b in self._blobs} if self._live(k)}
+        return sum(1 for b in self._blobs if b[0] in live)
+
+    def _live(self, thread_key: int) -> bool:
+        """Whether ``thread_key`` is a live thread's (its rows are visible)."""
+        return any(
+            s.thread_key == thread_key
+            and (t := self._thread(s.thread_id)) is not None
+            and t.key == thread_key
+            for s in self._checkpoints.values()
+        )
 
     def _collect(self, thread_keys: Sequence[int]) -> None:
         threads = set(thread_keys)
@@ -154,7 +176,13 @@ class InMemoryGraphCheckpointStore(GraphStoreBase):
         return {key: self._checkpoints[key] for key in keys}
 
     def _writes(self, keys: Sequence[int]) -> Mapping[int, Sequence[PendingWrite]]:
-        return {key: self._pending[key] for key in keys if key in self._pending}
+        found = {}
+        for key in keys:
+            stored = self._checkpoints[key]
+            place = (stored.thread_key, stored.checkpoint_ns, stored.row.checkpoint_id)
+            if place in self._pending:
+                found[key] = self._pending[place]
+        return found
 
     def _values(self, keys: Sequence[int]) -> Mapping[int, Mapping[tuple[str, str], ChannelValue]]:
         values: dict[int, dict[tuple[str, str], ChannelValue]] = {}

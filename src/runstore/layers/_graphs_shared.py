@@ -45,7 +45,11 @@ from runstore.services.graphs import (
     PruneStrategy,
 )
 
-__all__ = ["GraphStoreBase", "StoredCheckpoint"]
+__all__ = ["GraphStoreBase", "Place", "StoredCheckpoint"]
+
+Place = tuple[int, str, str]
+"""A checkpoint's thread key, namespace and id: where its pending writes are stored, whether
+the checkpoint is stored yet or not."""
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -115,9 +119,10 @@ class GraphStoreBase(ABC):
         """Store values, each replacing one stored under its channel and version."""
 
     @abstractmethod
-    def _store_writes(self, key: int, writes: Sequence[PendingWrite], *, replace: bool) -> None:
-        """Store pending writes of checkpoint ``key`` in order, each replacing the one stored
-        under its (task, idx) when ``replace``, else only when that key holds none."""
+    def _store_writes(self, at: Place, writes: Sequence[PendingWrite], *, replace: bool) -> None:
+        """Store pending writes of the checkpoint ``at`` names (stored or not yet) in order,
+        each replacing the one stored under its (task, idx) when ``replace``, else only when
+        that key holds none."""
 
     @abstractmethod
     def _candidates(
@@ -133,7 +138,8 @@ class GraphStoreBase(ABC):
 
     @abstractmethod
     def _writes(self, keys: Sequence[int]) -> Mapping[int, Sequence[PendingWrite]]:
-        """The pending writes of the checkpoints ``keys`` (absent: none)."""
+        """The pending writes of the stored checkpoints ``keys``: those stored under their
+        thread, namespace and id (absent: none)."""
 
     @abstractmethod
     def _values(self, keys: Sequence[int]) -> Mapping[int, Mapping[tuple[str, str], ChannelValue]]:
@@ -155,6 +161,14 @@ class GraphStoreBase(ABC):
     @abstractmethod
     def _delete(self, keys: Sequence[int]) -> None:
         """Delete checkpoints ``keys`` with their channel versions and pending writes."""
+
+    @abstractmethod
+    def _delete_writes(self, thread_keys: Sequence[int]) -> None:
+        """Delete every pending write of the threads, those of checkpoints not stored too."""
+
+    @abstractmethod
+    def _count_values(self) -> int:
+        """How many channel values are stored, in every thread (for tests of collection)."""
 
     @abstractmethod
     def _collect(self, thread_keys: Sequence[int]) -> None:
@@ -270,10 +284,11 @@ class GraphStoreBase(ABC):
         task_id: str,
         task_path: str = "",
         checkpoint_ns: str = "",
+        project_id: str | None = None,
     ) -> Result[None, GraphError]:
         """Store a task's pending writes (see ``GraphCheckpointStore.put_writes``)."""
         checked = rules.check_put_writes(
-            thread_id, writes, checkpoint_id, task_id, task_path, checkpoint_ns
+            thread_id, writes, checkpoint_id, task_id, task_path, checkpoint_ns, project_id
         )
         return and_then(
             checked,
@@ -282,21 +297,17 @@ class GraphStoreBase(ABC):
 
     def _put_writes(self, draft: rules.WriteDraft) -> Result[None, GraphError]:
         self._lock((draft.thread_id,))
-        found = self._writable(draft.thread_id, None, 0)
+        found = self._writable(draft.thread_id, draft.project_id, self._clock.now_ms())
         if isinstance(found, Failure):
             return Failure(found.failure())
-        ns, checkpoint_id = draft.checkpoint_ns, draft.checkpoint_id
-        key = self._find(found.unwrap().key, ns, checkpoint_id)
-        if key is None:
-            where = rules.checkpoint_key_text(draft.thread_id, ns, checkpoint_id)
-            return Failure(NotFound("graph checkpoint", where))
+        thread_key, ns, checkpoint_id = found.unwrap().key, draft.checkpoint_ns, draft.checkpoint_id
         for group, replace in zip(rules.split_writes(draft.writes), (True, False), strict=True):
             if group:
                 pending = [
                     PendingWrite(draft.task_id, draft.task_path, w.idx, w.channel, w.value)
                     for w in group
                 ]
-                self._store_writes(key, pending, replace=replace)
+                self._store_writes((thread_key, ns, checkpoint_id), pending, replace=replace)
         return Success(None)
 
     def get(
@@ -382,20 +393,24 @@ class GraphStoreBase(ABC):
         target_key = target_thread.key
         keys = sorted(h.key for h in heads)
         rows, writes = self._rows(keys), self._writes(keys)
+        replaced = False
         for key in keys:
             stored = rows[key]
             ns, row = stored.checkpoint_ns, stored.row
             existing = self._find(target_key, ns, row.checkpoint_id)
             if existing is not None:
                 self._delete([existing])
-            copied = self._insert(target_thread, ns, row)
+                replaced = True
+            self._insert(target_thread, ns, row)
             if writes.get(key):
-                self._store_writes(copied, writes[key], replace=True)
+                self._store_writes((target_key, ns, row.checkpoint_id), writes[key], replace=True)
         by_ns: dict[str, list[rules.Blob]] = {}
         for ns, blob in self._thread_blobs(source.key):
             by_ns.setdefault(ns, []).append(blob)
         for ns, blobs in by_ns.items():
             self._store_blobs(target_key, ns, blobs)
+        if replaced:  # the values only the replaced checkpoints named
+            self._collect([target_key])
         return Success(len(keys))
 
     def prune(
@@ -422,4 +437,6 @@ class GraphStoreBase(ABC):
             return 0
         heads = self._thread_heads(thread_keys)
         doomed = set(rules.plan_prune(heads, strategy))
+        if strategy is PruneStrategy.DELETE:  # writes of checkpoints never put go too
+            self._delete_writes(sorted(thread_keys))
         return self._drop([h for h in heads if h.key in doomed], thread_keys)

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from runstore.layers._graphs_shared import GraphStoreBase
+from runstore.layers._graphs_shared import GraphStoreBase, Place
 from runstore.layers._layer import Container, Layer
 from runstore.layers._sqlite_database import SqliteDatabase
 from runstore.layers._tags import AGENT_STORAGE, CLOCK, GRAPH_CHECKPOINTS
@@ -68,8 +68,9 @@ _UPSERT_BLOB = (
     " DO UPDATE SET value_type = excluded.value_type, value = excluded.value"
 )
 _INSERT_WRITE = (
-    "INSERT INTO graph_writes (checkpoint_key, task_id, idx, task_path, channel, value_type,"
-    " value) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (checkpoint_key, task_id, idx)"
+    "INSERT INTO graph_writes (thread_key, checkpoint_ns, checkpoint_id, task_id, idx,"
+    " task_path, channel, value_type, value) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (thread_key, checkpoint_ns, checkpoint_id, task_id, idx)"
 )
 _REPLACE_WRITE = (
     _INSERT_WRITE + " DO UPDATE SET task_path = excluded.task_path, channel = excluded.channel,"
@@ -90,9 +91,11 @@ _VERSIONS = (
     "SELECT checkpoint_key, channel, version FROM graph_channel_versions"
     f" WHERE checkpoint_key {_IN_KEYS}"
 )
-_WRITES = (
-    "SELECT checkpoint_key, task_id, task_path, idx, channel, value_type, value"
-    f" FROM graph_writes WHERE checkpoint_key {_IN_KEYS}"
+_WRITES = (  # CROSS JOIN: from the checkpoints (their key), then their writes (a probe each)
+    "SELECT c.key, w.task_id, w.task_path, w.idx, w.channel, w.value_type, w.value"
+    " FROM graph_checkpoints c CROSS JOIN graph_writes w ON w.thread_key = c.thread_key"
+    " AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id"
+    f" WHERE c.key {_IN_KEYS}"
 )
 _VALUES = (
     "SELECT v.checkpoint_key, v.channel, v.version, b.value_type, b.value"
@@ -114,6 +117,13 @@ _RUN_HEADS = (  # CROSS JOIN: from the checkpoints of the runs (their index), th
     f" WHERE c.run_id {_IN_KEYS} AND c.run_id IS NOT NULL"  # the partial index's term
 )
 _DELETE = f"DELETE FROM graph_checkpoints WHERE key {_IN_KEYS}"
+_DELETE_WRITES = (  # before their checkpoints: found through them
+    "DELETE FROM graph_writes WHERE (thread_key, checkpoint_ns, checkpoint_id) IN ("
+    "SELECT thread_key, checkpoint_ns, checkpoint_id FROM graph_checkpoints"
+    f" WHERE key {_IN_KEYS})"
+)
+_DELETE_THREAD_WRITES = f"DELETE FROM graph_writes WHERE thread_key {_IN_KEYS}"
+_COUNT_VALUES = "SELECT count(*) FROM graph_blobs"
 _COLLECT = (  # one thread at a time: a probe of the primary key's first column each
     "DELETE FROM graph_blobs WHERE thread_key = ? AND NOT EXISTS ("
     "SELECT 1 FROM graph_channel_versions v JOIN graph_checkpoints c"
@@ -240,11 +250,11 @@ class SqliteGraphCheckpointStore(GraphStoreBase):
             ],
         )
 
-    def _store_writes(self, key: int, writes: Sequence[PendingWrite], *, replace: bool) -> None:
+    def _store_writes(self, at: Place, writes: Sequence[PendingWrite], *, replace: bool) -> None:
         self._sql.executemany(
             _REPLACE_WRITE if replace else _KEEP_WRITE,
             [
-                (key, w.task_id, w.idx, w.task_path, w.channel, w.value.type, w.value.value)
+                (*at, w.task_id, w.idx, w.task_path, w.channel, w.value.type, w.value.value)
                 for w in writes
             ],
         )
@@ -308,7 +318,15 @@ class SqliteGraphCheckpointStore(GraphStoreBase):
         return [(_head(row), row[4]) for row in rows]
 
     def _delete(self, keys: Sequence[int]) -> None:
+        self._sql.execute(_DELETE_WRITES, (_keys(keys),))
         self._sql.execute(_DELETE, (_keys(keys),))
+
+    def _delete_writes(self, thread_keys: Sequence[int]) -> None:
+        self._sql.execute(_DELETE_THREAD_WRITES, (_keys(thread_keys),))
+
+    def _count_values(self) -> int:
+        count: int = self._sql.scalar(_COUNT_VALUES, ())
+        return count
 
     def _collect(self, thread_keys: Sequence[int]) -> None:
         self._sql.executemany(_COLLECT, [(key,) for key in thread_keys])

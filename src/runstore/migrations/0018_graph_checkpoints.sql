@@ -52,14 +52,21 @@ CREATE TABLE graph_blobs (
 ) STRICT;
 
 -- The pending writes of a checkpoint's tasks, keyed by task and index (a negative index is
--- a special channel's: error, scheduled, interrupt, resume); task_path orders them.
+-- a special channel's: error, scheduled, interrupt, resume); task_path orders them. A write
+-- names its checkpoint by thread, namespace and id, with no reference to the checkpoint's
+-- row: a graph runtime sends a task's writes while the put of their checkpoint may still be
+-- on its way (LangGraph's savers store them the same way), and they are that checkpoint's
+-- pending writes once it is put. The graph store deletes them with their checkpoint; they
+-- cascade from the thread.
 CREATE TABLE graph_writes (
-    checkpoint_key INTEGER NOT NULL REFERENCES graph_checkpoints (key) ON DELETE CASCADE,
-    task_id        TEXT    NOT NULL CHECK (task_id <> ''),
-    idx            INTEGER NOT NULL,
-    task_path      TEXT    NOT NULL,
-    channel        TEXT    NOT NULL,
-    value_type     TEXT    NOT NULL CHECK (value_type <> ''),
-    value          BLOB    NOT NULL,
-    PRIMARY KEY (checkpoint_key, task_id, idx)
+    thread_key    INTEGER NOT NULL REFERENCES agent_threads (key) ON DELETE CASCADE,
+    checkpoint_ns TEXT    NOT NULL,
+    checkpoint_id TEXT    NOT NULL CHECK (checkpoint_id <> ''),
+    task_id       TEXT    NOT NULL CHECK (task_id <> ''),
+    idx           INTEGER NOT NULL,
+    task_path     TEXT    NOT NULL,
+    channel       TEXT    NOT NULL,
+    value_type    TEXT    NOT NULL CHECK (value_type <> ''),
+    value         BLOB    NOT NULL,
+    PRIMARY KEY (thread_key, checkpoint_ns, checkpoint_id, task_id, idx)
 ) STRICT;

@@ -389,6 +389,7 @@ class WriteDraft:
     task_id: str
     task_path: str
     writes: tuple[WriteRow, ...]
+    project_id: str | None = None
 
 
 def check_put_writes(
@@ -398,6 +399,7 @@ def check_put_writes(
     task_id: object,
     task_path: object,
     checkpoint_ns: object,
+    project_id: object = None,
 ) -> Result[WriteDraft, InvalidInput]:
     """Check the arguments of :meth:`GraphCheckpointStore.put_writes`, in their order."""
     thread = check_thread_id(thread_id)
@@ -427,6 +429,12 @@ def check_put_writes(
     for checked in (checkpoint, task, path, ns):
         if isinstance(checked, Failure):
             return Failure(checked.failure())
+    project: str | None = None
+    if project_id is not None:
+        checked_project = check_thread_text(project_id, "project_id")
+        if isinstance(checked_project, Failure):
+            return Failure(checked_project.failure())
+        project = checked_project.unwrap()
     return Success(
         WriteDraft(
             thread.unwrap(),
@@ -435,6 +443,7 @@ def check_put_writes(
             task.unwrap(),
             path.unwrap(),
             tuple(rows),
+            project,
         )
     )
 

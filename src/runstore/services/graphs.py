@@ -290,9 +290,23 @@ class GraphCheckpointStore(Protocol):
         task_id: str,
         task_path: str = "",
         checkpoint_ns: str = "",
+        project_id: str | None = None,
     ) -> Result[None, GraphError]:
         """Store the pending ``writes`` of task ``task_id`` (at ``task_path``) against
         checkpoint ``checkpoint_id`` of namespace ``checkpoint_ns``, in one unit of work.
+
+        The checkpoint need not be stored yet: a graph runtime sends a task's writes while
+        the put of their checkpoint may still be on its way (LangGraph's ``pregel/_loop.py``
+        submits both in the background), so writes are stored under the thread, namespace
+        and checkpoint id, and are that checkpoint's ``pending_writes`` once it is put (as
+        LangGraph's own savers store them: rows keyed by thread, namespace, checkpoint, task
+        and index). They are deleted with their checkpoint (:meth:`prune`,
+        :meth:`delete_for_runs`), with every graph row of their thread
+        (:meth:`delete_thread`, ``prune(strategy="delete")``, those of checkpoints never put
+        included) and with the agent thread; :meth:`copy_thread` copies those of the
+        checkpoints it copies. A thread that does not exist is created in ``project_id``
+        when one is given (as :meth:`put` does; a thread of another project is the same
+        ``Conflict`` as there), else it is ``NotFound("thread", id)``.
 
         A write is keyed by (task, ``idx``), in the order given: one with a negative ``idx``
         replaces the write stored under its key, any other is stored only when its key holds
@@ -303,10 +317,10 @@ class GraphCheckpointStore(Protocol):
 
         Failures, in this order: ``InvalidInput`` (bad ids, task path, channels, types,
         values as for :meth:`put`, an ``idx`` that is not an int, ``writes`` given as
-        something other than a sequence of :class:`GraphWrite`); ``NotFound("thread", id)``;
-        ``NotFound("graph checkpoint", "<thread>/<ns>/<checkpoint>")`` when the namespace
-        holds no such checkpoint (LangGraph writes only to a checkpoint it put);
-        ``Conflict`` (entity ``"thread"``, reason ``"thread is archived"``).
+        something other than a sequence of :class:`GraphWrite`, a ``project_id`` that is not
+        valid text); ``NotFound("thread", id)`` without a ``project_id``; ``Conflict``
+        (entity ``"thread"``, reason ``"thread belongs to another project"`` or ``"thread is
+        archived"``).
         """
         ...
 
@@ -356,9 +370,10 @@ class GraphCheckpointStore(Protocol):
         ...
 
     def delete_thread(self, thread_id: str) -> Result[int, GraphError]:
-        """Delete every graph checkpoint of the thread (every namespace), their pending writes
-        and channel values; return how many checkpoints were deleted (0 for a thread with
-        none, or no such thread). The agent thread itself stays.
+        """Delete every graph checkpoint of the thread (every namespace), every pending write
+        (those sent for a checkpoint never put included) and channel value; return how many
+        checkpoints were deleted (0 for a thread with none, or no such thread). The agent
+        thread itself stays.
 
         Failures: ``InvalidInput`` (a thread id that is not valid text).
         """
@@ -367,7 +382,10 @@ class GraphCheckpointStore(Protocol):
     def delete_for_runs(self, run_ids: Sequence[str]) -> Result[int, GraphError]:
         """Delete, across every thread and namespace, the checkpoints whose ``run_id`` is one
         of ``run_ids``, with their pending writes and the channel values no remaining
-        checkpoint names; return how many checkpoints were deleted.
+        checkpoint names; return how many checkpoints were deleted. Pending writes stored
+        for a checkpoint id no checkpoint holds (not put yet) stay. Delete the runs of
+        threads at rest (see :meth:`prune`: a graph still advancing a namespace can lose a
+        value its next put names).
 
         Failures: ``InvalidInput`` (``run_ids`` given as one string or not a sequence, a run
         id that is not valid id text, naming the index: ``run_ids[2]``).
@@ -407,7 +425,15 @@ class GraphCheckpointStore(Protocol):
         remaining checkpoint names are deleted. Unknown threads and an empty ``thread_ids``
         change nothing. Note: ``keep_latest`` keeps no ancestors, so a runtime that rebuilds a
         channel from the writes of earlier checkpoints (LangGraph's beta delta channels)
-        cannot rebuild it further back than the kept checkpoint.
+        cannot rebuild it further back than the kept checkpoint. Pending writes stored for a
+        checkpoint id no checkpoint holds (not put yet) stay under ``keep_latest``.
+
+        Prune threads at rest. A put carries values only for the channels that changed since
+        its parent (LangGraph's ``new_versions``) and names the others' versions, so deleting
+        a namespace's checkpoints while a graph is still advancing it can delete a value that
+        the graph's next put names without sending again; that checkpoint then comes back
+        without the channel in ``channel_values``. This is so in any serial order of the
+        calls, not a race a lock could close.
 
         Failures: ``InvalidInput`` (``thread_ids`` given as one string, an id that is not
         valid text, naming its index; a ``strategy`` that is not one of

@@ -52,6 +52,7 @@ from runstore.layers import (
     merge,
 )
 from runstore.layers._graphs_memory import InMemoryGraphCheckpointStore
+from runstore.layers._graphs_shared import Place
 from runstore.layers._memory_database import InMemoryDatabase
 from runstore.services import _graphs_rules as rules
 from runstore.services.agents import AgentStorage, InvalidQuery, JsonValue, ThreadStatus
@@ -242,13 +243,28 @@ class GraphsMachine(RuleBasedStateMachine):
         task=st.sampled_from(TASKS),
         channels=st.lists(st.sampled_from([*CHANNELS, *SPECIAL]), max_size=3),
         data=st.binary(max_size=3),
-        older=st.booleans(),
+        which=st.sampled_from(["latest", "oldest", "next", "never"]),
+        project=st.sampled_from([None, PROJECT]),
     )
     def put_writes(
-        self, thread: str, ns: str, task: str, channels: list[str], data: bytes, older: bool
+        self,
+        thread: str,
+        ns: str,
+        task: str,
+        channels: list[str],
+        data: bytes,
+        which: str,
+        project: str | None,
     ) -> None:
+        """Writes to a stored checkpoint, to the id the next put takes (sent before it, as
+        LangGraph does), or to one never put."""
         listed = self.model.list(thread, checkpoint_ns=ns).unwrap()
-        checkpoint_id = (listed[-1] if older else listed[0]).checkpoint_id if listed else "none"
+        if which == "next" or not listed:
+            checkpoint_id = f"{self.next_id + 1:06}"
+        elif which == "never":
+            checkpoint_id = "none"
+        else:
+            checkpoint_id = (listed[-1] if which == "oldest" else listed[0]).checkpoint_id
         writes = [
             GraphWrite(SPECIAL.get(channel, index), channel, _value(data + b"%d" % index))
             for index, channel in enumerate(channels)
@@ -261,6 +277,7 @@ class GraphsMachine(RuleBasedStateMachine):
                 task_id=task,
                 task_path=f"~{task}",
                 checkpoint_ns=ns,
+                project_id=project,
             )
         )
 
@@ -373,8 +390,8 @@ class _FirstWinsEverywhere(InMemoryGraphCheckpointStore):
     """Keeps the first write of every key, special channels included (``INSERT OR IGNORE``
     for all): an error or interrupt written again keeps its stale value."""
 
-    def _store_writes(self, key: int, writes: Sequence[PendingWrite], *, replace: bool) -> None:
-        super()._store_writes(key, writes, replace=False)
+    def _store_writes(self, at: Place, writes: Sequence[PendingWrite], *, replace: bool) -> None:
+        super()._store_writes(at, writes, replace=False)
 
 
 class _KeepsOldest(InMemoryGraphCheckpointStore):
@@ -579,21 +596,57 @@ class GraphsContract:
         assert order == sorted(order)
         assert len(order) == 6
 
-    def test_writes_need_a_stored_checkpoint_of_their_namespace(
+    def test_writes_sent_before_their_checkpoint_are_its_writes_once_it_is_put(
         self, graphs: GraphCheckpointStore
     ) -> None:
         self._put(graphs, "t", _checkpoint("1"))
-        write = [GraphWrite(0, "a", _value(b""))]
-        missing = graphs.put_writes(
-            "t", write, checkpoint_id="1", task_id="k", checkpoint_ns="child"
-        )
-        assert missing == Failure(NotFound("graph checkpoint", "t/child/1"))
+        write = [GraphWrite(0, "a", _value(b"w"))]
+        early = graphs.put_writes("t", write, checkpoint_id="2", task_id="k", checkpoint_ns="c")
+        assert early == Success(None)
+        assert graphs.get("t", checkpoint_ns="c") == Success(None)
+        assert graphs.get("t").unwrap().pending_writes == ()  # type: ignore[union-attr]
+        self._put(graphs, "t", _checkpoint("2"), "c")
+        got = graphs.get("t", checkpoint_ns="c").unwrap()
+        assert got is not None
+        assert [(w.task_id, w.value.value) for w in got.pending_writes] == [("k", b"w")]
+
+    def test_writes_to_a_missing_thread_need_a_project(self, graphs: GraphCheckpointStore) -> None:
+        write = [GraphWrite(0, "a", _value(b"w"))]
         assert graphs.put_writes("u", write, checkpoint_id="1", task_id="k") == Failure(
             NotFound("thread", "u")
         )
-        got = graphs.get("t").unwrap()
+        assert graphs.put_writes("u", write, checkpoint_id="1", task_id="k", project_id="q") == (
+            Success(None)
+        )
+        assert graphs.put_writes("u", write, checkpoint_id="1", task_id="k", project_id="p") == (
+            Failure(
+                Conflict(
+                    "thread", "u", "thread belongs to another project", expected="p", actual="q"
+                )
+            )
+        )
+        graphs.put("u", _checkpoint("1"), project_id="q").unwrap()
+        got = graphs.get("u").unwrap()
         assert got is not None
-        assert got.pending_writes == ()
+        assert len(got.pending_writes) == 1
+
+    def test_writes_of_a_checkpoint_never_put_go_with_the_thread_only(
+        self, graphs: GraphCheckpointStore
+    ) -> None:
+        self._put(graphs, "t", _checkpoint("1"))
+        self._put(graphs, "t", _checkpoint("2"))
+        write = [GraphWrite(0, "a", _value(b"w"))]
+        graphs.put_writes("t", write, checkpoint_id="9", task_id="k").unwrap()
+        graphs.put_writes("t", write, checkpoint_id="1", task_id="k").unwrap()
+        assert graphs.prune(["t"]) == Success(1)
+        self._put(graphs, "t", _checkpoint("1"))  # the pruned one's writes went with it
+        assert graphs.get("t", checkpoint_id="1").unwrap().pending_writes == ()  # type: ignore[union-attr]
+        self._put(graphs, "t", _checkpoint("9"))  # the early ones stayed
+        assert len(graphs.get("t").unwrap().pending_writes) == 1  # type: ignore[union-attr]
+        graphs.put_writes("t", write, checkpoint_id="10", task_id="k").unwrap()
+        assert graphs.delete_thread("t") == Success(3)
+        self._put(graphs, "t", _checkpoint("10"))
+        assert graphs.get("t").unwrap().pending_writes == ()  # type: ignore[union-attr]
 
     # -- listing -------------------------------------------------------------------------
 
