@@ -7,9 +7,7 @@ Plain sync tests that each call ``asyncio.run`` (a fresh loop apiece).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -230,28 +228,40 @@ def test_closing_lets_handed_over_calls_finish_then_closes_readers_before_the_wr
 
 
 def test_closing_never_blocks_the_loop() -> None:
-    """The writer is busy for 300 ms when the block exits: the loop keeps ticking."""
-    ticks: list[float] = []
+    """The writer is busy when the block exits, until a task on the loop releases it once
+    the exit has begun: the close can only end early if the loop keeps running while the
+    close waits (a close that blocked the loop would leave the writer waiting its full 30 s,
+    and the call would answer False). The container closes on the writer's thread."""
+    log: list[tuple[str, str]] = []
+    release = threading.Event()
 
-    async def ticker() -> None:
-        while True:
-            ticks.append(time.perf_counter())
-            await asyncio.sleep(0.005)
+    async def main() -> tuple[bool, str]:
+        async with aio.build(aio.in_memory().merge(_recorder(log))) as c:
+            busy = asyncio.create_task(c.runner.call("write", lambda _c: release.wait(30)))
+            await asyncio.sleep(0)  # handed to the writer
+            releasing = asyncio.create_task(_release_once_closing(c, release))
+        await releasing
+        return await busy, threading.current_thread().name
 
-    async def main() -> float:
-        ticking = asyncio.create_task(ticker())
-        async with aio.build(aio.in_memory()) as c:
-            busy = asyncio.create_task(c.runner.call("write", lambda _c: time.sleep(0.3)))
-            await asyncio.sleep(0.01)
-            start = time.perf_counter()
-        closed = time.perf_counter()
-        await busy
-        ticking.cancel()
-        during = [t for t in ticks if start <= t <= closed]
-        assert closed - start >= 0.25, "the close waited for the busy call"
-        return max(b - a for a, b in itertools.pairwise(during))
+    released, loop_thread = run(main)
+    assert released, "the loop stood still while the container closed"
+    closed_on = [name for event, name in log if event == "close"]
+    assert len(closed_on) == 1
+    assert closed_on[0] != loop_thread
+    assert "writer" in closed_on[0]
 
-    assert run(main) < 0.2
+
+async def _release_once_closing(c: aio.AsyncContainer, release: threading.Event) -> None:
+    """Set ``release`` once ``c``'s block has exited, after the loop ran other tasks."""
+    while True:
+        try:
+            c.get(aio.DATABASE_HEALTH)
+        except ContainerClosed:
+            break
+        await asyncio.sleep(0.001)
+    for _ in range(10):  # the exit goes on to await the close meanwhile
+        await asyncio.sleep(0)
+    release.set()
 
 
 def test_after_close_every_call_is_refused_the_same_way_and_runs_nothing(
