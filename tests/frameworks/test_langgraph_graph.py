@@ -1,11 +1,12 @@
 """A real LangGraph graph (langgraph 1.2.24) on ``RunstoreSaver``: what a user's graph does
 with it matches what it does with LangGraph's ``InMemorySaver``, in every durability mode,
-through ``invoke`` and ``ainvoke``.
+through ``invoke`` and ``ainvoke``, on SQLite and on PostgreSQL.
 
 The graph fans out to two nodes, one of which interrupts; resuming it finishes the run. In
 every durability mode LangGraph sends some pending writes before the put of their
-checkpoint (checked here with the reference saver), which is what the saver's early-write
-holding is for: without it the interrupt's writes would be refused.
+checkpoint (checked here with the reference saver), and the two branches' writes at once:
+the store takes writes for a checkpoint not put yet, and on ``aio.postgres`` (every call a
+greenlet on the loop's thread) nothing may block the loop's thread.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
+from _watched import run_watched  # beside this file
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint
 from langgraph.checkpoint.base import CheckpointMetadata as Metadata
@@ -27,6 +29,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
+from runstore import aio
 from runstore.adapters.langgraph import RunstoreSaver
 
 Durability = Literal["sync", "async", "exit"]
@@ -123,6 +126,21 @@ def test_ainvoke_matches_the_reference_saver(durability: Durability, path: str) 
     assert asyncio.run(mine()) == expected
 
 
+@pytest.mark.parametrize("durability", DURABILITIES)
+def test_ainvoke_on_postgres_matches_the_reference_saver(
+    durability: Durability, postgres_dsn: str
+) -> None:
+    """The fan-out's two branches write at once through ``aio.postgres``: the run ends (a
+    watchdog fails a frozen loop) in the reference saver's state."""
+    expected = asyncio.run(run_async(InMemorySaver(), durability))
+
+    async def mine() -> list[Any]:
+        async with RunstoreSaver.from_layer(aio.postgres(postgres_dsn)) as saver:
+            return await run_async(saver, durability)
+
+    assert run_watched(mine) == expected
+
+
 def test_a_thread_resumes_in_another_process_s_saver(path: str) -> None:
     """The interrupted run's state is in the file: a new saver on it resumes the run."""
     with RunstoreSaver.from_path(path) as saver:
@@ -192,7 +210,8 @@ class SlowPuts(RunstoreSaver):
 @pytest.mark.parametrize("durability", DURABILITIES)
 def test_writes_sent_before_their_checkpoint_reach_it(durability: Durability, path: str) -> None:
     """With puts that take a while, LangGraph sends writes before their checkpoint's put
-    (seen on the reference saver); runstore's saver holds them and ends in the same state."""
+    (seen on the reference saver); runstore's store takes them and the saver ends in the
+    same state."""
     recording = Recording()
     expected = run_sync(recording, durability)
     assert recording.early, "no early writes: this test would prove nothing"

@@ -10,10 +10,13 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _watched import run_watched  # beside this file
 from langgraph.checkpoint.base import CheckpointTuple
 from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
@@ -130,6 +133,53 @@ def test_writes_sent_before_their_checkpoint_are_stored_with_it(kind: str) -> No
         stored = saver.get_tuple(config)
     assert stored is not None
     assert stored.pending_writes == [("task-1", INTERRUPT, "why"), ("task-1", "a", 2)]
+
+
+Saver = Callable[[], AbstractAsyncContextManager[RunstoreSaver]]
+
+TASKS = 4
+"""How many tasks of one super-step write at once in the tests below."""
+
+
+@pytest.fixture(params=["in_memory", "sqlite_file", "postgres"])
+def open_saver(request: pytest.FixtureRequest, tmp_path: Path) -> Saver:
+    """A fresh saver on each kind of async layer (PostgreSQL: the repository's server)."""
+    if request.param == "in_memory":
+        return lambda: RunstoreSaver.from_layer(aio.in_memory())
+    if request.param == "sqlite_file":
+        return lambda: RunstoreSaver.from_path(str(tmp_path / "graphs.db"))
+    dsn: str = request.getfixturevalue("postgres_dsn")
+    return lambda: RunstoreSaver.from_layer(aio.postgres(dsn))
+
+
+@pytest.mark.parametrize("order", ["writes first", "gathered with the put"])
+def test_concurrent_writes_before_their_checkpoint_are_all_stored(
+    open_saver: Saver, order: str
+) -> None:
+    """A super-step's tasks send their writes at once while the checkpoint's put may still be
+    queued (LangGraph's ``pregel/_loop.py``): every write is stored and returned, and the
+    loop never freezes (on ``aio.postgres`` every call is a greenlet on the loop's thread)."""
+    checkpoint = generate_checkpoint(channel_values={"a": 1}, channel_versions={"a": 1})
+    config = generate_config("fan", checkpoint_id=checkpoint["id"])
+
+    async def main() -> CheckpointTuple | None:
+        async with open_saver() as saver:
+            writes = [
+                saver.aput_writes(config, [("a", n), ("b", -n)], f"task-{n}", f"~{n}")
+                for n in range(TASKS)
+            ]
+            put = saver.aput(generate_config("fan"), checkpoint, generate_metadata(), {"a": 1})
+            if order == "writes first":
+                await asyncio.gather(*writes)
+                await put
+            else:
+                await asyncio.gather(*writes, put)
+            return await saver.aget_tuple(config)
+
+    stored = run_watched(main)
+    assert stored is not None
+    expected = [(f"task-{n}", c, v) for n in range(TASKS) for c, v in (("a", n), ("b", -n))]
+    assert stored.pending_writes == expected
 
 
 def test_pending_writes_come_back_in_writes_sort_key_order() -> None:

@@ -47,8 +47,10 @@ before anything is stored, as in LangGraph's savers. A saver whose block has end
 was closed) raises :class:`~runstore.exceptions.ContainerClosed`.
 
 LangGraph sends a task's pending writes while the put of their checkpoint may still be
-queued; runstore's store refuses writes to a checkpoint it does not hold, so the saver holds
-them until that put (:class:`_EarlyWrites`).
+queued (``pregel/_loop.py`` submits both in the background; at an interrupt under durability
+``"exit"`` the writes come first). The store takes writes for a checkpoint it does not hold
+yet and they are that checkpoint's once it is put, so the saver holds nothing in memory and
+concurrent writes of a super-step's tasks are independent calls.
 
 This module imports LangGraph; nothing else in runstore does.
 """
@@ -57,8 +59,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -84,7 +84,7 @@ from runstore.aio._runner import Access
 from runstore.exceptions import ContainerClosed
 from runstore.layers import GRAPH_CHECKPOINTS
 from runstore.services.agents import InvalidQuery
-from runstore.services.errors import Busy, InvalidInput, NotFound
+from runstore.services.errors import Busy, InvalidInput
 from runstore.services.graphs import (
     ChannelBlob,
     ChannelValue,
@@ -121,10 +121,6 @@ STATE_KEYS: Final = ("versions_seen", "updated_channels", "pending_sends")
 
 LOOP_THREAD: Final = "runstore-langgraph-sync"
 """The name of the thread a saver's sync methods run their calls on."""
-
-MAX_HELD_CHECKPOINTS: Final = 1_024
-"""How many checkpoints' early writes a saver holds at most (see :class:`_EarlyWrites`);
-past that the oldest are dropped."""
 
 
 class CheckpointStoreError(Exception):
@@ -297,95 +293,6 @@ def next_version(current: str | int | float | None) -> str:
 # -- writes that arrive before their checkpoint -------------------------------------------------
 
 
-_Key = tuple[str, str, str]
-"""A checkpoint's thread id, namespace and id."""
-
-_Writes = tuple[tuple[GraphWrite, ...], str, str]
-"""A task's writes, its id and its path."""
-
-
-class _EarlyWrites:
-    """Pending writes sent for a checkpoint that is not stored yet, held until its ``put``.
-
-    LangGraph saves a super-step's checkpoint in the background and sends the tasks' writes
-    as they finish, and at an interrupt under durability ``"exit"`` it sends the tasks'
-    writes before the checkpoint itself (langgraph's ``pregel/_loop.py``; with puts that
-    take 20 ms, every durability mode does it: ``tests/frameworks/test_langgraph_graph.py``).
-    Its own savers store such writes as rows without a checkpoint; runstore's store refuses
-    them (``NotFound``). So a ``put_writes`` that finds no checkpoint, or no thread, holds
-    its writes here, and the ``put`` of that checkpoint stores them right after the
-    checkpoint, in the same call. The retry under the lock closes the race with a ``put``
-    committing meanwhile: a ``put`` takes the held writes only after its commit, under the
-    same lock.
-
-    Held writes are in memory: if the checkpoint is never put through this saver, they are
-    never stored (nor is the checkpoint they belong to). At most
-    :data:`MAX_HELD_CHECKPOINTS` checkpoints are held, the oldest dropped first.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: OrderedDict[_Key, list[_Writes]] = OrderedDict()
-
-    def put_writes(
-        self, store: GraphCheckpointStore, key: _Key, writes: _Writes
-    ) -> Result[None, GraphError]:
-        result = _store_writes(store, key, writes)
-        if not _is_missing(result):
-            return result
-        with self._lock:
-            result = _store_writes(store, key, writes)
-            if not _is_missing(result):
-                return result
-            self._held.setdefault(key, []).append(writes)
-            while len(self._held) > MAX_HELD_CHECKPOINTS:
-                self._held.popitem(last=False)
-        return Success(None)
-
-    def put(
-        self,
-        store: GraphCheckpointStore,
-        key: _Key,
-        checkpoint: NewGraphCheckpoint,
-        project_id: str,
-    ) -> Result[None, GraphError]:
-        thread_id, checkpoint_ns, _ = key
-        result = store.put(
-            thread_id, checkpoint, project_id=project_id, checkpoint_ns=checkpoint_ns
-        )
-        # Read without the lock: a put_writes that holds writes after this commit retries
-        # under the lock first and finds the checkpoint.
-        if not isinstance(result, Success) or not self._held:
-            return result
-        with self._lock:
-            held = self._held.pop(key, [])
-        for writes in held:
-            stored = _store_writes(store, key, writes)
-            if not isinstance(stored, Success):
-                return stored
-        return result
-
-
-def _store_writes(
-    store: GraphCheckpointStore, key: _Key, writes: _Writes
-) -> Result[None, GraphError]:
-    thread_id, checkpoint_ns, checkpoint_id = key
-    records, task_id, task_path = writes
-    return store.put_writes(
-        thread_id,
-        records,
-        checkpoint_id=checkpoint_id,
-        task_id=task_id,
-        task_path=task_path,
-        checkpoint_ns=checkpoint_ns,
-    )
-
-
-def _is_missing(result: Result[None, GraphError]) -> bool:
-    """Whether ``result`` says the thread or the checkpoint written to does not exist."""
-    return isinstance(result, Failure) and isinstance(result.failure(), NotFound)
-
-
 # -- where the calls run -------------------------------------------------------------------------
 
 
@@ -490,7 +397,6 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
                 f" not {type(source).__name__}"
             )
         self.project_id = project_id
-        self._early = _EarlyWrites()
 
     @classmethod
     def from_path(
@@ -581,8 +487,8 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Store task ``task_id``'s pending ``writes`` (channel, value) against the checkpoint
-        ``config`` names; writes for a checkpoint not stored yet are held for its ``put``
-        (see :class:`_EarlyWrites`)."""
+        ``config`` names, stored or not yet (they are its writes once it is put). A thread
+        not seen before becomes an agent thread of the saver's project."""
         _unwrap(self._calls.run("write", self._put_writes(config, writes, task_id, task_path)))
 
     def delete_thread(self, thread_id: str) -> None:
@@ -709,8 +615,11 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
         record = _new_checkpoint(self.serde, config, checkpoint, metadata, new_versions)
-        key = (_thread_of(config), _namespace_of(config), record.checkpoint_id)
-        return lambda s: self._early.put(s, key, record, self.project_id)
+        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        project_id = self.project_id
+        return lambda s: s.put(
+            thread_id, record, project_id=project_id, checkpoint_ns=checkpoint_ns
+        )
 
     def _put_writes(
         self,
@@ -719,10 +628,19 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> Callable[[GraphCheckpointStore], Result[None, GraphError]]:
-        held = (_writes(self.serde, writes), task_id, task_path)
+        records = _writes(self.serde, writes)
         checkpoint_id = str(_configurable(config)["checkpoint_id"])
-        key = (_thread_of(config), _namespace_of(config), checkpoint_id)
-        return lambda s: self._early.put_writes(s, key, held)
+        thread_id, checkpoint_ns = _thread_of(config), _namespace_of(config)
+        project_id = self.project_id
+        return lambda s: s.put_writes(
+            thread_id,
+            records,
+            checkpoint_id=checkpoint_id,
+            task_id=task_id,
+            task_path=task_path,
+            checkpoint_ns=checkpoint_ns,
+            project_id=project_id,
+        )
 
     def _copy(
         self, source_thread_id: str, target_thread_id: str
