@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 from runstore import aio
-from runstore.layers import Layer
+from runstore.layers import Layer, SqliteDatabase, build, sqlite
 from runstore.testing import (
     AgentsContract,
     BadTypesContract,
@@ -78,8 +78,24 @@ class TestAioSqliteFileLedger(_OnFiles, LedgerContract):
     state_machine_settings: ClassVar[settings] = QUICK or LedgerContract.state_machine_settings
 
 
-class TestAioSqliteFileGraphs(_OnFiles, GraphsContract):
-    pass
+class TestAioSqliteFileGraphs(GraphsContract):
+    """Counts stored values in the test's file itself (the façade's store has no
+    ``stored_values``: it is not part of the Protocol)."""
+
+    @pytest.fixture
+    def layer_factory(self, sqlite_template: SqliteTemplate, tmp_path: Path) -> LayerFactory:
+        self.files: list[Path] = []
+
+        def fresh() -> Layer:
+            self.files.append(sqlite_template.copy(tmp_path, "aio"))
+            return bridged(aio.sqlite(self.files[-1]))
+
+        return fresh
+
+    def count_stored_values(self, graphs: object) -> int:
+        with build(sqlite(self.files[-1], access="read")) as c:
+            count: int = c.get(SqliteDatabase).scalar("SELECT count(*) FROM graph_blobs", ())
+        return count
 
 
 class TestAioSqliteFileHealth(_OnFiles, HealthContract):

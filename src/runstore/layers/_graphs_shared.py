@@ -176,6 +176,12 @@ class GraphStoreBase(ABC):
 
     # -- shared steps ----------------------------------------------------------------------
 
+    def stored_values(self) -> Result[int, GraphError]:
+        """How many channel values the store holds, in every live thread (rows). Not part of
+        the Protocol: a value no checkpoint names is invisible through it, so the contract
+        counts with this that prunes, deletes and copies collect them."""
+        return self._db.read("count graph values", lambda: Success(self._count_values()))
+
     def _writable(
         self, thread_id: str, project_id: str | None, at_ms: int
     ) -> Result[rules.GraphThread, GraphError]:

@@ -478,6 +478,19 @@ class GraphsContract:
         storage: AgentStorage = container.get(AGENT_STORAGE)
         return storage
 
+    def count_stored_values(self, graphs: GraphCheckpointStore) -> int:
+        """How many channel values ``graphs`` holds, in every thread (rows), for the tests
+        that values no checkpoint names are deleted (they are invisible through the
+        Protocol). runstore's layers answer ``stored_values()``; override this for a layer
+        that does not (e.g. count its table)."""
+        count = getattr(graphs, "stored_values", None)
+        if count is None:
+            raise NotImplementedError(
+                f"{type(graphs).__name__} has no stored_values(): override count_stored_values"
+            )
+        found: int = count().unwrap()
+        return found
+
     def _put(
         self,
         graphs: GraphCheckpointStore,
@@ -647,6 +660,35 @@ class GraphsContract:
         assert graphs.delete_thread("t") == Success(3)
         self._put(graphs, "t", _checkpoint("10"))
         assert graphs.get("t").unwrap().pending_writes == ()  # type: ignore[union-attr]
+
+    # -- collecting values ---------------------------------------------------------------
+
+    def test_values_no_checkpoint_names_are_deleted(self, graphs: GraphCheckpointStore) -> None:
+        """Counted in rows: each delete leaves exactly the values a kept checkpoint names."""
+        runs: dict[str, dict[str, JsonValue]] = {"1": {}, "2": {"run_id": "r2"}, "3": {}}
+        for checkpoint_id, metadata in runs.items():
+            a = int(checkpoint_id)
+            blobs = [_blob("a", a, b"a%d" % a)] + ([_blob("b", 1, b"b1")] if a == 1 else [])
+            checkpoint = _checkpoint(
+                checkpoint_id, metadata=metadata, versions={"a": a, "b": 1}, blobs=blobs
+            )
+            self._put(graphs, "t", checkpoint)
+        assert self.count_stored_values(graphs) == 4
+        assert graphs.delete_for_runs(["r2"]) == Success(1)
+        assert self.count_stored_values(graphs) == 3
+        assert graphs.prune(["t"]) == Success(1)
+        assert self.count_stored_values(graphs) == 2
+        got = graphs.get("t").unwrap()
+        assert got is not None
+        assert got.channel_values == {"a": _value(b"a3"), "b": _value(b"b1")}
+        self._put(graphs, "u", _checkpoint("3", versions={"c": 1}, blobs=[_blob("c", 1, b"c")]))
+        assert self.count_stored_values(graphs) == 3
+        assert graphs.copy_thread("t", "u") == Success(1)  # replaces u's 3, which named c
+        assert self.count_stored_values(graphs) == 4
+        assert graphs.delete_thread("t") == Success(1)
+        assert self.count_stored_values(graphs) == 2
+        assert graphs.prune(["u"], strategy="delete") == Success(1)
+        assert self.count_stored_values(graphs) == 0
 
     # -- listing -------------------------------------------------------------------------
 
