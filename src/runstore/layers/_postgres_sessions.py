@@ -6,11 +6,13 @@ through the test-run layer's SQLite-to-PostgreSQL translation (``_postgres_test_
 both backends run the same statements and the same rules and give the same records. Three
 statements are SQLite's own (the recursive path walk reads ``json_extract`` and ``json_type``
 of a compaction's body, and they take named parameters); they run as the PostgreSQL forms
-below, which read the body as ``json`` (not ``jsonb``, which refuses ``\\u0000``) and take
-each step of a walk as a ``LATERAL`` primary-key lookup (``LIMIT 1`` keeps it one: planned
-as a join, a step may scan the whole session, which makes a walk quadratic). What else
-differs is how a unit of work keeps its facts true until it commits, since PostgreSQL runs
-writers at once where SQLite's ``BEGIN IMMEDIATE`` runs them one by one.
+below, which read the body as ``json`` (``jsonb`` refuses ``\\u0000``, and ``json`` will
+not turn it into text, so the JSON escapes of NUL and U+FDD0 first become the layer's escapes
+of those characters: ``_BODY_JSON``) and take each step of a walk as a ``LATERAL``
+primary-key lookup (``LIMIT 1`` keeps it one: planned as a join, a step may scan the whole
+session, which makes a walk quadratic). What else differs is how a unit of work keeps its
+facts true until it commits, since PostgreSQL runs writers at once where SQLite's ``BEGIN
+IMMEDIATE`` runs them one by one.
 
 Isolation, per unit of work. Every write (``create``, ``fork``, ``delete``, appends, leaf
 moves, ``atomic``) is one ``READ COMMITTED`` transaction of the shared
@@ -64,15 +66,29 @@ second is ``hashtext`` of the session id."""
 
 _LOCK_SESSION = "SELECT pg_advisory_xact_lock(?, hashtext(?))"
 
+# A stored body as ``json`` whose strings read as the layer stores text, so that an id read
+# from it equals the stored id: a JSON escape of NUL (which ``json`` refuses to turn into
+# text) becomes the layer's escape of NUL, U+FDD0 '0', and one of U+FDD0 becomes U+FDD0
+# U+FDD0, as each U+FDD0 the body holds itself already is at rest. An escape is a ``\u``
+# after an even run of backslashes (after an odd one the ``u`` is plain text). Bodies
+# without ``\u`` (nearly all: runstore's JSON escapes control characters only) are read as
+# they are.
+_BODY_JSON = (
+    "(CASE WHEN strpos(c.body, '\\u') = 0 THEN c.body ELSE"
+    r" regexp_replace(regexp_replace(c.body, '(?<!\\)((?:\\\\)*)\\u0000',"
+    r" '\1' || U&'\FDD0' || '0', 'g'), '(?<!\\)((?:\\\\)*)\\u[Ff][Dd][Dd]0',"
+    r" '\1' || U&'\FDD0\FDD0', 'g') END)::json"
+)
+
 # The steps of walk_step, as in the SQLite form: ``pending`` is the first kept entry looked
 # for, ``done`` marks the entry the walk stops at (never when walk is 0: the whole path to
 # the root). A compaction's body is read only at a compaction.
 _FIRST_KEPT = (
-    "(SELECT (c.body::json ->> 'firstKeptEntryId') COLLATE \"C\" FROM session_bodies AS c"
+    f"(SELECT ({_BODY_JSON} ->> 'firstKeptEntryId') COLLATE \"C\" FROM session_bodies AS c"
     " WHERE c.session_key = %(key)s AND c.seq = e.seq)"
 )
 _RETAINS_TAIL = (
-    "coalesce((SELECT json_typeof(c.body::json -> 'retainedTail') = 'array'"
+    f"coalesce((SELECT json_typeof({_BODY_JSON} -> 'retainedTail') = 'array'"
     " FROM session_bodies AS c WHERE c.session_key = %(key)s AND c.seq = e.seq), false)"
 )
 _CONTEXT_TYPES = "('message', 'custom_message', 'branch_summary', 'compaction')"

@@ -1304,6 +1304,76 @@ class SessionsContract:
         context = storage.build_context("c").unwrap()
         assert [m.entry_id for m in context.messages] == ["k", "c"]
 
+    def test_nul_in_ids_and_bodies_is_text_like_any_other(self, sessions: Sessions) -> None:
+        """NUL (U+0000) may stand anywhere in an id or a body: a compaction whose summary,
+        retained tail or first kept entry id holds it is walked and read back as given, and
+        the walk stops at the entry that id names exactly, never at one whose id differs
+        there (a space, U+FDD0, the six characters of the JSON escape ``\\u0000``)."""
+        storage = sessions.new()
+        nul, slash = "b\x00", "b\\u0000"
+        tail = [{"role": "user", "content": "kept\x00"}]
+        compacted_tail = NewEntry.compaction(
+            "k2", "c", "\x00", None, 6, timestamp=T0_MS, retained_tail=tail
+        )
+        storage.append_many(
+            [
+                _msg("a", None, text="a\x00"),
+                _msg(nul, "a"),
+                _msg("b ", nul),
+                _msg("b\ufdd00", "b "),
+                _msg("b\ufdd0", "b\ufdd00"),
+                _msg(slash, "b\ufdd0"),
+                NewEntry.compaction("k", slash, "sum\x00\ufdd0\\", nul, 5, timestamp=T0_MS),
+                _msg("c", "k", text="\\\x00"),
+                compacted_tail,
+                _msg("d\x00", "k2"),
+                NewEntry.compaction("k3", slash, "t", slash, 7, timestamp=T0_MS),
+                _msg("f", "k3"),
+            ]
+        ).unwrap()
+        kept = [nul, "b ", "b\ufdd00", "b\ufdd0", slash]
+        assert _ids(storage.path_to_root_or_compaction("c")) == [*kept, "k", "c"]
+        context = storage.build_context("c").unwrap()
+        assert [m.entry_id for m in context.messages] == ["k", *kept, "c"]
+        assert context.messages[0].message["summary"] == "sum\x00\ufdd0\\"
+        assert context.messages[-1].message["content"] == [{"type": "text", "text": "\\\x00"}]
+        assert _ids(storage.path_to_root_or_compaction("d\x00")) == ["k2", "d\x00"]
+        tailed = storage.build_context("d\x00").unwrap()
+        assert [(m.entry_id, m.message.get("content")) for m in tailed.messages][:2] == [
+            ("k2", None),
+            ("k2", "kept\x00"),
+        ]
+        assert tailed.messages[0].message["summary"] == "\x00"
+        assert _ids(storage.path_to_root_or_compaction("f")) == [slash, "k3", "f"]
+        compacted = storage.entry("k").unwrap()
+        assert isinstance(compacted, CompactionEntry)
+        assert (compacted.summary, compacted.first_kept_entry_id) == ("sum\x00\ufdd0\\", nul)
+
+    def test_raw_text_may_spell_a_first_kept_entry_id_with_escapes(
+        self, sessions: Sessions
+    ) -> None:
+        """An importer's line is stored as it came: a first kept entry id it spells with
+        JSON escapes (``\\u0000``, ``\\uFDD0`` in either case) names the entry whose id is
+        the decoded text, as it does when runstore serializes the payload itself."""
+        storage = sessions.new()
+        storage.append_many(
+            [_msg("a", None), _msg("b\ufdd0", "a"), _msg("n\x00", "b\ufdd0")]
+        ).unwrap()
+        spelled = [
+            ("b\ufdd0", r"b\uFDD0"),
+            ("b\ufdd0", r"\u0062\ufdd0"),
+            ("b\ufdd0", r"b\uFdD0"),
+            ("n\x00", r"n\u0000"),
+        ]
+        for n, (kept, spelling) in enumerate(spelled):
+            entry = NewEntry.compaction(f"k{n}", "n\x00", "s", kept, 1, timestamp=T0_MS)
+            raw = (
+                f'{{"type": "compaction", "id": "k{n}", "summary": "s",'
+                f' "firstKeptEntryId": "{spelling}", "tokensBefore": 1}}'
+            )
+            storage.append(attrs.evolve(entry, raw=raw)).unwrap()
+            assert _ids(storage.path_to_root_or_compaction(entry.id))[0] == kept, spelling
+
     def test_a_closed_store_answers_with_a_typed_failure(self, layer_factory: LayerFactory) -> None:
         with build(merge(layer_factory(), Layer.value(CLOCK, FixedClock(T0_MS)))) as container:
             repo = container.get(SessionRepository)
