@@ -1,7 +1,9 @@
 """The latest-checkpoint read and the reads of what it returns go through indexes:
 ``EXPLAIN QUERY PLAN`` of every statement ``get`` runs shows no ``SCAN`` of a graph table and
 no sort of its own (the unique index is walked backwards), with and without ``ANALYZE``;
-so do the collection of unnamed values after a prune and ``delete_for_runs``."""
+so do the collection of unnamed values after a prune and ``delete_for_runs``, and the reads
+and deletes of pending writes, which find them by thread, namespace and checkpoint id (the
+primary key's first columns: writes name their checkpoint, not its row)."""
 
 from __future__ import annotations
 
@@ -58,6 +60,10 @@ def test_the_latest_checkpoint_is_read_by_index(analyzed: bool) -> None:
         plans += _plans(db, lambda: graphs.delete_for_runs(["rb1", "rc7"]).unwrap())
         joined = "\n".join(plans)
         assert "graph_checkpoints_run" in joined, joined
+        writes = [plan for plan in plans if "graph_writes" in plan or "SEARCH w " in plan]
+        assert len(writes) == 3, joined  # get's read, then the deletes of prune and of runs
+        key = "graph_writes_1 (thread_key=? AND checkpoint_ns=? AND checkpoint_id=?)"
+        assert all(key in plan for plan in writes), writes
         for plan in plans:  # a table (or its alias) is only ever searched
             scans = [step for step in plan.split(" / ") if step.startswith("SCAN ")]
             assert all(step.startswith("SCAN json_each") for step in scans), plan

@@ -2,8 +2,9 @@
 
 The old database gets its rows copied, table by table, from one the current code wrote
 (agent threads with messages, a run and a context checkpoint). After the upgrade those rows
-are unchanged, the graph store puts checkpoints on the old threads (the project must match)
-and deleting an old thread deletes its graph rows with it.
+are unchanged, the graph store puts checkpoints on the old threads (the project must match),
+takes writes for a checkpoint not put yet, and deleting an old thread deletes its graph rows
+with it, those writes included.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from returns.result import Failure
 from runstore.layers import AGENT_STORAGE, GRAPH_CHECKPOINTS, SqliteDatabase, build, sqlite
 from runstore.migrations import shipped_migrations
 from runstore.services.errors import Conflict
-from runstore.services.graphs import ChannelBlob, ChannelValue, NewGraphCheckpoint
+from runstore.services.graphs import ChannelBlob, ChannelValue, GraphWrite, NewGraphCheckpoint
 
 OLD_SCHEMA = 17
 
@@ -60,9 +61,14 @@ def test_old_threads_take_graph_checkpoints_after_the_upgrade(tmp_path: Path) ->
         got = graphs.get("t").unwrap()
         assert got is not None
         assert got.channel_values == {"messages": ChannelValue("msgpack", b"\x01")}
+        write = [GraphWrite(0, "messages", ChannelValue("msgpack", b"\x02"))]
+        for checkpoint_id in ("1", "2"):  # "2" is not put
+            graphs.put_writes("t", write, checkpoint_id=checkpoint_id, task_id="k").unwrap()
+        graphs.put("t", _checkpoint("2"), project_id="p").unwrap()
+        assert len(graphs.get("t").unwrap().pending_writes) == 1  # type: ignore[union-attr]
         agents.threads.delete("t").unwrap()
         rows = container.get(SqliteDatabase).execute(
             "SELECT (SELECT count(*) FROM graph_checkpoints), (SELECT count(*) FROM graph_blobs),"
-            " (SELECT count(*) FROM graph_channel_versions)"
+            " (SELECT count(*) FROM graph_channel_versions), (SELECT count(*) FROM graph_writes)"
         )
-        assert rows == [(0, 0, 0)]
+        assert rows == [(0, 0, 0, 0)]
