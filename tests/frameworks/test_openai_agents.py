@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from agents.memory import Session
 
+from forking import in_child  # beside the tests
 from runstore import aio
 from runstore.adapters import openai_agents
 from runstore.adapters.openai_agents import (
@@ -21,6 +22,7 @@ from runstore.adapters.openai_agents import (
     RunstoreSession,
     SessionStoreError,
 )
+from runstore.exceptions import ConnectionUsedAfterFork
 from runstore.services import NotFound, ThreadStatus
 
 
@@ -237,3 +239,40 @@ def test_failures_of_the_store_are_raised_typed() -> None:
             assert (await agents.threads.get("s")).unwrap().message_count == 1, "host's"
 
     asyncio.run(scenario())
+
+
+def test_a_forked_child_is_refused_its_parents_sessions_and_opens_its_own(
+    tmp_path: Path,
+) -> None:
+    """A session made before ``fork()`` raises ``ConnectionUsedAfterFork`` in the child at
+    once (it waited forever: the child has none of the parent's threads); a session the
+    child makes on the same file opens a database of the child's own; the parent's session
+    goes on."""
+    path = tmp_path / "runstore.db"
+    parents = RunstoreSession("p", path)
+
+    def child() -> str:
+        try:
+            asyncio.run(asyncio.wait_for(parents.get_items(), 5))
+        except ConnectionUsedAfterFork:
+            parents.close()  # closes nothing of the parent's
+        else:
+            return "the parent's session answered"
+        own = RunstoreSession("c", path)
+        try:
+            asyncio.run(asyncio.wait_for(own.add_items([_item("from the child")]), 30))
+            return repr(asyncio.run(asyncio.wait_for(own.get_items(), 30)))
+        finally:
+            own.close()
+
+    try:
+        asyncio.run(parents.add_items([_item("from the parent")]))
+        assert in_child(child) == repr([_item("from the child")])
+        assert asyncio.run(parents.get_items()) == [_item("from the parent")]
+        child_session = RunstoreSession("c", path)
+        try:
+            assert asyncio.run(child_session.get_items()) == [_item("from the child")]
+        finally:
+            child_session.close()
+    finally:
+        parents.close()
