@@ -16,6 +16,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers._agents_shared import (
     AgentRunStoreBase,
     CheckpointStoreBase,
+    MessageRemovalBase,
     ThreadStoreBase,
 )
 from runstore.layers._layer import Container, Layer
@@ -178,11 +179,15 @@ class InMemoryAgentRunStore(AgentRunStoreBase):
         return rows[: query.limit + 1]
 
 
-class InMemoryMessageStore(rules.AppendsOne):
+class InMemoryMessageStore(
+    rules.AppendsOne, MessageRemovalBase[tuple[rules.ThreadRow, tuple[int, ...]]]
+):
     """Messages in memory; see :class:`~runstore.services.agents.MessageStore`."""
 
     def __init__(self, state: _State) -> None:
         self._s = state
+        self._db = state.db
+        self._clock = state.clock
 
     def append_many(
         self, thread_id: str, messages: Sequence[NewMessage]
@@ -333,29 +338,22 @@ class InMemoryMessageStore(rules.AppendsOne):
         )
         return len(seqs)
 
-    def _doomed(
-        self, thread_id: str, *, whole: bool
-    ) -> Result[tuple[rules.ThreadRow, tuple[int, ...]], AgentError]:
-        """Decide a pop or a clear (``rules.decide_removal``) inside its unit of work: the
-        thread and the sequence numbers to remove (none when it has no message)."""
+    def _transcript(
+        self, thread_id: str
+    ) -> tuple[rules.Transcript, tuple[rules.ThreadRow, tuple[int, ...]] | None]:
         s = self._s
         thread = s.threads.get(thread_id)
-        stored = () if thread is None else self._stored(thread)
-        latest = None if thread is None else s.latest_checkpoint(thread)
+        if thread is None:
+            return rules.Transcript(None, None, None, None), None
+        stored = self._stored(thread)
+        latest = s.latest_checkpoint(thread)
         facts = rules.Transcript(
             thread,
             stored[0] if stored else None,
             stored[-1] if stored else None,
             None if latest is None else latest.through_seq,
         )
-        decided = rules.decide_removal(facts, thread_id, whole=whole)
-        if isinstance(decided, Failure):
-            return Failure(decided.failure())
-        assert thread is not None  # decide_removal found it
-        first = decided.unwrap()
-        if first is None:
-            return Success((thread, ()))
-        return Success((thread, stored if whole else (first,)))
+        return facts, (thread, stored)
 
     def _stored(self, thread: rules.ThreadRow) -> tuple[int, ...]:
         """The thread's stored sequence numbers, ascending."""
@@ -364,40 +362,21 @@ class InMemoryMessageStore(rules.AppendsOne):
         messages = self._s.messages
         return tuple(seq for seq in range(1, thread.head_seq + 1) if (thread.id, seq) in messages)
 
-    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
-        """Remove and return the newest message (see ``MessageStore.pop``)."""
-        s = self._s
-        checked = rules.check_thread_id(thread_id)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        now = s.clock.now_ms()
+    def _message_at(
+        self, thread: tuple[rules.ThreadRow, tuple[int, ...]], thread_id: str, seq: int
+    ) -> Message:
+        return _message(thread_id, seq, self._s.messages[(thread_id, seq)])
 
-        def unit() -> Result[Message | None, AgentError]:
-            doomed = self._doomed(thread_id, whole=False)
-            if isinstance(doomed, Failure):
-                return Failure(doomed.failure())
-            thread, seqs = doomed.unwrap()
-            if not seqs:
-                return Success(None)
-            popped = _message(thread_id, seqs[0], s.messages[(thread_id, seqs[0])])
-            self._remove(thread, seqs, now)
-            return Success(popped)
-
-        return s.db.transact("pop message", unit)
-
-    def clear(self, thread_id: str) -> Result[int, AgentError]:
-        """Remove every message of the thread (see ``MessageStore.clear``)."""
-        s = self._s
-        checked = rules.check_thread_id(thread_id)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        now = s.clock.now_ms()
-        return s.db.transact(
-            "clear messages",
-            lambda: self._doomed(thread_id, whole=True).map(
-                lambda found: self._remove(*found, now)
-            ),
-        )
+    def _remove_from(
+        self,
+        thread: tuple[rules.ThreadRow, tuple[int, ...]],
+        first: int,
+        now_ms: int,
+        *,
+        whole: bool,
+    ) -> int:
+        row, stored = thread
+        return self._remove(row, stored if whole else (first,), now_ms)
 
 
 class InMemoryCheckpointStore(CheckpointStoreBase):

@@ -1,6 +1,6 @@
 """The method skeletons every agent backend shares; each backend adds its storage strategy.
 
-The methods of the thread, run and checkpoint stores of
+The methods of the thread, run and checkpoint stores (and the messages' pop and clear) of
 :class:`~runstore.services.agents.AgentStorage` read the same in every backend::
 
     validate (rules) -> unit of work -> load facts (backend) -> decide (rules)
@@ -16,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from returns.result import Failure, Result, Success
 
@@ -29,6 +29,7 @@ from runstore.services.agents import (
     AgentRunStatus,
     ContextCheckpoint,
     JsonValue,
+    Message,
     Thread,
     ThreadStatus,
 )
@@ -37,10 +38,11 @@ from runstore.services.errors import Busy, NotFound, StorageFailure
 from runstore.services.ledger import ExecutionStorage
 from runstore.services.pagination import Page
 
-__all__ = ["AgentRunStoreBase", "CheckpointStoreBase", "ThreadStoreBase"]
+__all__ = ["AgentRunStoreBase", "CheckpointStoreBase", "MessageRemovalBase", "ThreadStoreBase"]
 
 T = TypeVar("T")
 E = TypeVar("E")
+H = TypeVar("H")
 
 
 class _Units(Protocol):
@@ -385,6 +387,82 @@ class AgentRunStoreBase(ABC):
             return Success(rules.run_page(rows, query.limit))
 
         return self._db.read("list agent runs", read)
+
+
+class MessageRemovalBase(ABC, Generic[H]):
+    """``MessageStore.pop`` and ``MessageStore.clear`` on a backend's hooks: check the id,
+    then in one unit of work read the transcript's facts (backend), decide
+    (``rules.decide_removal``) and remove (backend). ``H`` is the backend's handle on the
+    thread (its row key, or its row and stored sequence numbers)."""
+
+    _db: _Units
+    _clock: Clock
+
+    @abstractmethod
+    def _transcript(self, thread_id: str) -> tuple[rules.Transcript, H | None]:
+        """The facts a removal is decided on, and the handle on the thread (None: none)."""
+
+    @abstractmethod
+    def _message_at(self, thread: H, thread_id: str, seq: int) -> Message | None:
+        """The stored message ``seq`` of the thread (read before a pop removes it)."""
+
+    @abstractmethod
+    def _remove_from(self, thread: H, first: int, now_ms: int, *, whole: bool) -> int:
+        """Remove message ``first`` (a pop), or every message of the thread (``whole``:
+        ``first`` is the lowest), and recount the thread; return how many were removed."""
+
+    def _removing(
+        self, operation: str, unit: Callable[[], Result[T, AgentError]]
+    ) -> Result[T, AgentError]:
+        """Run ``unit`` as the write unit ``operation`` (a backend may translate what it
+        raises)."""
+        return self._db.transact(operation, unit)
+
+    def _decided(self, thread_id: str, *, whole: bool) -> Result[tuple[H, int | None], AgentError]:
+        facts, thread = self._transcript(thread_id)
+        decided = rules.decide_removal(facts, thread_id, whole=whole)
+        if isinstance(decided, Failure):
+            return Failure(decided.failure())
+        assert thread is not None  # decide_removal found it
+        return Success((thread, decided.unwrap()))
+
+    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
+        """Remove and return the newest message (see ``MessageStore.pop``)."""
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = self._clock.now_ms()
+
+        def unit() -> Result[Message | None, AgentError]:
+            decided = self._decided(thread_id, whole=False)
+            if isinstance(decided, Failure):
+                return Failure(decided.failure())
+            thread, seq = decided.unwrap()
+            if seq is None:
+                return Success(None)
+            popped = self._message_at(thread, thread_id, seq)
+            self._remove_from(thread, seq, now, whole=False)
+            return Success(popped)
+
+        return self._removing("pop message", unit)
+
+    def clear(self, thread_id: str) -> Result[int, AgentError]:
+        """Remove every message of the thread (see ``MessageStore.clear``)."""
+        checked = rules.check_thread_id(thread_id)
+        if isinstance(checked, Failure):
+            return Failure(checked.failure())
+        now = self._clock.now_ms()
+
+        def unit() -> Result[int, AgentError]:
+            decided = self._decided(thread_id, whole=True)
+            if isinstance(decided, Failure):
+                return Failure(decided.failure())
+            thread, first = decided.unwrap()
+            if first is None:
+                return Success(0)
+            return Success(self._remove_from(thread, first, now, whole=True))
+
+        return self._removing("clear messages", unit)
 
 
 class CheckpointStoreBase(ABC):

@@ -30,6 +30,7 @@ from returns.result import Failure, Result, Success
 from runstore.layers._agents_shared import (
     AgentRunStoreBase,
     CheckpointStoreBase,
+    MessageRemovalBase,
     ThreadStoreBase,
 )
 from runstore.layers._layer import Container, Layer
@@ -312,9 +313,11 @@ _INSERT_HEADER = (
 _INSERT_BODY = "INSERT INTO agent_message_bodies (id, content, metadata) VALUES (?, ?, ?)"
 
 
-class SqliteMessageStore(_Base, rules.AppendsOne):
+class SqliteMessageStore(_Base, rules.AppendsOne, MessageRemovalBase[int]):
     """Messages in ``agent_messages`` (headers) and ``agent_message_bodies``; see
     :class:`~runstore.services.agents.MessageStore`."""
+
+    _db: SqliteDatabase
 
     def append_many(
         self, thread_id: str, messages: Sequence[NewMessage]
@@ -522,75 +525,41 @@ class SqliteMessageStore(_Base, rules.AppendsOne):
                 (deleted, key, now_ms, key),
             )
 
-    def _doomed(
-        self, thread_id: str, *, whole: bool
-    ) -> Result[tuple[int, int | None], AgentError]:
-        """Decide a pop or a clear (``rules.decide_removal``) inside its unit of work: the
-        thread's key and the lowest sequence number to remove (None: it has no message)."""
+    def _transcript(self, thread_id: str) -> tuple[rules.Transcript, int | None]:
         found = self._thread(thread_id)
         if found is None:
-            facts = rules.Transcript(None, None, None, None)
-        else:
-            key = found[0]
-            low, high = self._db.execute(
-                "SELECT min(seq), max(seq) FROM agent_messages WHERE thread_key = ?", (key,)
-            )[0]
-            through = self._db.scalar(
-                "SELECT max(through_seq) FROM agent_checkpoints WHERE thread_key = ?", (key,)
-            )
-            facts = rules.Transcript(found[1], low, high, through)
-        decided = rules.decide_removal(facts, thread_id, whole=whole)
-        if isinstance(decided, Failure):
-            return Failure(decided.failure())
-        assert found is not None  # decide_removal found it
-        return Success((found[0], decided.unwrap()))
+            return rules.Transcript(None, None, None, None), None
+        key = found[0]
+        low, high = self._db.execute(
+            "SELECT min(seq), max(seq) FROM agent_messages WHERE thread_key = ?", (key,)
+        )[0]
+        through = self._db.scalar(
+            "SELECT max(through_seq) FROM agent_checkpoints WHERE thread_key = ?", (key,)
+        )
+        return rules.Transcript(found[1], low, high, through), key
 
-    def pop(self, thread_id: str) -> Result[Message | None, AgentError]:
-        """Remove and return the newest message (see ``MessageStore.pop``)."""
-        checked = rules.check_thread_id(thread_id)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        now = self._clock.now_ms()
+    def _message_at(self, thread: int, thread_id: str, seq: int) -> Message | None:
+        return self._stored_message(thread, thread_id, seq)
 
-        def unit() -> Result[Message | None, AgentError]:
-            doomed = self._doomed(thread_id, whole=False)
-            if isinstance(doomed, Failure):
-                return Failure(doomed.failure())
-            key, seq = doomed.unwrap()
-            if seq is None:
-                return Success(None)
-            popped = self._stored_message(key, thread_id, seq)
-            self._db.execute(
-                "DELETE FROM agent_messages WHERE thread_key = ? AND seq = ?", (key, seq)
-            )
-            self._recount(key, 1, now)
-            return Success(popped)
-
-        return _intact("pop message", lambda: self._db.transact("pop message", unit))
-
-    def clear(self, thread_id: str) -> Result[int, AgentError]:
-        """Remove every message of the thread (see ``MessageStore.clear``)."""
-        checked = rules.check_thread_id(thread_id)
-        if isinstance(checked, Failure):
-            return Failure(checked.failure())
-        now = self._clock.now_ms()
-
-        def unit() -> Result[int, AgentError]:
-            doomed = self._doomed(thread_id, whole=True)
-            if isinstance(doomed, Failure):
-                return Failure(doomed.failure())
-            key, first = doomed.unwrap()
-            if first is None:
-                return Success(0)
+    def _remove_from(self, thread: int, first: int, now_ms: int, *, whole: bool) -> int:
+        if whole:
             deleted = len(
                 self._db.execute(
-                    "DELETE FROM agent_messages WHERE thread_key = ? RETURNING seq", (key,)
+                    "DELETE FROM agent_messages WHERE thread_key = ? RETURNING seq", (thread,)
                 )
             )
-            self._recount(key, deleted, now)
-            return Success(deleted)
+        else:
+            self._db.execute(
+                "DELETE FROM agent_messages WHERE thread_key = ? AND seq = ?", (thread, first)
+            )
+            deleted = 1
+        self._recount(thread, deleted, now_ms)
+        return deleted
 
-        return self._db.transact("clear messages", unit)
+    def _removing(
+        self, operation: str, unit: Callable[[], Result[T, AgentError]]
+    ) -> Result[T, AgentError]:
+        return _intact(operation, lambda: self._db.transact(operation, unit))
 
 
 def _intact(operation: str, call: Callable[[], Result[T, AgentError]]) -> Result[T, AgentError]:
