@@ -7,9 +7,10 @@ Never blocked, judged two ways: structurally, no SQL statement runs on the loop'
 task sleeping 5 ms notes how late each wake-up is (its lag) while a control thread runs the
 same sleeper on an idle event loop of its own. A loaded 2-core machine stalls every thread
 alike (this test's printed figures on a 2-core machine at load 9: loop max 121 ms and
-control max 121 ms in the same run), and the loop under test competes for the GIL with the writer as any loop would, so a loop lag over 50 ms
-fails only when the control loop saw no comparable stall (within 20 ms of it) over the same
-interval. The figures are printed (``-s`` shows them).
+control max 121 ms in the same run), and the loop under test competes for the GIL with the
+writer as any loop would, so a loop lag over 50 ms fails only when the control loop saw no
+comparable stall (within 20 ms of it) over the same interval. The figures are printed
+(``-s`` shows them).
 """
 
 from __future__ import annotations
