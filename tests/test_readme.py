@@ -125,7 +125,8 @@ def test_the_extractor_reads_markers_languages_and_lines() -> None:
 def test_the_agent_snippet_records_a_new_turn_each_time_it_runs(tmp_path: Path) -> None:
     # Running it again must be a second turn of the thread (its own run, messages and
     # checkpoint), never more messages attributed to the first, finished run.
-    (block,) = [b for b in TO_RUN if "from runstore.services import AgentRunStatus, AgentStorage" in b.body]
+    snippet = "from runstore.services import AgentRunStatus, AgentStorage"
+    (block,) = [b for b in TO_RUN if snippet in b.body]
     for _ in range(2):
         done = run_block(block, tmp_path)
         assert done.returncode == 0, done.stderr
