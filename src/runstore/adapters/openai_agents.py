@@ -50,7 +50,9 @@ database that stayed busy :class:`SessionStoreBusy` (a ``TimeoutError``), anythi
 (a storage failure, an archived thread, a clear refused by a checkpoint)
 :class:`SessionStoreError`; each carries the store's typed error as ``error``.
 
-This module imports the Agents SDK; nothing else in runstore does.
+This module imports the Agents SDK; nothing else in runstore does. Without it (the
+``openai-agents`` extra) importing this module raises
+:class:`~runstore.exceptions.MissingExtra` naming the extra.
 """
 
 from __future__ import annotations
@@ -63,17 +65,27 @@ from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from agents.memory.session_settings import (
-    SessionSettings,
-    coerce_session_settings,
-    resolve_session_limit,
-)
 from returns.result import Failure, Result
 
 from runstore.adapters._loop import LoopThread
+from runstore.exceptions import MissingExtra
 from runstore.services.agents import MAX_ROLE_CHARS, AgentError, InvalidQuery, NewMessage
 from runstore.services.errors import Busy, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
+
+try:
+    from agents.memory.session_settings import (
+        SessionSettings,
+        coerce_session_settings,
+        resolve_session_limit,
+    )
+except ModuleNotFoundError as exc:  # the SDK is the extra; runstore itself does not need it
+    if exc.name is None or exc.name.partition(".")[0] != "agents":
+        raise
+    raise MissingExtra(
+        "runstore.adapters.openai_agents needs the openai-agents extra: "
+        "pip install 'runstore[openai-agents]'"
+    ) from exc
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem

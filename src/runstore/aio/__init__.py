@@ -35,7 +35,7 @@ its module on first use.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runstore._lazy import lazy_exports
 from runstore.aio._runner import AsyncContainer, AsyncLayer, Runner, build
@@ -49,10 +49,13 @@ from runstore.aio._tags import (
     GRAPH_CHECKPOINTS,
     SESSION_REPOSITORY,
 )
-from runstore.layers._open import DEFAULT_DB_PATH
+from runstore.exceptions import MissingExtra
+from runstore.layers._open import DEFAULT_DB_PATH, check_access
 
 if TYPE_CHECKING:
-    from runstore.aio._postgres import configure_postgres_connection, postgres
+    from psycopg_pool import AsyncConnectionPool
+
+    from runstore.aio._postgres import configure_postgres_connection
     from runstore.aio._services import (
         AsyncActionRunStorage,
         AsyncAgentRunStore,
@@ -70,6 +73,7 @@ if TYPE_CHECKING:
     )
     from runstore.layers import Access as OpenAccess
     from runstore.layers import ConnectionSettings
+    from runstore.layers._postgres_database import PostgresSettings
 
 __all__ = [
     "ACTION_RUN_STORAGE",
@@ -120,7 +124,7 @@ _NAMES_OF: dict[str, tuple[str, ...]] = {
         "AsyncSessionStorage",
         "AsyncThreadStore",
     ),
-    "_postgres": ("configure_postgres_connection", "postgres"),
+    "_postgres": ("configure_postgres_connection",),
 }
 
 if not TYPE_CHECKING:  # mypy reads the imports above; an unknown name stays an error there
@@ -146,8 +150,10 @@ def sqlite(
     every call runs on the writer). Building raises
     :class:`~runstore.exceptions.DatabaseOpenError` as the sync layer does.
 
-    Raises ``ValueError`` for ``readers`` that is not an int >= 0.
+    Raises ``ValueError`` for ``readers`` that is not an int >= 0 and for an ``access`` that
+    is none of ``"create"``, ``"write"``, ``"read"``.
     """
+    check_access(access)
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 0:
         raise ValueError(f"readers must be an int >= 0, not {readers!r}")
     from runstore.aio._layers import sqlite as layer
@@ -161,3 +167,25 @@ def in_memory() -> AsyncLayer:
     from runstore.aio._layers import in_memory as layer
 
     return layer()
+
+
+def postgres(
+    target: str | AsyncConnectionPool[Any],
+    settings: PostgresSettings | None = None,
+    *,
+    access: OpenAccess = "create",
+) -> AsyncLayer:
+    """Every async service on the PostgreSQL database ``target`` names: see
+    :func:`runstore.aio._postgres.postgres` for ``target``, ``settings`` and ``access``.
+
+    Raises :class:`~runstore.exceptions.MissingExtra` naming the ``postgresql`` extra when
+    psycopg is not installed, as :func:`runstore.layers.postgres` does.
+    """
+    from runstore.layers._open import postgres_extra_problem
+
+    problem = postgres_extra_problem()
+    if problem is not None:
+        raise MissingExtra(problem)
+    from runstore.aio._postgres import postgres as layer
+
+    return layer(target, settings, access=access)
