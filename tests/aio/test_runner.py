@@ -350,3 +350,15 @@ def test_the_facade_has_exactly_the_protocol_methods_each_a_coroutine_function()
             assert "append" in dir(agents.messages)
 
     run(main)
+
+
+def test_a_sync_layer_and_an_unknown_access_are_refused_naming_what_is_wanted() -> None:
+    async def main() -> None:
+        async with aio.build(sqlite(":memory:")):  # type: ignore[arg-type]
+            pass  # pragma: no cover
+
+    with pytest.raises(TypeError, match=r"async layer \(runstore\.aio\.sqlite"):
+        run(main)
+    for make in (aio.sqlite, sqlite):
+        with pytest.raises(ValueError, match=r"'create', 'write', 'read'.*'bogus'"):
+            make(":memory:", access="bogus")  # type: ignore[arg-type]

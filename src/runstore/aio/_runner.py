@@ -175,7 +175,15 @@ async def build(layer: AsyncLayer) -> AsyncIterator[AsyncContainer]:
     layer's :class:`~runstore.exceptions.DatabaseOpenError` for a file that cannot be opened
     or migrated). On exit the runner closes its sync containers in reverse order, without
     blocking the event loop, whether or not the block raised.
+
+    Raises ``TypeError`` (on entering) when ``layer`` is not an :class:`AsyncLayer`, e.g. a
+    sync layer of :mod:`runstore.layers`.
     """
+    if not isinstance(layer, AsyncLayer):
+        raise TypeError(
+            f"runstore.aio.build takes an async layer (runstore.aio.sqlite(...), "
+            f"runstore.aio.in_memory(), runstore.aio.postgres(...)), not {layer!r}"
+        )
     from runstore.aio._facade import SERVICES
 
     sync_keys = tuple({service.sync.key for service in SERVICES.values()})

@@ -260,7 +260,12 @@ def sqlite(
     :func:`open_database`. Requires nothing. The database is opened (and, unless read,
     migrated) when the container is built; each domain's services are made, and their
     module imported, when one of them is first asked for.
+
+    Raises ``ValueError`` for an ``access`` that is none of the three.
     """
+    from runstore.layers._open import check_access
+
+    check_access(access)
     on_db = (SqliteDatabase, CLOCK)
     return merge(
         sqlite_database(path, settings, access=access),

@@ -29,9 +29,11 @@ if TYPE_CHECKING:
     from runstore.layers._layer import Layer
 
 __all__ = [
+    "ACCESSES",
     "DEFAULT_DB_PATH",
     "GITIGNORE",
     "Access",
+    "check_access",
     "database_path_problem",
     "find_project_database",
     "find_upward",
@@ -60,6 +62,18 @@ Access: TypeAlias = Literal["create", "write", "read"]
 - ``"write"``: the file must already be a runstore database; migrate it;
 - ``"read"``: open an existing file read-only; nothing is created, migrated or changed.
 """
+
+
+ACCESSES: tuple[Access, ...] = ("create", "write", "read")
+"""The values of :data:`Access`, in the order the docs give them."""
+
+
+def check_access(access: object) -> None:
+    """Raise ``ValueError`` naming :data:`ACCESSES` when ``access`` is none of them: the
+    layers (sync and async) check it when they are made, before anything is opened."""
+    if access not in ACCESSES:
+        raise ValueError(f"access must be one of {', '.join(map(repr, ACCESSES))}, not {access!r}")
+
 
 
 def find_project_database(start: str) -> str | None:
