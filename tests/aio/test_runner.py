@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +17,7 @@ import pytest
 from returns.result import Failure, Success
 
 from runstore import aio
-from runstore.aio._threads import ThreadRunner
+from runstore.aio._threads import ThreadRunner, _Worker
 from runstore.exceptions import ContainerClosed, DatabaseOpenError
 from runstore.layers import AGENT_STORAGE, Container, Layer, Tag, build, sqlite
 from runstore.services import NotFound
@@ -305,7 +306,43 @@ def test_after_close_every_call_is_refused_the_same_way_and_runs_nothing(
     assert ran == []
 
 
-def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(
+@pytest.fixture
+def lingering(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each worker thread lingers after its close job until its executor is joined (as a
+    thread does for a moment after its last job): a close that did not join its threads would
+    return with them alive, every time."""
+    gates: dict[ThreadPoolExecutor, threading.Event] = {}
+
+    def close(self: _Worker, after: tuple[Future[None], ...] = ()) -> Future[None]:
+        done = self.executor.submit(self._close, after)
+        gates[self.executor] = gate = threading.Event()
+        self.executor.submit(gate.wait)
+        self.executor.shutdown(wait=False)
+        return done
+
+    shutdown = ThreadPoolExecutor.shutdown
+
+    def joining(self: ThreadPoolExecutor, wait: bool = True, **kwargs: bool) -> None:
+        if wait and self in gates:
+            gates[self].set()
+        shutdown(self, wait, **kwargs)
+
+    monkeypatch.setattr(_Worker, "close", close)
+    monkeypatch.setattr(ThreadPoolExecutor, "shutdown", joining)
+    try:
+        yield
+    finally:
+        for gate in gates.values():
+            gate.set()
+
+
+def _workers_alive(before: set[threading.Thread]) -> list[str]:
+    return sorted(t.name for t in set(threading.enumerate()) - before
+                  if t.name.startswith("runstore-") and not t.name.endswith("-joiner"))
+
+
+@pytest.mark.usefixtures("lingering")
+def test_a_database_that_cannot_open_fails_the_build_only_once_its_threads_have_ended(
     tmp_path: Path,
 ) -> None:
     foreign = tmp_path / "foreign.db"
@@ -318,10 +355,20 @@ def test_a_database_that_cannot_open_fails_the_build_and_leaves_no_thread(
 
     with pytest.raises(DatabaseOpenError):
         run(main)
-    started = [t for t in set(threading.enumerate()) - before if t.name.startswith("runstore-")]
-    for thread in started:  # each ends after its last job
-        thread.join(timeout=10)
-    assert [t.name for t in started if t.is_alive()] == []
+    assert _workers_alive(before) == []
+
+
+@pytest.mark.usefixtures("lingering")
+def test_closing_returns_only_once_every_thread_has_ended(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+
+    async def main() -> None:
+        async with aio.build(aio.sqlite(tmp_path / "r.db", readers=2)) as c:
+            assert len(_threads(c).threads) == 3
+            assert len(_workers_alive(before)) == 3
+
+    run(main)
+    assert _workers_alive(before) == []
 
 
 def test_a_missing_service_and_a_bad_reader_count_are_refused() -> None:

@@ -19,7 +19,9 @@ thread finishes it and drops the value).
 
 Closing: :meth:`ThreadRunner.aclose` refuses new calls, lets the calls already handed over
 run, then closes each thread's container on that thread (readers first, then the writer:
-the reverse of their opening) and lets the threads end; the event loop only awaits. A call
+the reverse of their opening) and awaits the end of every thread (joined by a helper
+thread, so the event loop only awaits). A build whose open fails ends its threads likewise
+before it raises. A call
 made once closing has begun raises :class:`~runstore.exceptions.ContainerClosed` and runs
 nothing, on any thread.
 
@@ -170,9 +172,28 @@ async def _outcome(job: Future[T]) -> T:
 
 
 def _close_all(writer: _Worker, readers: tuple[_Worker, ...]) -> Future[None]:
-    """Close the readers (newest first), then the writer once they are closed."""
+    """Close the readers (newest first), then the writer once they are closed; the future is
+    done (with the writer's close's outcome) once every one of their threads has ended.
+
+    A thread outlives the job that closed its container by a moment (it then reads its queue
+    and exits), so a helper thread joins them all, off the event loop, before the future is
+    done: whoever awaits a close sees none of the runner's threads alive.
+    """
     closed = tuple(reader.close() for reader in reversed(readers))
-    return writer.close(closed)
+    last = writer.close(closed)
+    ended: Future[None] = Future()
+
+    def join() -> None:
+        for worker in (*readers, writer):
+            worker.executor.shutdown(wait=True)  # joins its thread, once its queue is done
+        error = last.exception()
+        if error is None:
+            ended.set_result(None)
+        else:
+            ended.set_exception(error)
+
+    threading.Thread(target=join, name=f"{writer.name}-joiner", daemon=True).start()
+    return ended
 
 
 @asynccontextmanager
