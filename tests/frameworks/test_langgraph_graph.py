@@ -141,6 +141,42 @@ def test_ainvoke_on_postgres_matches_the_reference_saver(
     assert run_watched(mine) == expected
 
 
+Form = Literal["from_path with", "from_path async with", "from_layer with", "host container"]
+
+
+@pytest.mark.parametrize("durability", DURABILITIES)
+@pytest.mark.parametrize(
+    "form", ["from_path with", "from_path async with", "from_layer with", "host container"]
+)
+def test_invoke_runs_on_every_documented_saver(
+    form: Form, durability: Durability, path: str
+) -> None:
+    """``invoke`` puts from LangGraph's worker threads: each way the README makes a saver
+    serves it (in an ``async with`` block from a thread of its own, as sync code beside a
+    loop runs)."""
+    expected = run_sync(InMemorySaver(), durability)
+    if form == "from_path with":
+        with RunstoreSaver.from_path(path) as saver:
+            assert run_sync(saver, durability) == expected
+    elif form == "from_layer with":
+        with RunstoreSaver.from_layer(aio.in_memory()) as saver:
+            assert run_sync(saver, durability) == expected
+    else:
+
+        async def main() -> list[dict[str, Any]]:
+            if form == "from_path async with":
+                async with RunstoreSaver.from_path(path) as saver:
+                    return await asyncio.to_thread(run_sync, saver, durability)
+            async with aio.build(aio.sqlite(path)) as container:
+                saver = RunstoreSaver(container)
+                try:
+                    return await asyncio.to_thread(run_sync, saver, durability)
+                finally:
+                    saver.close()  # its sync calls' thread; the container is the host's
+
+        assert asyncio.run(main()) == expected
+
+
 def test_a_thread_resumes_in_another_process_s_saver(path: str) -> None:
     """The interrupted run's state is in the file: a new saver on it resumes the run."""
     with RunstoreSaver.from_path(path) as saver:

@@ -281,20 +281,51 @@ def test_threads_are_agent_threads_and_delete_thread_keeps_the_thread(tmp_path: 
     assert thread.project_id == "support-bot"
 
 
-def test_a_host_store_serves_both_kinds_on_its_own_thread(tmp_path: Path) -> None:
+def test_a_sync_container_s_store_is_refused_naming_what_to_pass(tmp_path: Path) -> None:
+    """A sync container's store belongs to the thread that built it, and a graph's ``invoke``
+    puts from LangGraph's worker threads: such a saver failed every ``invoke``."""
     with build(sqlite(str(tmp_path / "graphs.db"))) as container:
-        saver = RunstoreSaver(container.get(GRAPH_CHECKPOINTS))
-        first = put(saver, "t", 0)
+        store = container.get(GRAPH_CHECKPOINTS)
+        with pytest.raises(TypeError) as raised:
+            RunstoreSaver(store)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "takes a runstore.aio.AsyncContainer" in message
+    assert "worker threads" in message
+    assert "RunstoreSaver.from_path(path)" in message
+    assert "RunstoreSaver.from_layer(layer)" in message
 
-        async def then() -> list[str]:
-            return [t.checkpoint["id"] async for t in saver.alist(generate_config("t"))]
 
-        assert asyncio.run(then()) == [first]
+def test_an_async_container_s_store_is_refused_too() -> None:
+    async def main() -> None:
+        async with aio.build(aio.in_memory()) as container:
+            RunstoreSaver(container.get(aio.GRAPH_CHECKPOINTS))  # type: ignore[arg-type]
+
+    with pytest.raises(TypeError, match=r"takes a runstore\.aio\.AsyncContainer, not"):
+        asyncio.run(main())
 
 
-def test_a_saver_takes_only_a_container_or_a_store() -> None:
-    with pytest.raises(TypeError, match="AsyncContainer or a GraphCheckpointStore"):
+def test_a_saver_takes_only_a_container() -> None:
+    with pytest.raises(TypeError, match=r"takes a runstore\.aio\.AsyncContainer, not object"):
         RunstoreSaver(object())  # type: ignore[arg-type]
+
+
+def test_a_filter_json_cannot_hold_is_bad_input() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with RunstoreSaver.from_path(":memory:") as saver:
+        put(saver, "t", 0)
+        for value in (object(), {1, 2}, cycle):
+            with pytest.raises(InvalidCheckpointInput, match="invalid filter: must be JSON"):
+                list(saver.list(None, filter={"step": value}))
+
+            async def listed(value: object = value) -> list[CheckpointTuple]:
+                return [t async for t in saver.alist(generate_config("t"), filter={"step": value})]
+
+            with pytest.raises(InvalidCheckpointInput) as raised:
+                asyncio.run(listed())
+            assert isinstance(raised.value.error, InvalidInput)
+            assert raised.value.error.field == "filter"
+        assert [t.metadata["step"] for t in saver.list(None, filter={"step": 0})] == [0]
 
 
 def test_versions_are_made_as_langgraphs_savers_make_them() -> None:

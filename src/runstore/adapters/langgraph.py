@@ -37,7 +37,8 @@ What is stored (research of the interface: the ``langgraph-checkpoint`` sources)
   returned in ``writes_sort_key`` order.
 
 Failures of the store are raised, since LangGraph's callers expect exceptions: bad input
-(an id longer than 256 characters, a NaN in metadata, a negative limit) as
+(an id longer than 256 characters, a NaN in metadata, a ``list`` filter that is not JSON,
+a negative limit) as
 :class:`InvalidCheckpointInput`, a ``ValueError``; a database that stayed busy as
 :class:`CheckpointStoreBusy`, a ``TimeoutError``; anything else (a thread of the same id in
 another project, an archived thread, a storage failure) as :class:`CheckpointStoreError`.
@@ -52,7 +53,8 @@ queued (``pregel/_loop.py`` submits both in the background; at an interrupt unde
 yet and they are that checkpoint's once it is put, so the saver holds nothing in memory and
 concurrent writes of a super-step's tasks are independent calls.
 
-This module imports LangGraph; nothing else in runstore does.
+This module imports LangGraph; nothing else in runstore does. Imported without it, it raises
+:class:`~runstore.exceptions.MissingExtra` naming the ``langgraph`` extra.
 """
 
 from __future__ import annotations
@@ -64,24 +66,11 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import (
-    WRITES_IDX_MAP,
-    BaseCheckpointSaver,
-    ChannelVersions,
-    Checkpoint,
-    CheckpointMetadata,
-    CheckpointTuple,
-    get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
-    writes_sort_key,
-)
-from langgraph.checkpoint.serde.base import SerializerProtocol
 from returns.result import Failure, Result, Success
 
 from runstore.adapters._loop import LoopThread
 from runstore.aio._runner import Access
-from runstore.exceptions import ContainerClosed
+from runstore.exceptions import ContainerClosed, MissingExtra
 from runstore.layers import GRAPH_CHECKPOINTS
 from runstore.services.agents import InvalidQuery
 from runstore.services.errors import Busy, InvalidInput
@@ -98,6 +87,30 @@ from runstore.services.graphs import (
 if TYPE_CHECKING:
     from runstore.aio import AsyncContainer, AsyncLayer
     from runstore.layers import ConnectionSettings
+
+LANGGRAPH_EXTRA: Final = (
+    "runstore.adapters.langgraph needs the langgraph extra: pip install 'runstore[langgraph]'"
+)
+"""Why the module cannot be imported while LangGraph (or its langchain-core) is missing."""
+
+try:
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.checkpoint.base import (
+        WRITES_IDX_MAP,
+        BaseCheckpointSaver,
+        ChannelVersions,
+        Checkpoint,
+        CheckpointMetadata,
+        CheckpointTuple,
+        get_checkpoint_id,
+        get_serializable_checkpoint_metadata,
+        writes_sort_key,
+    )
+    from langgraph.checkpoint.serde.base import SerializerProtocol
+except ModuleNotFoundError as missing:
+    if (missing.name or "").split(".")[0] not in {"langgraph", "langchain_core"}:
+        raise
+    raise MissingExtra(f"{LANGGRAPH_EXTRA} (no module named {missing.name!r})") from missing
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -134,8 +147,9 @@ class CheckpointStoreError(Exception):
 
 class InvalidCheckpointInput(CheckpointStoreError, ValueError):
     """The store refused an argument (``InvalidInput`` or ``InvalidQuery``): an id that is
-    not text of 1 to 256 characters, metadata that is not JSON, a negative ``limit``, an
-    unknown prune strategy, ``copy_thread`` of a thread onto itself."""
+    not text of 1 to 256 characters, metadata or a ``list`` filter that is not JSON (a value
+    ``json.dumps`` cannot write in a filter too: ``InvalidInput("filter", ...)``), a negative
+    ``limit``, an unknown prune strategy, ``copy_thread`` of a thread onto itself."""
 
 
 class CheckpointStoreBusy(CheckpointStoreError, TimeoutError):
@@ -194,6 +208,16 @@ def _json(value: object) -> Any:
     lists, lone surrogates are dropped; a value JSON cannot hold raises ``TypeError``."""
     text = json.dumps(value, ensure_ascii=False).encode("utf-8", "ignore")
     return json.loads(text)
+
+
+def _json_filter(filter: dict[str, Any]) -> Any:
+    """``filter`` as :func:`_json` gives it back; one JSON cannot hold (an unserializable
+    value, a cycle, nesting past Python's recursion limit) raises
+    :class:`InvalidCheckpointInput` carrying ``InvalidInput("filter", ...)``."""
+    try:
+        return _json(filter)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidCheckpointInput(InvalidInput("filter", f"must be JSON: {error}")) from None
 
 
 def _typed(serde: SerializerProtocol, value: object) -> ChannelValue:
@@ -299,30 +323,22 @@ def next_version(current: str | int | float | None) -> str:
 class _Calls:
     """How a saver reaches its store: ``run`` from sync code, ``arun`` from a coroutine.
 
-    Over a :class:`runstore.aio.AsyncContainer`, both go through its runner (``arun`` awaits
-    it on the caller's loop, ``run`` on the saver's own loop thread), so they share one
-    database, its writer and its order. Over a sync store (a host's own container), both
-    call it on the calling thread.
+    Both go through the :class:`runstore.aio.AsyncContainer`'s runner (``arun`` awaits it on
+    the caller's loop, ``run`` on the saver's own loop thread), so they share one database,
+    its writer and its order, whichever thread calls.
     """
 
-    def __init__(
-        self, container: AsyncContainer | None, store: GraphCheckpointStore | None
-    ) -> None:
+    def __init__(self, container: AsyncContainer) -> None:
         self._container = container
-        self._store = store
         self._loop = LoopThread(LOOP_THREAD)
         self._closed = False
 
     def run(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
         self._check_open()
-        if self._store is not None:
-            return fn(self._store)
         return self._loop.run(self._through_runner(access, fn))
 
     async def arun(self, access: Access, fn: Callable[[GraphCheckpointStore], T]) -> T:
         self._check_open()
-        if self._store is not None:
-            return fn(self._store)
         return await self._through_runner(access, fn)
 
     def _check_open(self) -> None:
@@ -332,7 +348,6 @@ class _Calls:
     def _through_runner(
         self, access: Access, fn: Callable[[GraphCheckpointStore], T]
     ) -> Coroutine[Any, Any, T]:
-        assert self._container is not None
         return self._container.runner.call(access, lambda c: fn(c.get(GRAPH_CHECKPOINTS)))
 
     def use(self, loop: LoopThread) -> None:
@@ -349,19 +364,27 @@ class _Calls:
         self._loop.stop()
 
 
+_NOT_A_CONTAINER: Final = (
+    "RunstoreSaver takes a runstore.aio.AsyncContainer, not {}: a sync container's store"
+    " belongs to the thread that built it, and LangGraph's invoke calls the saver from its own"
+    " worker threads; pass the container of `async with aio.build(...) as container`, or open"
+    " a saver with `RunstoreSaver.from_path(path)` or `RunstoreSaver.from_layer(layer)`"
+)
+"""The ``TypeError`` message for a saver's ``source`` that is not an ``AsyncContainer``."""
+
+
 # -- the saver -----------------------------------------------------------------------------------
 
 
 class RunstoreSaver(BaseCheckpointSaver[str]):
     """LangGraph's ``BaseCheckpointSaver`` on runstore's graph checkpoint store.
 
-    Made from a :class:`runstore.aio.AsyncContainer` (``RunstoreSaver(container)``: async
-    methods await its runner without blocking the loop, sync methods run on the same runner
-    from any thread) or from a sync :class:`~runstore.services.graphs.GraphCheckpointStore`
-    of a host's container (``RunstoreSaver(container.get(GRAPH_CHECKPOINTS))``: every method
-    calls it on the calling thread, the async ones too, as ``InMemorySaver`` does, so the
-    container's thread rules apply). :meth:`from_path` and :meth:`from_layer` open a database
-    for the saver and close it with the ``with`` or ``async with`` block.
+    Made from a host's :class:`runstore.aio.AsyncContainer` (``RunstoreSaver(container)``:
+    async methods await its runner without blocking the loop, sync methods run on the same
+    runner from any thread), or by :meth:`from_path` and :meth:`from_layer`, which open a
+    database for the saver and close it with the ``with`` or ``async with`` block. A sync
+    container's store is refused: it belongs to the thread that built the container, and
+    LangGraph's ``invoke`` calls ``put`` and ``put_writes`` from its own worker threads.
 
     ``project_id`` is the project of the agent threads the saver creates (a LangGraph thread
     is a runstore agent thread; ``delete_thread`` removes its graph checkpoints, not the
@@ -371,13 +394,15 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
     ``get_next_version`` makes LangGraph's text versions (see :func:`next_version`).
     The methods raise the exceptions in the module's docstring for the store's failures.
 
-    Raises ``TypeError`` for a ``source`` of another kind and ``KeyError`` for a container
-    whose layer provides no graph checkpoint store (every runstore layer provides one).
+    Raises ``TypeError`` for a ``source`` that is not an ``AsyncContainer`` (a sync or an
+    async graph checkpoint store among them; the message says what to pass instead) and
+    ``KeyError`` for a container whose layer provides no graph checkpoint store (every
+    runstore layer provides one).
     """
 
     def __init__(
         self,
-        source: AsyncContainer | GraphCheckpointStore,
+        source: AsyncContainer,
         *,
         project_id: str = DEFAULT_PROJECT,
         serde: SerializerProtocol | None = None,
@@ -385,17 +410,11 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         from runstore import aio
 
-        if isinstance(source, aio.AsyncContainer):
-            if aio.GRAPH_CHECKPOINTS not in source:
-                raise KeyError(f"{source!r} provides no graph checkpoint store")
-            self._calls = _Calls(source, None)
-        elif isinstance(source, GraphCheckpointStore):
-            self._calls = _Calls(None, source)
-        else:
-            raise TypeError(
-                "RunstoreSaver takes a runstore.aio.AsyncContainer or a GraphCheckpointStore,"
-                f" not {type(source).__name__}"
-            )
+        if not isinstance(source, aio.AsyncContainer):
+            raise TypeError(_NOT_A_CONTAINER.format(type(source).__name__))
+        if aio.GRAPH_CHECKPOINTS not in source:
+            raise KeyError(f"{source!r} provides no graph checkpoint store")
+        self._calls = _Calls(source)
         self.project_id = project_id
 
     @classmethod
@@ -597,7 +616,7 @@ class RunstoreSaver(BaseCheckpointSaver[str]):
             checkpoint_ns = None if namespace is None else str(namespace)
             checkpoint_id = get_checkpoint_id(config)
         before_id = None if before is None else get_checkpoint_id(before)
-        wanted = None if filter is None else _json(filter)
+        wanted = None if filter is None else _json_filter(filter)
         return lambda s: s.list(
             thread_id,
             checkpoint_ns=checkpoint_ns,
