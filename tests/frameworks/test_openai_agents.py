@@ -233,12 +233,42 @@ def test_failures_of_the_store_are_raised_typed() -> None:
             with pytest.raises(SessionStoreError) as raised:
                 await session.pop_item()
             assert raised.value.error.reason == "thread is archived"  # type: ignore[union-attr]
-            with pytest.raises(InvalidSessionInput):
+            with pytest.raises(InvalidSessionInput, match=r"^invalid session_id: .*256"):
                 await RunstoreSession.from_storage("x" * 300, agents).add_items([_item("q")])
             session.close()
             assert (await agents.threads.get("s")).unwrap().message_count == 1, "host's"
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("call", ["get_items", "add_items", "pop_item", "clear_session"])
+def test_a_session_of_another_projects_thread_is_refused_and_changes_nothing(
+    tmp_path: Path, call: str
+) -> None:
+    """A session id is an agent thread id, one across projects: a session whose thread is
+    another project's raises on its first call, naming both projects, as RunstoreSaver does
+    for a LangGraph thread of another project."""
+    path = tmp_path / "runstore.db"
+    a = RunstoreSession("user-42", path, project_id="app-a")
+    b = RunstoreSession("user-42", path, project_id="app-b")
+    try:
+
+        async def scenario() -> None:
+            await a.add_items([_item("secret of app A")])
+            args: tuple[Any, ...] = ([_item("of app B")],) if call == "add_items" else ()
+            for _ in range(2):  # refused every time, not only the first
+                with pytest.raises(SessionStoreError) as raised:
+                    await getattr(b, call)(*args)
+                assert str(raised.value) == (
+                    "conflict on session 'user-42': its agent thread belongs to another "
+                    "project (expected 'app-b', actual 'app-a')"
+                )
+            assert await a.get_items() == [_item("secret of app A")]
+
+        asyncio.run(scenario())
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_forked_child_is_refused_its_parents_sessions_and_opens_its_own(

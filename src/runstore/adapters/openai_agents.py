@@ -15,10 +15,15 @@ an async container passes its agent storage instead:
 PostgreSQL or in memory).
 
 What is stored: a session is an agent thread of project ``project_id`` (``"openai-agents"``
-unless given), made on the first ``add_items``; an item is one message whose content is the
-item as JSON and whose role is the item's ``role`` (``"user"``, ``"assistant"``, ...), else
-its ``type`` (``"function_call"``, ``"reasoning"``, ...), else ``"item"``, cut to 64
-characters. Order is the message's sequence number.
+unless given), made on the first ``add_items``. A thread id is one across projects, so a
+session whose thread exists in another project (another app's ``user-42``, a LangGraph
+thread of the same id) is refused, not shared: every call of it raises
+:class:`SessionStoreError` carrying a ``Conflict`` that names both projects, and nothing is
+read or changed (as ``RunstoreSaver`` refuses a LangGraph thread of another project). An
+item is one message whose content is the item as JSON and whose role is the item's
+``role`` (``"user"``, ``"assistant"``, ...), else its ``type`` (``"function_call"``,
+``"reasoning"``, ...), else ``"item"``, cut to 64 characters. Order is the message's
+sequence number.
 
 Semantics copied from ``SQLiteSession`` 0.24 (``agents/memory/sqlite_session.py``), which the
 SDK's own session tests check (they run against this class in runstore's frameworks
@@ -45,9 +50,12 @@ Where it differs: the SDK's ``sessions_table``/``messages_table`` arguments do n
 (runstore's schema is its migrations'); a stored item runstore cannot read back is a
 storage error, not skipped (only a damaged file can hold one: writes store checked JSON);
 ``clear_session`` keeps the thread row. Failures of the store raise: bad input (a NaN in an
-item, a session id over 256 characters) :class:`InvalidSessionInput` (a ``ValueError``), a
-database that stayed busy :class:`SessionStoreBusy` (a ``TimeoutError``), anything else
-(a storage failure, an archived thread, a clear refused by a checkpoint)
+item, an item nested deeper than 200 levels of lists and objects
+(:data:`runstore.services.agents.MAX_JSON_DEPTH`), an item over 64 MiB as JSON
+(:data:`~runstore.services.agents.MAX_CONTENT_BYTES`), a session id over 256 characters,
+reported as ``session_id``) :class:`InvalidSessionInput` (a ``ValueError``), a database
+that stayed busy :class:`SessionStoreBusy` (a ``TimeoutError``), anything else (a thread of
+another project, a storage failure, an archived thread, a clear refused by a checkpoint)
 :class:`SessionStoreError`; each carries the store's typed error as ``error``.
 
 This module imports the Agents SDK; nothing else in runstore does. Without it (the
@@ -65,12 +73,13 @@ from collections.abc import Awaitable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import attrs
 from returns.result import Failure, Result
 
 from runstore.adapters._loop import LoopThread
 from runstore.exceptions import MissingExtra
 from runstore.services.agents import MAX_ROLE_CHARS, AgentError, InvalidQuery, NewMessage
-from runstore.services.errors import Busy, InvalidInput, NotFound
+from runstore.services.errors import Busy, Conflict, InvalidInput, NotFound
 from runstore.services.pagination import MAX_PAGE_SIZE
 
 try:
@@ -132,6 +141,8 @@ def _unwrap(result: Result[T, AgentError]) -> T:
     """The value of ``result``, or its failure raised as a :class:`SessionStoreError`."""
     if isinstance(result, Failure):
         error = result.failure()
+        if isinstance(error, InvalidInput) and error.field == "thread_id":
+            raise InvalidSessionInput(attrs.evolve(error, field="session_id"))
         if isinstance(error, InvalidInput | InvalidQuery):
             raise InvalidSessionInput(error)
         if isinstance(error, Busy):
@@ -271,7 +282,9 @@ class RunstoreSession:
     shared with the other sessions on that file; :meth:`from_storage` uses a host's async
     agent storage. ``session_settings`` (a ``SessionSettings`` or its dict form) gives the
     default ``limit`` of :meth:`get_items`; ``project_id`` is the project of the thread the
-    session makes.
+    session makes, and the only project whose thread it uses: when ``session_id`` names a
+    thread of another project, every call raises :class:`SessionStoreError` with a
+    ``Conflict`` (``expected`` this project, ``actual`` the thread's) and changes nothing.
 
     The first session on a file opens it in the constructor, which waits until the
     database is open and migrated (as ``SQLiteSession``'s constructor makes its tables):
@@ -330,12 +343,31 @@ class RunstoreSession:
             else coerce_session_settings(session_settings)
         )
         self.project_id = project_id
+        self._ours = False  # the thread is known to be project_id's (a thread keeps its project)
         self._closed = False
         self._close_lock = threading.Lock()
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(CLOSED_MESSAGE)
+
+    async def _check_project(self) -> None:
+        """Raise :class:`SessionStoreError` carrying a ``Conflict`` when the session's thread
+        exists in another project than :attr:`project_id` (naming both); asked until the
+        thread is found to be this project's, as :class:`RunstoreSaver` refuses a thread of
+        another project."""
+        if self._ours:
+            return
+        got = await self._agents.threads.get(self.session_id)
+        if _is_missing(got):
+            return
+        project = _unwrap(got).project_id
+        if project != self.project_id:
+            raise SessionStoreError(Conflict(
+                "session", self.session_id, "its agent thread belongs to another project",
+                expected=self.project_id, actual=project,
+            ))
+        self._ours = True
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The newest ``limit`` items in chronological order (see the module doc for
@@ -344,6 +376,7 @@ class RunstoreSession:
         wanted = resolve_session_limit(limit, self.session_settings)
         if wanted == 0:
             return []
+        await self._check_project()
         remaining = None if wanted is None or wanted < 0 else wanted
         pages: list[list[Any]] = []
         cursor: str | None = None
@@ -372,19 +405,21 @@ class RunstoreSession:
         messages = [
             NewMessage(role=_role(item), content=item) for item in json.loads(json.dumps(items))
         ]
+        await self._check_project()
         await _await_mutation(self._add(messages))
 
     async def _add(self, messages: list[NewMessage]) -> None:
         appended = await self._agents.messages.append_many(self.session_id, messages)
         if _is_missing(appended):
             created = await self._agents.threads.create(self.session_id, project_id=self.project_id)
-            _unwrap(created)
+            self._ours = _unwrap(created).project_id == self.project_id
             appended = await self._agents.messages.append_many(self.session_id, messages)
         _unwrap(appended)
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item; ``None`` when the session has none."""
         self._check_open()
+        await self._check_project()
         popped = await _await_mutation(self._agents.messages.pop(self.session_id))
         if _is_missing(popped):
             return None
@@ -394,6 +429,7 @@ class RunstoreSession:
     async def clear_session(self) -> None:
         """Remove every item of the session (the thread stays; see the module doc)."""
         self._check_open()
+        await self._check_project()
         cleared = await _await_mutation(self._agents.messages.clear(self.session_id))
         if not _is_missing(cleared):
             _unwrap(cleared)
