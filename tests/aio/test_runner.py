@@ -409,3 +409,28 @@ def test_a_sync_layer_and_an_unknown_access_are_refused_naming_what_is_wanted() 
     for make in (aio.sqlite, sqlite):
         with pytest.raises(ValueError, match=r"'create', 'write', 'read'.*'bogus'"):
             make(":memory:", access="bogus")  # type: ignore[arg-type]
+
+
+def test_a_facade_method_has_its_protocol_methods_signature_and_doc() -> None:
+    import inspect
+
+    from runstore.aio._services import AsyncMessageStore, AsyncSessionStorage
+
+    async def main() -> None:
+        async with aio.build(aio.in_memory()) as c:
+            method = c.get(aio.AGENT_STORAGE).messages.append
+            template = AsyncMessageStore.append
+            wanted = inspect.signature(template)
+            assert inspect.signature(method) == wanted.replace(
+                parameters=tuple(wanted.parameters.values())[1:]
+            )
+            assert "thread_id" in inspect.signature(method).parameters
+            assert method.__doc__ == template.__doc__
+            repo = c.get(aio.SESSION_REPOSITORY)
+            storage = (await repo.create(NewSession(cwd="/w"))).unwrap()
+            opened = (await repo.open(storage.id)).unwrap()
+            assert inspect.signature(opened.append).parameters.keys() == (
+                inspect.signature(AsyncSessionStorage.append).parameters.keys() - {"self"}
+            )
+
+    run(main)

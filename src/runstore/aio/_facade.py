@@ -23,6 +23,8 @@ closed session stores do).
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     from runstore.services.sessions import SessionError, SessionRepository
 
 __all__ = ["SERVICES", "Forward", "Service", "Shape", "facade"]
+
+_SERVICES = "runstore.aio._services"
 
 T = TypeVar("T")
 E = TypeVar("E")
@@ -125,16 +129,21 @@ class Forward:
     """An async service whose methods forward to the sync service ``reach(container)``.
 
     Methods and nested stores are made on first access from the :class:`Shape` and kept;
-    a name the shape lacks is an ``AttributeError``, as on the Protocol.
+    a name the shape lacks is an ``AttributeError``, as on the Protocol. ``protocol`` names
+    the async Protocol served (``module.qualname``): a method carries its Protocol method's
+    signature (without ``self``) and docstring, for ``help()`` and ``inspect.signature``.
     """
 
     on_repository: ClassVar[bool] = False
     """Whether ``reach`` gives the session repository (whose ``atomic`` units may call it)."""
 
-    def __init__(self, runner: Runner, reach: Callable[[Container], Any], shape: Shape) -> None:
+    def __init__(
+        self, runner: Runner, reach: Callable[[Container], Any], shape: Shape, protocol: str
+    ) -> None:
         self._runner = runner
         self._reach = reach
         self._shape = shape
+        self._protocol = protocol
 
     def apply(self, service: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Call ``name`` on the sync ``service`` that ``reach`` gave (on the runner's side)."""
@@ -150,7 +159,10 @@ class Forward:
             made = self._method(name, access)
         elif name in shape.stores:
             reach = self._reach
-            made = Forward(self._runner, lambda c: getattr(reach(c), name), shape.stores[name])
+            store = inspect.signature(getattr(_protocol(self._protocol), name).fget)
+            module = self._protocol.rpartition(".")[0]
+            made = Forward(self._runner, lambda c: getattr(reach(c), name), shape.stores[name],
+                           f"{module}.{store.return_annotation}")
         else:
             raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
         self.__dict__[name] = made
@@ -164,6 +176,12 @@ class Forward:
             return await call(runner, access, lambda c: apply(reach(c), name, args, kwargs), name)
 
         forward.__name__ = forward.__qualname__ = name
+        template = getattr(_protocol(self._protocol), name)
+        signature = inspect.signature(template)
+        forward.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=tuple(signature.parameters.values())[1:]
+        )
+        forward.__doc__ = template.__doc__
         return forward
 
     def __dir__(self) -> list[str]:
@@ -171,6 +189,12 @@ class Forward:
 
     def __repr__(self) -> str:
         return f"<async {type(self).__name__} over {self._runner!r}>"
+
+
+def _protocol(name: str) -> Any:
+    """The async Protocol class named ``name`` (``module.qualname``)."""
+    module, _, qualname = name.rpartition(".")
+    return getattr(importlib.import_module(module), qualname)
 
 
 async def _plain(runner: Runner, access: Access, fn: Callable[[Container], T], _: str) -> T:
@@ -200,7 +224,7 @@ class SessionStorageForward(Forward):
     on_repository = True
 
     def __init__(self, runner: Runner, reach: Callable[[Container], Any], session_id: str) -> None:
-        super().__init__(runner, reach, SESSION_STORAGE)
+        super().__init__(runner, reach, SESSION_STORAGE, f"{_SERVICES}.AsyncSessionStorage")
         self._session_id = session_id
 
     @property
@@ -255,4 +279,4 @@ def facade(service: Service, runner: Runner) -> Any:
         return c.get(tag)
 
     kind = SessionRepositoryForward if service.key == _tags.SESSION_REPOSITORY else Forward
-    return kind(runner, reach, service.shape)
+    return kind(runner, reach, service.shape, service.key.key)
