@@ -10,6 +10,12 @@ own migrated SQLite template (``sqlite_files``, ``sqlite_memory_layers``: see
 :mod:`sqlite_template`); the longest tests run first, split between the workers (see
 :mod:`schedule`).
 
+``tests/frameworks`` (the frameworks profile: the adapters against the frameworks they plug
+into, which must be installed: ``tests/frameworks/requirements.txt``) is collected only with
+``RUNSTORE_FRAMEWORKS=1``, which ``.ci/frameworks`` sets when it runs them in
+``.venv-frameworks``. The rule lives here, not in a conftest of that folder: a second
+``conftest`` module would shadow this one for the tests that import from it.
+
 ``@pytest.mark.acceptance_inputs(FOLDER)`` marks a test that reads the shared acceptance
 inputs in ``FOLDER`` (``../shared/acceptance/...`` beside the repository). When the folder is
 missing the test is skipped with a reason naming it, except under CI (``CI`` set, as
@@ -28,6 +34,9 @@ from hypothesis import HealthCheck, settings
 from postgres.fixtures import postgres_dsn, postgres_layers, postgres_server
 from schedule import long_first
 from sqlite_template import sqlite_files, sqlite_memory_layers, sqlite_template
+
+if os.environ.get("RUNSTORE_FRAMEWORKS") != "1":
+    collect_ignore = ["frameworks"]
 
 __all__ = [  # fixtures for every folder
     "postgres_dsn",

@@ -166,6 +166,15 @@ def _pytest_seconds(output: str) -> float:
     return float(found[-1])
 
 
+def _assert_as_long_as_pytest_says(recorded: float, output: str) -> None:
+    """The recorded duration is pytest's ``in N s`` less the terminal summary written after
+    the run ends: never longer (pytest rounds to 10 ms), and shorter by at most half a second,
+    whatever a loaded machine adds to writing the summary; a start or end a second off (a
+    wait for the database counted out, a later stamp) falls outside."""
+    said = _pytest_seconds(output)
+    assert said - 0.5 <= recorded <= said + 0.01, (recorded, said)
+
+
 def _recorded_seconds(db: Path) -> float:
     run = latest(db, "proj")[0]
     assert run.finished_at_ms is not None
@@ -185,9 +194,8 @@ def test_the_run_lasts_as_long_as_pytest_says(tmp_path: Path) -> None:
     done = run_pytest(folder, "--runstore")
     seconds = _pytest_seconds(done.stdout)
     assert seconds >= 1.0
-    assert _recorded_seconds(folder / ".runstore" / "runstore.db") == pytest.approx(
-        seconds, rel=0.05
-    )
+    _assert_as_long_as_pytest_says(
+        _recorded_seconds(folder / ".runstore" / "runstore.db"), done.stdout)
 
 
 def test_waiting_for_a_busy_database_does_not_shorten_the_run(tmp_path: Path) -> None:
@@ -204,7 +212,7 @@ def test_waiting_for_a_busy_database_does_not_shorten_the_run(tmp_path: Path) ->
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 0, output
     assert "warning" not in output
-    assert _recorded_seconds(db) == pytest.approx(_pytest_seconds(output), rel=0.05)
+    _assert_as_long_as_pytest_says(_recorded_seconds(db), output)
 
 
 SLOW_CONFTEST = """
@@ -245,7 +253,7 @@ def test_the_run_starts_at_pytests_own_instant_after_a_slow_conftest(tmp_path: P
     assert run.started_at_ms >= stamps["imported"] * 1000
     seconds = _recorded_seconds(folder / ".runstore" / "runstore.db")
     assert 1.0 <= seconds < 1.9
-    assert seconds == pytest.approx(_pytest_seconds(done.stdout), rel=0.05)
+    _assert_as_long_as_pytest_says(seconds, done.stdout)
 
 
 SLOW_SUMMARY = """
